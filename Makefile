@@ -1,0 +1,56 @@
+# minirlhf: every target sets up what it needs. `make book` and `make test` work on a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+JB := $(VENV)/bin/jupyter-book
+# One thread per torch process: runs are bit-identical and the two cores stay free for the kernel
+# and the build.
+export OMP_NUM_THREADS := 1
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: help venv book test unit nbval-solutions nbval-notebooks book-strict lab notebooks bench check clean
+
+help:
+	@echo "make book       install into .venv if needed, execute the chapters, render _build/html"
+	@echo "make test       unit tests, nbval on solutions/ and notebooks/, the strict book build"
+	@echo "make lab        JupyterLab on notebooks/"
+	@echo "make notebooks  regenerate notebooks/ and solutions/ from chapters/"
+	@echo "make check      grade every learner notebook against the solutions"
+	@echo "make bench      time the training pipeline; writes outputs/bench.json"
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . || $(PY) -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+book: $(STAMP)
+	MINIRLHF_BOOK=1 $(JB) build . -W -n --keep-going
+	@echo "Open $(CURDIR)/_build/html/index.html in a browser."
+
+book-strict: book
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests
+
+nbval-solutions: $(STAMP)
+	$(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider solutions/
+
+nbval-notebooks: $(STAMP)
+	$(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/
+
+test: unit nbval-solutions nbval-notebooks book-strict
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+notebooks: $(STAMP)
+	$(PY) -m minirlhf.nbgen
+
+clean:
+	rm -rf _build outputs

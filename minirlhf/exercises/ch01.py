@@ -1,0 +1,57 @@
+"""Chapter 1 exercise: the sampled KL penalty (k1 estimator)."""
+
+import numpy as np
+
+from ..checking import Case, Exercise, ExpectFloat2
+from ..objectives import kl_penalty
+
+
+def _random_kwargs(rng: np.random.Generator) -> dict:
+    n = int(rng.integers(1, 20))
+    policy = rng.uniform(-5, 0, n)
+    kwargs = {
+        "logp_policy": policy.tolist() if rng.random() < 0.5 else policy,
+        "logp_reference": (policy + rng.normal(0, 0.7, n)).tolist(),
+        "beta": float(rng.choice([0.0, 0.05, 0.1, 0.5, 1.0, 2.0])),
+    }
+    return kwargs
+
+
+KL_PENALTY = Exercise(
+    name="kl_penalty",
+    chapter=1,
+    title="The sampled KL penalty",
+    expect=ExpectFloat2(),
+    cases=(
+        Case({"logp_policy": [-1, -2], "logp_reference": [-1.5, -2.5], "beta": 0.1}, 0.05,
+             "first example of the contract"),
+        Case({"logp_policy": [-2, -3], "logp_reference": [-1, -1], "beta": 1.0}, -1.5,
+             "second example: the mean is negative, keep the sign"),
+        Case({"logp_policy": [-0.7, -1.2, -3.0], "logp_reference": [-0.7, -1.2, -3.0], "beta": 0.5}, 0.0,
+             "identical inputs give 0.0"),
+        Case({"logp_policy": [-0.5], "logp_reference": [-1.5], "beta": 0.2}, 0.2,
+             "a single token"),
+        Case({"logp_policy": [-2.0], "logp_reference": [-0.5], "beta": 0.3}, -0.45,
+             "a single token the policy likes less than the reference: negative, never clipped"),
+        Case({"logp_policy": [-1, -2], "logp_reference": [-3, -4], "beta": 0.0}, 0.0,
+             "beta = 0 switches the leash off"),
+        Case({"logp_policy": [-1.0, -3.0, -2.0], "logp_reference": [-2.0, -1.0, -2.0], "beta": 1.0}, -0.33,
+             "mixed signs: no abs(), no clipping, a plain mean"),
+        Case({"logp_policy": [-0.2, -1.1, -0.4, -2.3, -0.9], "logp_reference": [-0.3, -1.0, -0.9, -2.0, -1.4],
+              "beta": 0.1}, 0.01, "five tokens, mean over all of them (no mask)"),
+        Case({"logp_policy": np.array([-1.0, -1.0]), "logp_reference": np.array([-1.25, -1.75]), "beta": 2.0}, 1.0,
+             "NumPy arrays as input"),
+        Case({"logp_policy": [-0.5], "logp_reference": [-1.0], "beta": 0.25}, 0.12,
+             "0.125 is a tie: Python's round() sends it to the even digit"),
+    ),
+    hints=(
+        "Turn both inputs into arrays with `np.asarray(x, dtype=float)`; then the per-token `kl` is one subtraction.",
+        "`kl = logp_policy - logp_reference`, token by token. Do not take `abs()` and do not clip at 0: "
+        "a negative value is information.",
+        "`penalty = beta * kl.mean()`, then `return round(float(penalty), 2)`: a Python float, not a NumPy scalar.",
+    ),
+    reference=kl_penalty,
+    random_kwargs=_random_kwargs,
+)
+
+EXERCISES = [KL_PENALTY]

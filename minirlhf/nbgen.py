@@ -1,0 +1,228 @@
+"""Make the learner's notebooks and the executed solutions from one source per chapter.
+
+A chapter's source is ``chapters/NN_name.py`` in the "percent" format that Jupytext, VS Code
+and Spyder read as cells::
+
+    # %% [markdown]
+    # Prose, each line behind "# ".
+
+    # %% tags=["solution"]
+    def kl_penalty(logp_policy, logp_reference, beta):
+        # BEGIN SOLUTION
+        ...
+        # END SOLUTION
+
+    # %% [hints] kl_penalty
+
+From it come two notebooks:
+
+* ``notebooks/NN_name.ipynb``, the learner's: every ``BEGIN SOLUTION ... END SOLUTION``
+  block becomes ``raise NotImplementedError``, and there are no outputs;
+* ``solutions/NN_name.ipynb``: the complete code, executed, outputs recorded. Solution cells
+  carry the ``hide-input`` tag, so the book shows them only when the reader asks.
+
+A ``[hints] name`` cell becomes a markdown cell of collapsible hints taken from the
+exercise registry (:mod:`minirlhf.exercises`), one ``<details>`` block per hint, so the
+hints live in one place and the grader can quote them too.
+
+Run ``python -m minirlhf.nbgen`` (or ``make notebooks``) after editing a source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+from .paths import ROOT
+
+SOURCES = ROOT / "chapters"
+LEARNER_DIR = ROOT / "notebooks"
+SOLUTION_DIR = ROOT / "solutions"
+
+_HEADER = re.compile(r"^# %%(?P<rest>.*)$")
+_KIND = re.compile(r"^\s*\[(?P<kind>\w+)\]\s*(?P<arg>[\w.]*)")
+_TAGS = re.compile(r"tags\s*=\s*(\[[^\]]*\])")
+_BEGIN, _END = "# BEGIN SOLUTION", "# END SOLUTION"
+PLACEHOLDER = 'raise NotImplementedError("your code here")'
+KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+
+def parse(text: str, origin: str = "<source>") -> list[dict]:
+    """Split a percent-format source into cells: dicts with kind, source, tags and arg."""
+    cells: list[dict] = []
+    current = None
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _HEADER.match(line)
+        if match:
+            rest = match["rest"]
+            kind_match = _KIND.match(rest)
+            kind = kind_match["kind"] if kind_match else "code"
+            if kind not in ("markdown", "hints", "code"):
+                raise ValueError(f"{origin}:{number}: unknown cell kind [{kind}]")
+            tags_match = _TAGS.search(rest)
+            tags = json.loads(tags_match.group(1)) if tags_match else []
+            current = {"kind": kind, "lines": [], "tags": tags,
+                       "arg": kind_match["arg"] if kind_match else "", "line": number}
+            cells.append(current)
+        elif current is None:
+            if line.strip() and not line.startswith("#"):
+                raise ValueError(f"{origin}:{number}: code before the first '# %%' cell marker")
+        else:
+            current["lines"].append(line)
+    for cell in cells:
+        lines = cell.pop("lines")
+        while lines and not lines[-1].strip():
+            lines.pop()
+        while lines and not lines[0].strip():
+            lines.pop(0)
+        if cell["kind"] == "markdown":
+            lines = [_unquote(l, origin, cell["line"]) for l in lines]
+        cell["source"] = "\n".join(lines)
+    return cells
+
+
+def _unquote(line: str, origin: str, number: int) -> str:
+    if line == "#":
+        return ""
+    if line.startswith("# "):
+        return line[2:]
+    raise ValueError(f"{origin}: markdown cell at line {number} has a line not starting with '# ': {line!r}")
+
+
+def strip_solutions(source: str) -> str:
+    """Replace each BEGIN/END SOLUTION block by a NotImplementedError at its indentation."""
+    out, inside, indent = [], False, ""
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped == _BEGIN:
+            if inside:
+                raise ValueError("nested BEGIN SOLUTION")
+            inside, indent = True, line[: len(line) - len(line.lstrip())]
+            out.append(indent + PLACEHOLDER)
+        elif stripped == _END:
+            if not inside:
+                raise ValueError("END SOLUTION without BEGIN SOLUTION")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError("BEGIN SOLUTION without END SOLUTION")
+    return "\n".join(out)
+
+
+def drop_markers(source: str) -> str:
+    return "\n".join(l for l in source.splitlines() if l.strip() not in (_BEGIN, _END))
+
+
+def hints_markdown(name: str) -> str:
+    """Return the collapsible hints of exercise ``name`` as markdown with <details> blocks."""
+    from .exercises import get
+
+    hints = get(name).hints
+    blocks = []
+    for i, hint in enumerate(hints, 1):
+        label = f"Hint {i} of {len(hints)}" + (" (nearly the answer)" if i == len(hints) else "")
+        blocks.append(f'<details class="hint">\n<summary>{label}</summary>\n\n{_md_escape(hint)}\n\n</details>')
+    return "\n\n".join(blocks)
+
+
+def _md_escape(text: str) -> str:
+    """Hints are markdown (code in backticks); a bare '<' would start an HTML tag."""
+    return text.replace("<", "&lt;") if "`" not in text else text
+
+
+def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
+    """Return the learner's notebook (``learner=True``) or the solution notebook, unexecuted."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = {"name": "python"}
+    for cell in cells:
+        tags = list(cell["tags"])
+        if cell["kind"] == "markdown":
+            new = nbformat.v4.new_markdown_cell(cell["source"])
+        elif cell["kind"] == "hints":
+            new = nbformat.v4.new_markdown_cell(hints_markdown(cell["arg"]))
+            tags.append("hints")
+        else:
+            has_solution = _BEGIN in cell["source"]
+            if learner:
+                source = strip_solutions(cell["source"])
+                tags = [t for t in tags if t != "hide-input"]
+            else:
+                source = drop_markers(cell["source"])
+                if has_solution and "hide-input" not in tags:
+                    tags.append("hide-input")
+            new = nbformat.v4.new_code_cell(source)
+        if tags:
+            new.metadata["tags"] = tags
+        nb.cells.append(new)
+    # Stable cell ids, so regenerating an unchanged source gives an unchanged file.
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"c{i:03d}"
+    return nb
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbformat.NotebookNode:
+    """Execute ``nb`` in a fresh kernel with ``cwd`` as working directory; raise on error."""
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    nb.metadata.pop("widgets", None)  # saved widget state would make the book load a widget manager
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    return nb
+
+
+def sources(names=None) -> list[Path]:
+    found = sorted(SOURCES.glob("[0-9][0-9]_*.py"))
+    if names:
+        found = [p for p in found if any(p.stem.startswith(n) or p.name == n for n in names)]
+    return found
+
+
+def write(nb, path: Path) -> None:
+    tmp = path.with_suffix(".ipynb.tmp")
+    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def generate(source: Path, run: bool = True) -> None:
+    cells = parse(source.read_text(encoding="utf-8"), str(source.relative_to(ROOT)))
+    LEARNER_DIR.mkdir(exist_ok=True)
+    SOLUTION_DIR.mkdir(exist_ok=True)
+    write(build(cells, learner=True), LEARNER_DIR / f"{source.stem}.ipynb")
+    solution = build(cells, learner=False)
+    if run:
+        start = time.perf_counter()
+        print(f"executing solutions/{source.stem}.ipynb ...", flush=True)
+        execute(solution, SOLUTION_DIR)
+        print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
+    write(solution, SOLUTION_DIR / f"{source.stem}.ipynb")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="*", help="chapter prefixes such as 01 (default: all)")
+    parser.add_argument("--no-execute", action="store_true", help="write the solutions without running them")
+    args = parser.parse_args(argv)
+    found = sources(args.chapters)
+    if not found:
+        parser.error(f"no chapter source matches {args.chapters} in {SOURCES}")
+    os.environ.pop("MINIRLHF_BOOK", None)  # solutions record the live (JupyterLab) outputs
+    for source in found:
+        generate(source, run=not args.no_execute)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
