@@ -10,11 +10,14 @@ JB := $(VENV)/bin/jupyter-book
 export OMP_NUM_THREADS := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv book test unit nbval-solutions nbval-notebooks book-strict lab notebooks bench check clean
+.PHONY: help venv book test unit nbval-solutions nbval-notebooks book-strict browser lab notebooks bench check clean
 
 help:
 	@echo "make book       install into .venv if needed, execute the chapters, render _build/html"
-	@echo "make test       unit tests, nbval on solutions/ and notebooks/, the strict book build"
+	@echo "make test       unit tests, nbval on solutions/ and notebooks/, the strict book build,"
+	@echo "                the browser test"
+	@echo "make browser    every page of the built book in headless Chromium; screenshots in"
+	@echo "                _build/screenshots/"
 	@echo "make lab        JupyterLab on notebooks/"
 	@echo "make notebooks  regenerate notebooks/ and solutions/ from chapters/"
 	@echo "make check      grade every learner notebook against the solutions"
@@ -35,6 +38,17 @@ book: $(STAMP)
 
 book-strict: book
 
+# Every page of _toc.yml in headless Chromium (tests/browser): nothing loads from another host,
+# images, math, dropdowns, sliders and the 'next' link work; full-page screenshots at desktop
+# and phone width go to _build/screenshots/. Installs Debian's chromium when it is missing
+# (apt-get needs root, as in CI).
+browser: book
+	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq chromium fonts-dejavu-core fonts-liberation; } \
+		|| { echo "Chromium is missing: apt-get install chromium (as root)"; exit 1; }
+	MINIRLHF_BROWSER=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
+	@echo "Screenshots: $(CURDIR)/_build/screenshots/ (summary.txt lists the pages checked)."
+
 unit: $(STAMP)
 	$(PY) -m pytest -q tests
 
@@ -44,13 +58,17 @@ nbval-solutions: $(STAMP)
 nbval-notebooks: $(STAMP)
 	$(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/
 
-test: unit nbval-solutions nbval-notebooks book-strict
+test: unit nbval-solutions nbval-notebooks book-strict browser
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 notebooks: $(STAMP)
 	$(PY) -m minirlhf.nbgen
+
+# Exits non-zero unless every exercise of every notebook passes.
+check: $(STAMP)
+	$(PY) -m minirlhf.check notebooks/[0-9][0-9]_*.ipynb
 
 clean:
 	rm -rf _build outputs

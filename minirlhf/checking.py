@@ -6,6 +6,11 @@ their own plain sentence, so the learner sees the point and not a stack trace.
 
 Each exercise says how its answers are compared through an ``Expect`` object: a Python float
 rounded to 2 decimals, a dict of such floats, or an array or tensor of a given shape.
+
+Checking one case has two halves, so that the grader (:mod:`minirlhf.check`) can run them in
+different processes: :func:`call_safely` calls the function and records what it did (it
+needs no expected value), and :func:`judge` compares that with the expected value.
+:func:`run_case` does both.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import io
 import math
 import signal
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -24,10 +30,13 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = [
-    "Case", "Exercise", "CaseResult", "Report",
+    "Case", "Exercise", "Call", "CaseResult", "Report",
     "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat",
-    "run_case", "run_cases", "describe",
+    "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
+    "describe", "describe_kwargs", "failure_lines",
 ]
+
+PRINT_CAP = 2000  # characters of a call's printed output that are kept; the rest is counted
 
 
 # --------------------------------------------------------------------------- data
@@ -55,6 +64,24 @@ class Exercise:
     reference: Callable
     random_kwargs: Callable | None = None  # rng -> kwargs, for hidden randomized checks
     time_limit: float = 10.0  # seconds per call
+    n_random: int = 100  # randomized inputs the grader tries (fewer for slow exercises)
+
+
+@dataclass
+class Call:
+    """What one call of the learner's function did.
+
+    ``kind`` is "ok" (returned ``value``), "todo" (raised NotImplementedError), "error"
+    (raised something else), "timeout" (ran out of time or was interrupted) or "mutated"
+    (returned ``value`` but changed an input in place).
+    """
+
+    kind: str
+    value: Any = None
+    message: str = ""
+    printed: str = ""  # the first PRINT_CAP characters written to stdout or stderr
+    n_printed: int = 0  # how many characters were written in all
+    seconds: float = 0.0
 
 
 @dataclass
@@ -64,10 +91,29 @@ class CaseResult:
     returned: Any = None
     message: str = ""
     printed: str = ""
+    n_printed: int = 0
+    kind: str = "ok"  # the Call kind, or "not run" after an earlier case ran out of time
 
     @property
     def status(self) -> str:
-        return "pass" if self.passed else ("todo" if self.message.startswith("not implemented") else "fail")
+        """Return "pass", "todo" (not implemented yet) or "fail"."""
+        if self.passed:
+            return "pass"
+        return "todo" if self.kind == "todo" or self.message.startswith("not implemented") else "fail"
+
+
+def next_hint(hints, n_passed: int, total: int) -> tuple[int, str]:
+    """Return (1-based number, text) of the hint to show after ``n_passed`` of ``total`` pass.
+
+    Hints go from a nudge to nearly the answer, and the closer the function is to right, the
+    more specific the hint it needs: the share of passing cases picks the hint on that scale
+    (none passing gives hint 1, about half the middle one, nearly all the last).
+    """
+    if not hints:
+        return 0, ""
+    share = n_passed / total if total else 0.0
+    i = min(len(hints) - 1, int(share * (len(hints) - 1) + 0.5))
+    return i + 1, hints[i]
 
 
 @dataclass
@@ -91,6 +137,21 @@ class Report:
     def first_failure(self) -> CaseResult | None:
         return next((r for r in self.results if not r.passed), None)
 
+    @property
+    def state(self) -> str:
+        """Return "pass", "todo" or "fail"."""
+        return "pass" if self.passed else ("todo" if self.not_implemented else "fail")
+
+    def hint(self) -> tuple[int, str]:
+        """Return (number, text) of the hint this report suggests (see :func:`next_hint`)."""
+        return next_hint(self.exercise.hints, self.n_passed, len(self.results))
+
+    def _shown_failures(self, at_most: int = 3) -> tuple[list, int, int]:
+        """Return (failures to show with their case numbers, failures not shown, cases not run)."""
+        failed = [(i, r) for i, r in enumerate(self.results, 1) if not r.passed and r.kind != "not run"]
+        not_run = sum(r.kind == "not run" for r in self.results)
+        return failed[:at_most], max(0, len(failed) - at_most), not_run
+
     # ---- rendering: plain text for terminals and nbval, HTML for JupyterLab and the book
     def summary(self) -> str:
         name, n, total = self.exercise.name, self.n_passed, len(self.results)
@@ -102,42 +163,63 @@ class Report:
 
     def __str__(self) -> str:
         lines = [self.summary()]
-        if self.not_implemented:
+        if self.state != "fail":
             return lines[0]
-        for i, r in enumerate(self.results, 1):
-            mark = "PASS" if r.passed else "FAIL"
-            line = f"  {mark} case {i}: {describe(r.case.kwargs)}"
-            if r.case.why:
-                line += f"  ({r.case.why})"
-            lines.append(line)
-            if not r.passed:
-                lines.append(f"       expected {describe(r.case.expected)}, got {describe(r.returned)}")
-                lines.append(f"       {r.message}")
-        if not self.passed:
-            lines.append(f"Hint 1: {self.exercise.hints[0]}")
+        shown, more, not_run = self._shown_failures()
+        for i, r in shown:
+            lines.append(f"  FAIL case {i}" + (f": {r.case.why}" if r.case.why else ""))
+            lines += [f"       {label:<9} {text}" for label, text in failure_lines(r)]
+        if more:
+            lines.append(f"  ... and {more} more failing case{'s' if more > 1 else ''}")
+        if not_run:
+            lines.append(f"  {not_run} case{'s' if not_run > 1 else ''} not run after the time-out")
+        number, text = self.hint()
+        if text:
+            lines.append(f"Hint {number} of {len(self.exercise.hints)}: {text}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        colour = {"pass": "#1a7f37", "fail": "#b3261e", "todo": "#8a6d00"}
-        head = html.escape(self.summary())
-        state = "pass" if self.passed else ("todo" if self.not_implemented else "fail")
-        out = [f'<div class="mr-check mr-{state}"><p style="color:{colour[state]};font-weight:bold">{head}</p>']
-        if not self.not_implemented:
-            out.append('<table class="mr-check-table"><thead><tr><th></th><th>input</th>'
-                       '<th>expected</th><th>returned</th><th>note</th></tr></thead><tbody>')
-            for r in self.results:
-                sym = "&#10003;" if r.passed else "&#10007;"
-                note = r.message if not r.passed else r.case.why
-                out.append(
-                    f'<tr><td style="color:{colour[r.status]}">{sym}</td>'
-                    f"<td><code>{html.escape(describe(r.case.kwargs))}</code></td>"
-                    f"<td><code>{html.escape(describe(r.case.expected))}</code></td>"
-                    f"<td><code>{html.escape(describe(r.returned))}</code></td>"
-                    f"<td>{html.escape(note)}</td></tr>"
-                )
+        state = self.state
+        colour, word = _STATE_STYLE[state]
+        badge = (f'<span style="background:{colour};color:#fff;font-weight:bold;padding:0 0.4em;'
+                 f'border-radius:3px">{word}</span>')
+        head = html.escape(self.summary()).replace(
+            html.escape(self.exercise.name), f"<code>{html.escape(self.exercise.name)}</code>", 1)
+        out = [f'<div class="mr-check mr-{state}" style="border-left:4px solid {colour};'
+               f'padding:0.1em 0.8em;margin:0.3em 0">',
+               f'<p style="margin:0.3em 0">{badge} {head}</p>']
+        if state == "fail":
+            shown, more, not_run = self._shown_failures()
+            cell = 'style="text-align:left;vertical-align:top;padding:0.15em 0.6em"'
+            heads = "".join(f"<th {cell}>{h}</th>" for h in ("case", "input", "expected", "returned", "what is wrong"))
+            out.append(f'<table class="mr-check-table" style="margin:0.3em 0;border-collapse:collapse">'
+                       f"<thead><tr>{heads}</tr></thead><tbody>")
+            for i, r in shown:
+                returned = describe(r.returned) if r.kind in ("ok", "mutated") else "-"
+                why = f'<br><small>{html.escape(r.case.why)}</small>' if r.case.why else ""
+                out.append(f"<tr><td {cell}>{i}{why}</td>"
+                           f"<td {cell}><code>{html.escape(describe_kwargs(r.case.kwargs))}</code></td>"
+                           f"<td {cell}><code>{html.escape(describe(r.case.expected))}</code></td>"
+                           f"<td {cell}><code>{html.escape(returned)}</code></td>"
+                           f"<td {cell}>{html.escape(r.message)}</td></tr>")
             out.append("</tbody></table>")
-            if not self.passed:
-                out.append(f"<p><b>Hint 1:</b> {html.escape(self.exercise.hints[0])}</p>")
+            notes = []
+            if more:
+                notes.append(f"and {more} more failing case{'s' if more > 1 else ''}")
+            if not_run:
+                notes.append(f"{not_run} case{'s' if not_run > 1 else ''} not run after the time-out")
+            if notes:
+                out.append(f'<p style="margin:0.3em 0">{html.escape("; ".join(notes))}.</p>')
+            number, text = self.hint()
+            if text:
+                out.append(f'<p style="margin:0.3em 0"><b>Hint {number} of {len(self.exercise.hints)}:</b> '
+                           f"{_inline_code(text)}</p>")
+        elif state == "pass":
+            rows = "".join(f"<li><code>{html.escape(describe_kwargs(r.case.kwargs))}</code>"
+                           f" &rarr; <code>{html.escape(describe(r.case.expected))}</code>"
+                           + (f": {html.escape(r.case.why)}" if r.case.why else "") + "</li>"
+                           for r in self.results)
+            out.append(f'<details><summary>the {len(self.results)} cases</summary><ol>{rows}</ol></details>')
         out.append("</div>")
         return "".join(out)
 
@@ -145,9 +227,34 @@ class Report:
         p.text(str(self))
 
 
+# Okabe-Ito colours (colour-blind safe); the word says the same thing as the colour.
+_STATE_STYLE = {"pass": ("#009E73", "PASS"), "fail": ("#D55E00", "FAIL"), "todo": ("#8C6D00", "TODO")}
+
+
+def _inline_code(text: str) -> str:
+    """Escape ``text`` for HTML and turn `backticks` into <code> elements."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def failure_lines(r: CaseResult) -> list[tuple[str, str]]:
+    """Return the (label, text) lines that explain one failed case: input, expected, returned, problem."""
+    lines = [("input", describe_kwargs(r.case.kwargs)), ("expected", describe(r.case.expected))]
+    if r.kind in ("ok", "mutated"):
+        lines.append(("returned", describe(r.returned)))
+    lines.append(("problem", r.message))
+    return lines
+
+
 def describe(value, width: int = 90) -> str:
     """Return a short, stable text form of an input or output (numbers to 4 significant digits)."""
     text = _describe(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def describe_kwargs(kwargs: dict, width: int = 120) -> str:
+    """Return ``name=value, ...`` for a call's keyword arguments, shortened to ``width``."""
+    text = ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items())
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -286,12 +393,13 @@ class ExpectArray(Expect):
 # --------------------------------------------------------------------------- running
 
 
-class _TimeLimit(Exception):
-    pass
+class _TimeLimit(BaseException):
+    """Raised into the learner's code when time is up. A BaseException, like
+    KeyboardInterrupt, so that an ``except Exception`` in their loop does not swallow it."""
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: float):
+def _time_limit(seconds: float | None):
     """Raise ``_TimeLimit`` after ``seconds`` where signals are available (main thread, Unix)."""
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable or not seconds:
@@ -310,9 +418,25 @@ def _time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+class _CappedText(io.StringIO):
+    """A text stream that keeps the first ``cap`` characters written and counts the rest."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self.cap, self.total = cap, 0
+
+    def write(self, s: str) -> int:
+        room = self.cap - self.total
+        self.total += len(s)
+        if room > 0:
+            super().write(s[:room])
+        return len(s)
+
+
 def _where(exc: BaseException) -> str:
-    """Return ' (line N of your function)' for the innermost frame outside this package."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "minirlhf" not in f.filename.replace("\\", "/").split("/")[-2:-1]]
+    """Return ' (in f, line N: code)' for the innermost frame outside this package."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if "minirlhf" not in f.filename.replace("\\", "/").split("/")[-2:-1]]
     if not frames:
         return ""
     f = frames[-1]
@@ -330,44 +454,84 @@ def _same(a, b) -> bool:
         return True
 
 
-def run_case(fn: Callable, case: Case, exercise: Exercise) -> CaseResult:
-    """Call ``fn(**case.kwargs)`` safely and compare with ``case.expected``."""
-    kwargs = copy.deepcopy(case.kwargs)
+def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None) -> Call:
+    """Return what ``fn(**kwargs)`` did, called on a copy of ``kwargs``; never raises.
+
+    Printed output is captured (the first ``PRINT_CAP`` characters kept); ``time_limit``
+    seconds stop a call that runs too long, where the platform has interval timers.
+    """
+    kwargs = copy.deepcopy(kwargs)
     before = copy.deepcopy(kwargs)
-    out = io.StringIO()
+    out = _CappedText(PRINT_CAP)
+    start = time.perf_counter()
+
+    def done(kind, value=None, message=""):
+        return Call(kind, value, message, out.getvalue(), out.total, time.perf_counter() - start)
+
     try:
-        with contextlib.redirect_stdout(out), _time_limit(exercise.time_limit):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), _time_limit(time_limit):
             got = fn(**kwargs)
     except NotImplementedError:
-        return CaseResult(case, False, None, "not implemented yet", out.getvalue())
+        return done("todo", message="not implemented yet")
     except _TimeLimit:
-        return CaseResult(case, False, None,
-                          f"took longer than {exercise.time_limit:g} s: is there a loop that never ends?",
-                          out.getvalue())
-    except RecursionError:
-        return CaseResult(case, False, None, "raised RecursionError: the function calls itself without end")
-    except Exception as exc:  # the learner's code may raise anything
-        return CaseResult(case, False, None, f"raised {type(exc).__name__}: {exc}{_where(exc)}", out.getvalue())
+        return done("timeout", message=f"took longer than {time_limit:g} s: is there a loop that never ends?")
     except KeyboardInterrupt:
-        return CaseResult(case, False, None, "interrupted")
-    printed = out.getvalue()
+        return done("timeout", message=f"interrupted after {time.perf_counter() - start:.1f} s: "
+                                       "is there a loop that never ends?")
+    except RecursionError:
+        return done("error", message="raised RecursionError: the function calls itself without end")
+    except SystemExit:
+        return done("error", message="called exit(): return a value instead")
+    except BaseException as exc:  # the learner's code may raise anything
+        return done("error", message=f"raised {type(exc).__name__}: {exc}{_where(exc)}")
+    if time_limit and time.perf_counter() - start > time_limit:  # it swallowed the alarm, or no alarms here
+        return done("timeout", message=f"took longer than {time_limit:g} s: is there a loop that never ends?")
     for key in before:
         if not _same(before[key], kwargs[key]):
-            return CaseResult(case, False, got, f"changed its input {key!r} in place: work on a copy", printed)
+            return done("mutated", got, f"changed its input {key!r} in place: work on a copy")
+    return done("ok", got)
+
+
+def judge(call: Call, case: Case, expect: Expect) -> CaseResult:
+    """Compare what a call did with the case's expected value; return the case's result."""
+    if call.kind != "ok":
+        return CaseResult(case, False, call.value, call.message, call.printed, call.n_printed, call.kind)
     try:
-        bad = exercise.expect.problem(got, case.expected)
+        bad = expect.problem(call.value, case.expected)
     except Exception as exc:
         bad = f"returned a value that could not be compared ({type(exc).__name__}: {exc})"
-    return CaseResult(case, bad is None, got, bad or "", printed)
+    return CaseResult(case, bad is None, call.value, bad or "", call.printed, call.n_printed, "ok")
+
+
+def run_case(fn: Callable, case: Case, exercise: Exercise) -> CaseResult:
+    """Call ``fn(**case.kwargs)`` safely and compare with ``case.expected``."""
+    return judge(call_safely(fn, case.kwargs, exercise.time_limit), case, exercise.expect)
+
+
+def not_run(case: Case) -> CaseResult:
+    """The result of a case skipped because an earlier one ran out of time."""
+    return CaseResult(case, False, None, "not run: an earlier case ran out of time", kind="not run")
 
 
 def run_cases(fn: Callable, exercise: Exercise, cases=None) -> Report:
-    """Run every case (the exercise's own by default) and return the report."""
+    """Run every case (the exercise's own by default) and return the report.
+
+    After a case runs out of time the rest are not run, so a loop that never ends costs one
+    time limit, not one per case.
+    """
     report = Report(exercise)
     if not callable(fn):
-        bad = CaseResult(Case({}, None, ""), False, fn, f"{exercise.name} is a {type(fn).__name__}, not a function")
+        bad = CaseResult(Case({}, None, ""), False, fn, f"{exercise.name} is a {type(fn).__name__}, not a function",
+                         kind="error")
         report.results.append(bad)
         return report
+    timed_out = False
     for case in exercise.cases if cases is None else cases:
-        report.results.append(run_case(fn, case, exercise))
+        if timed_out:
+            report.results.append(not_run(case))
+            continue
+        result = run_case(fn, case, exercise)
+        timed_out = result.kind == "timeout"
+        report.results.append(result)
     return report
+

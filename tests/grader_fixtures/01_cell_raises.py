@@ -1,0 +1,19 @@
+# Grader fixture: the exercise is right, but a later cell raises. Expected: the cell is
+# reported with its line, the run goes on, and the exercise passes.
+
+# %%
+import numpy as np
+
+from minirlhf.exercises import check
+
+# %%
+def kl_penalty(logp_policy, logp_reference, beta):
+    kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+    return round(float(beta * kl.mean()), 2)
+
+# %%
+check("kl_penalty", kl_penalty);
+
+# %%
+tokens = []
+average = sum(tokens) / len(tokens)

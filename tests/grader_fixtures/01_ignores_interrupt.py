@@ -1,0 +1,18 @@
+# Grader fixture: a loop that never ends and swallows every interrupt (a bare except).
+# Expected: the grader restarts the kernel, reports it, and does not hang.
+
+# %%
+import time
+
+from minirlhf.exercises import check
+
+# %%
+def kl_penalty(logp_policy, logp_reference, beta):
+    while True:
+        try:
+            time.sleep(0.01)
+        except BaseException:
+            pass
+
+# %%
+check("kl_penalty", kl_penalty);

@@ -1,0 +1,15 @@
+# Grader fixture: right values, but it subtracts in place and so changes the caller's list.
+
+# %%
+import numpy as np
+
+from minirlhf.exercises import check
+
+# %%
+def kl_penalty(logp_policy, logp_reference, beta):
+    for i in range(len(logp_policy)):
+        logp_policy[i] -= logp_reference[i]
+    return round(float(beta * np.mean(logp_policy)), 2)
+
+# %%
+check("kl_penalty", kl_penalty);

@@ -1,0 +1,14 @@
+# Grader fixture: returns a NumPy scalar instead of a Python float.
+
+# %%
+import numpy as np
+
+from minirlhf.exercises import check
+
+# %%
+def kl_penalty(logp_policy, logp_reference, beta):
+    kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+    return np.round(beta * kl.mean(), 2)
+
+# %%
+check("kl_penalty", kl_penalty);

@@ -1,0 +1,14 @@
+# Grader fixture: returns a list instead of a float.
+
+# %%
+import numpy as np
+
+from minirlhf.exercises import check
+
+# %%
+def kl_penalty(logp_policy, logp_reference, beta):
+    kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+    return [round(float(beta * k), 2) for k in kl]
+
+# %%
+check("kl_penalty", kl_penalty);

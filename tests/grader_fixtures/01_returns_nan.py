@@ -1,0 +1,16 @@
+# Grader fixture: averages only the tokens with a positive KL, which is an empty mean (NaN)
+# when there are none.
+
+# %%
+import numpy as np
+
+from minirlhf.exercises import check
+
+# %%
+def kl_penalty(logp_policy, logp_reference, beta):
+    kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+    kl = kl[kl > 0]
+    return round(float(beta * kl.mean()), 2)
+
+# %%
+check("kl_penalty", kl_penalty);

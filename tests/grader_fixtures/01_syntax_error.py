@@ -1,0 +1,15 @@
+# Grader fixture: the exercise cell has a syntax error (a missing parenthesis), so the
+# function is never defined. Expected: the cell and its line are named; the exercise is "not found".
+
+# %%
+import numpy as np
+
+from minirlhf.exercises import check
+
+# %%
+def kl_penalty(logp_policy, logp_reference, beta):
+    kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+    return round(float(beta * kl.mean(), 2)
+
+# %%
+check("kl_penalty", kl_penalty);

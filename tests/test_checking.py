@@ -1,0 +1,211 @@
+"""The check helper: one plain message per kind of mistake, a verdict that never raises, and
+a compact report whose text and HTML are the same on every run."""
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from minirlhf.checking import (Case, ExpectArray, ExpectDict2, ExpectFloat2, call_safely, judge,
+                               next_hint, run_cases)
+from minirlhf.exercises import EXERCISES, GRADING_ENV, check, get
+
+KL = get("kl_penalty")
+PPO = get("ppo_rlhf_objective")
+
+
+def kl_right(logp_policy, logp_reference, beta):
+    kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+    return round(float(beta * kl.mean()), 2)
+
+
+def kl_abs(logp_policy, logp_reference, beta):
+    kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+    return round(float(beta * abs(kl.mean())), 2)
+
+
+def test_call_safely_records_each_kind_of_call():
+    ok = call_safely(lambda x: x + 1, {"x": 1})
+    assert (ok.kind, ok.value) == ("ok", 2)
+    todo = call_safely(lambda x: (_ for _ in ()).throw(NotImplementedError("your code here")), {"x": 1})
+    assert (todo.kind, todo.message) == ("todo", "not implemented yet")
+
+    def divide(x):
+        return x / 0
+
+    err = call_safely(divide, {"x": 1})
+    assert err.kind == "error"
+    assert err.message.startswith("raised ZeroDivisionError: division by zero (in divide, line")
+    assert "return x / 0" in err.message
+    assert "exit()" in call_safely(lambda: exit(), {}).message
+
+
+def test_a_loop_that_never_ends_is_stopped_even_if_it_catches_exception():
+    def spin():
+        while True:
+            try:
+                pass
+            except Exception:  # the alarm is not an Exception, so this does not swallow it
+                pass
+
+    start = time.perf_counter()
+    call = call_safely(spin, {}, time_limit=0.2)
+    assert time.perf_counter() - start < 2
+    assert call.kind == "timeout" and "took longer than 0.2 s" in call.message
+
+
+def test_a_call_that_swallows_the_alarm_and_returns_late_still_counts_as_too_slow():
+    def late():
+        try:
+            time.sleep(5)
+        except BaseException:
+            pass
+        return 1.0
+
+    call = call_safely(late, {}, time_limit=0.2)
+    assert call.kind == "timeout"
+
+
+@pytest.mark.parametrize("value", [[-1.0, -2.0], np.array([-1.0, -2.0]), torch.tensor([-1.0, -2.0])])
+def test_mutating_an_input_is_reported_and_the_caller_keeps_its_value(value):
+    def in_place(logp):
+        logp[0] = 0.0
+        return 1.0
+
+    kwargs = {"logp": value}
+    call = call_safely(in_place, kwargs)
+    assert call.kind == "mutated" and "changed its input 'logp' in place" in call.message
+    assert float(kwargs["logp"][0]) == -1.0  # the function got a copy
+
+
+def test_printed_output_is_captured_and_capped():
+    def chatty():
+        for i in range(10_000):
+            print("line", i)
+        return 0.5
+
+    call = call_safely(chatty, {})
+    assert call.kind == "ok" and call.value == 0.5
+    assert len(call.printed) == 2000 and call.n_printed > 80_000
+
+
+@pytest.mark.parametrize("got, words", [
+    (np.float64(0.05), "NumPy scalar"),
+    ([0.05], "is a list, expected a Python float"),
+    (float("nan"), "is NaN"),
+    (float("inf"), "is infinite"),
+    (torch.tensor(0.05), "torch Tensor"),
+    (0.0512, "right but not rounded"),
+    (-0.05, "wrong sign"),
+    (1, "is an int"),
+    (0.06, "differs from the expected value"),
+])
+def test_float_comparator_says_what_is_wrong(got, words):
+    assert words in ExpectFloat2().problem(got, 0.05)
+
+
+@pytest.mark.parametrize("got, words", [
+    ([1.0, 1.0, 0.0], "is a list, expected a dict"),
+    ({"objective": 1.0, "policy_loss": 1.0}, "no key 'kl_penalty'"),
+    ({"objective": 1.0, "policy_loss": 1.0, "kl_penalty": 0.0, "J": 1.0}, "unexpected key 'J'"),
+    ({"objective": np.float64(1.0), "policy_loss": 1.0, "kl_penalty": 0.0}, "got['objective'] is a NumPy scalar"),
+])
+def test_dict_comparator_says_what_is_wrong(got, words):
+    expected = {"objective": 1.0, "policy_loss": 1.0, "kl_penalty": 0.0}
+    assert words in ExpectDict2(expected).problem(got, expected)
+
+
+def test_array_comparator_checks_type_shape_nan_and_values():
+    want = torch.tensor([0.5, 0.5])
+    assert ExpectArray(kind="torch").problem(torch.tensor([0.5, 0.5]), want) is None
+    assert "expected a torch tensor" in ExpectArray(kind="torch").problem([0.5, 0.5], want)
+    assert "shape (3,)" in ExpectArray().problem(np.zeros(3), want)
+    assert "NaN" in ExpectArray().problem(np.array([np.nan, 0.5]), want)
+    assert "largest gap 0.1" in ExpectArray().problem(np.array([0.6, 0.5]), want)
+
+
+def test_judge_uses_the_call_kind_before_the_value():
+    case = KL.cases[0]
+    assert judge(call_safely(kl_right, case.kwargs), case, KL.expect).passed
+    timeout = judge(call_safely(lambda **kw: time.sleep(1), case.kwargs, 0.1), case, KL.expect)
+    assert not timeout.passed and timeout.kind == "timeout"
+
+
+def test_report_of_a_partly_wrong_function_shows_failures_and_a_hint():
+    report = run_cases(kl_abs, KL)
+    assert report.state == "fail" and report.n_passed == 7
+    text = str(report)
+    assert text.splitlines()[0] == "kl_penalty: 7/10 cases pass."
+    assert "FAIL case 2: second example" in text
+    assert "expected  -1.5" in text and "returned  1.5" in text and "wrong sign" in text
+    assert "Hint 2 of 3:" in text  # 7 of 10 pass: the middle hint
+    assert "PASS" not in text  # compact: passing cases are not listed
+    html = report._repr_html_()
+    assert "FAIL" in html and "#D55E00" in html and "<code>abs()</code>" in html
+    assert str(run_cases(kl_abs, KL)) == text and run_cases(kl_abs, KL)._repr_html_() == html  # deterministic
+
+
+def test_report_lists_at_most_three_failures():
+    text = str(run_cases(lambda **kw: 9.99, KL))
+    assert text.count("FAIL case") == 3 and "... and 7 more failing cases" in text
+    assert "Hint 1 of 3" in text
+
+
+def test_report_of_a_right_function_is_one_line_and_of_a_blank_one_says_not_implemented():
+    assert str(run_cases(kl_right, KL)) == "kl_penalty: all 10 cases pass."
+    html = run_cases(kl_right, KL)._repr_html_()
+    assert "PASS" in html and "<details><summary>the 10 cases</summary>" in html
+
+    def blank(logp_policy, logp_reference, beta):
+        raise NotImplementedError("your code here")
+
+    report = run_cases(blank, KL)
+    assert report.state == "todo" and str(report).startswith("kl_penalty: not implemented yet")
+
+
+def test_after_a_time_out_the_other_cases_are_not_run():
+    quick = dataclasses.replace(KL, time_limit=0.2)
+    start = time.perf_counter()
+    report = run_cases(lambda **kw: time.sleep(10), quick)
+    assert time.perf_counter() - start < 2
+    assert [r.kind for r in report.results] == ["timeout"] + ["not run"] * (len(KL.cases) - 1)
+    assert "9 cases not run after the time-out" in str(report)
+
+
+def test_run_cases_on_something_that_is_not_a_function():
+    report = run_cases(0.05, KL)
+    assert not report.passed and "kl_penalty is a float, not a function" in str(report)
+
+
+def test_hints_grow_more_specific_as_more_cases_pass():
+    hints = ("a", "b", "c")
+    assert [next_hint(hints, n, 10)[0] for n in (0, 2, 5, 7, 9)] == [1, 1, 2, 2, 3]
+    assert next_hint((), 0, 10) == (0, "")
+
+
+def test_check_does_nothing_while_the_grader_runs_the_notebook(monkeypatch, capsys):
+    monkeypatch.setenv(GRADING_ENV, "1")
+    report = check("kl_penalty", lambda **kw: time.sleep(10))
+    assert report.results == [] and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_randomized_inputs_are_valid_for_the_reference(name):
+    ex = EXERCISES[name]
+    assert ex.random_kwargs is not None and ex.n_random >= 20
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        kwargs = ex.random_kwargs(rng)
+        assert set(kwargs) == set(ex.cases[0].kwargs)
+        ex.reference(**kwargs)  # raises ValueError if the generator leaves the contract
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_every_exercise_can_be_checked_without_raising(name):
+    ex = EXERCISES[name]
+    assert run_cases(ex.reference, ex).passed
+    report = run_cases(lambda **kw: None, ex)
+    assert not report.passed and str(report) and report._repr_html_()
+    assert all(isinstance(c, Case) for c in ex.cases)
