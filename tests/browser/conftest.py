@@ -1,0 +1,95 @@
+"""The browser test of the rendered book: headless Chromium against the built pages.
+
+It runs only when asked: ``make browser`` (which sets MINIRLHF_BROWSER=1), or
+``pytest tests/browser`` by name. The plain unit run, ``pytest tests``, does not collect it,
+so unit tests need neither a built book nor Chromium.
+
+Where it looks: the built book in ``_build/html`` and screenshots to ``_build/screenshots``;
+MINIRLHF_HTML and MINIRLHF_SCREENSHOTS point them elsewhere (a private build, say).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from pagecheck import CHROMIUM, HTML, SHOTS, chromium, serve
+
+HERE = Path(__file__).resolve().parent
+_REPORTS = pytest.StashKey[list]()
+
+
+def _asked(config) -> bool:
+    """True when the run names this folder (or a file in it), or MINIRLHF_BROWSER=1."""
+    if os.environ.get("MINIRLHF_BROWSER") == "1":
+        return True
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        if path == HERE or HERE in path.parents:
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    if collection_path.resolve().parent == HERE and not _asked(config):
+        return True
+    return None
+
+
+def pytest_configure(config):
+    config.stash[_REPORTS] = []
+
+
+@pytest.fixture(scope="session")
+def reports(pytestconfig) -> list:
+    """The page reports of this run, for the summary at the end."""
+    return pytestconfig.stash[_REPORTS]
+
+
+@pytest.fixture(scope="session")
+def chromium_context():
+    """One Chromium (fresh profile) for the whole session."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: `make browser` installs Debian's chromium")
+    with sync_playwright() as playwright, chromium(playwright) as context:
+        yield context
+
+
+@pytest.fixture(scope="session")
+def book_url():
+    """The built book served on a localhost port."""
+    if not (HTML / "index.html").exists():
+        pytest.fail(f"no built book in {HTML}: run `make book` first")
+    with serve(HTML) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def shots() -> Path:
+    """The screenshot folder, emptied of the last run's pictures."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SHOTS.glob("*.png"):
+        old.unlink()
+    return SHOTS
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """One line per page checked; the same lines go to _build/screenshots/summary.txt."""
+    found = config.stash.get(_REPORTS, [])
+    if not found:
+        return
+    lines = [report.summary() for report in found]
+    terminalreporter.section("pages checked in Chromium")
+    for line in lines:
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(
+        f"{len(found)} pages, {sum(r.requests for r in found)} requests,"
+        f" {sum(r.checks for r in found)} checks passed; screenshots in {SHOTS}")
+    if SHOTS.is_dir():
+        (SHOTS / "summary.txt").write_text(
+            time.strftime("%Y-%m-%d %H:%M\n") + "\n".join(lines) + "\n", encoding="utf-8")
