@@ -1,21 +1,216 @@
 # %% [markdown]
 # # 1. The leash: a sampled KL penalty
 #
-# Placeholder text, to be written.
+# Reinforcement learning from human feedback (RLHF) fine-tunes a language model, the
+# *policy*, to earn a high score from a *reward model* that was itself trained on human
+# preferences {cite}`ziegler2019finetuning,stiennon2020summarize,ouyang2022instructgpt`.
+# Every one of those systems ties the policy to a frozen copy of the model it started from,
+# the *reference* (the supervised fine-tuned, or SFT, model), with a penalty on how far the
+# two have drifted apart. This chapter is about that penalty: what it measures, why it is
+# computed from a handful of sampled tokens instead of exactly, and how noisy that shortcut is.
+#
+# By the end you will have written `kl_penalty`, the function the rest of the book uses, and
+# you will have measured three ways of estimating the same KL divergence against their exact
+# values.
+#
+# ```{admonition} What you need
+# :class: tip
+# Python and NumPy, and what a probability distribution and an expected value are. The code
+# runs on a CPU in a few seconds.
+# ```
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
 
+import minirlhf
+from minirlhf import estimators
 from minirlhf.exercises import check
+from minirlhf.explorer import explore, show_figure
+
+# A colour-blind-safe palette (Okabe and Ito).
+BLUE, ORANGE, GREEN, YELLOW = "#0072B2", "#D55E00", "#009E73", "#E69F00"
 
 # %% [markdown]
+# ## Why a leash
+#
+# The reward model is a learned *proxy* for what people want. It was trained on a limited set
+# of comparisons, so it is right on text that looks like its training data and can be
+# arbitrarily wrong elsewhere. A policy optimized hard against it will find the elsewhere:
+# outputs the reward model overrates, often repetitive or no longer fluent. The reward goes
+# up while quality, as a person would judge it, goes down; Gao et al. measured how reliably
+# this happens as optimization pressure grows {cite}`gao2023scaling`.
+#
+# The standard remedy is to maximize the reward *minus* a price for moving away from the
+# reference policy $\pi_{\mathrm{ref}}$:
+#
+# $$
+# \max_\theta\;
+# \mathbb{E}_{x \sim \mathcal{D},\; y \sim \pi_\theta(\cdot \mid x)}
+# \big[\, R(x, y) \,\big]
+# \;-\; \beta\, \mathrm{KL}\big(\pi_\theta(\cdot \mid x) \,\big\|\, \pi_{\mathrm{ref}}(\cdot \mid x)\big).
+# $$
+#
+# Here $x$ is a prompt, $y$ a completion sampled from the policy, $R$ the reward model's
+# score and $\beta \ge 0$ the strength of the leash. The KL term is small while the policy
+# still writes the way the reference does and grows as it wanders off, so the optimizer
+# only moves where the extra reward pays for the extra distance. The leash cannot make a bad
+# reward model good; it limits how far the policy can go to exploit it. Chapters 5 and 6 of
+# this book run that experiment with a reward model that has a known blind spot.
+
+# %% [markdown]
+# ## Why a sampled estimate
+#
+# A completion is a sequence of tokens, and the KL between two models over whole sequences
+# splits into a sum over positions. At position $t$, with the prompt and the tokens so far as
+# context $s_t$, the exact per-position divergence is a sum over the whole vocabulary $V$:
+#
+# $$
+# \mathrm{KL}_t \;=\; \sum_{v \in V} \pi_\theta(v \mid s_t)\,
+# \big[\log \pi_\theta(v \mid s_t) - \log \pi_{\mathrm{ref}}(v \mid s_t)\big].
+# $$
+#
+# That needs both models' full distributions at every position of every completion in the
+# batch: with a vocabulary of 50,000 tokens and completions hundreds of tokens long, it is a
+# lot of memory for a number that is mostly used as a penalty and a diagnostic. The tokens we
+# train on were *sampled from the policy*, though, and the sum above is an expectation over
+# exactly that sampling. So the log-ratio of the one token we did sample,
+#
+# $$
+# \mathrm{kl}_t \;=\; \log \pi_\theta(y_t \mid s_t) - \log \pi_{\mathrm{ref}}(y_t \mid s_t),
+# $$
+#
+# is an unbiased estimate of $\mathrm{KL}_t$, and it needs only two numbers per token, the
+# log-probs that training computes anyway.
+#
+# Let us see it on the task of this book: prompts are sums such as `23+45=`, the vocabulary
+# is the 13 characters `0123456789+=;`, and a completion is the answer followed by `;`. The
+# cell below writes down a reference and a policy for the first three positions after
+# `23+45=` (a real model's distribution at each position depends on the tokens before it;
+# fixing three distributions keeps the code short). The policy is the reference made more
+# sure of the right answer, `68;`.
+
+# %%
+VOCAB = "0123456789+=;"
+
+
+def log_softmax(z):
+    """Return log-probabilities from logits along the last axis."""
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def logits_from(preferred):
+    """Return logits (positions, 13): 0 for digits and ';', -4 for '+'
+    and '=', then the values of `preferred`, one dict per position."""
+    z = np.zeros((len(preferred), len(VOCAB)))
+    z[:, VOCAB.index("+")] = z[:, VOCAB.index("=")] = -4.0
+    for t, prefs in enumerate(preferred):
+        for char, value in prefs.items():
+            z[t, VOCAB.index(char)] = value
+    return z
+
+
+def show(values):
+    """Return numbers as one string, 3 decimals each, sign included."""
+    return " ".join(f"{v:+.3f}" for v in values)
+
+
+# Log-probs of all 13 tokens at the 3 positions after "23+45=": (3, 13)
+logp_ref_table = log_softmax(logits_from([
+    {"6": 3.0, "5": 1.5, "7": 1.5},
+    {"8": 2.5, "9": 1.5, "7": 1.5, ";": 0.5},
+    {";": 3.5},
+]))
+logp_pol_table = log_softmax(logits_from([
+    {"6": 4.0, "5": 1.5, "7": 1.5},
+    {"8": 3.5, "9": 1.5, "7": 1.5, ";": 0.5},
+    {";": 4.5},
+]))
+probs = np.exp(logp_pol_table)  # (3, 13)
+
+# The exact KL(policy || reference) per position: a sum over 13 tokens.
+exact_kl = (probs * (logp_pol_table - logp_ref_table)).sum(-1)  # (3,)
+
+# Sample six completions; keep only the two log-probs of each token.
+rng = np.random.default_rng(0)
+pos = np.arange(3)
+samples = []
+print("completion   kl_t per token (k1)     mean")
+for _ in range(6):
+    tokens = [rng.choice(len(VOCAB), p=probs[t]) for t in pos]
+    logp_policy = logp_pol_table[pos, tokens]  # (3,)
+    logp_reference = logp_ref_table[pos, tokens]  # (3,)
+    text = "".join(VOCAB[i] for i in tokens)
+    samples.append((text, logp_policy, logp_reference))
+    kl = logp_policy - logp_reference
+    print(f"{text:<12} {show(kl)}   {kl.mean():+.3f}")
+print(f"\nexact KL_t   {show(exact_kl)}   {exact_kl.mean():+.3f}")
+
+# %% [markdown]
+# Read the table row by row. A sampled token the policy likes more than the reference does
+# gives a positive $\mathrm{kl}_t$; a token it likes *less* (a wrong digit the policy has
+# learned to avoid but still sampled) gives a negative one. Single estimates swing far above
+# and below the exact values on the last line, yet they are right on average: the next cell
+# averages each position over 200,000 sampled completions.
+
+# %%
+n = 200_000
+draws = np.stack(
+    [rng.choice(len(VOCAB), size=n, p=probs[t]) for t in pos], axis=1
+)  # (n, 3)
+kl_draws = logp_pol_table[pos, draws] - logp_ref_table[pos, draws]
+print(f"mean of {n:,} k1 samples   {show(kl_draws.mean(axis=0))}")
+print(f"exact KL_t                   {show(exact_kl)}")
+print(f"std of one k1 sample         {show(kl_draws.std(axis=0))}")
+
+# %% [markdown]
+# The averages match the exact values to within sampling error, and one sample's standard
+# deviation is several times the quantity it estimates. Keep that ratio in mind; we measure it carefully in a moment.
+#
 # ## Exercise 1.1: `kl_penalty`
+#
+# Write the penalty that the rest of the book uses. It takes the log-probs of the sampled
+# tokens under the policy and under the reference, one number per token, and the
+# coefficient $\beta$:
+#
+# $$
+# \mathrm{kl}_t = \texttt{logp\_policy}_t - \texttt{logp\_reference}_t,
+# \qquad
+# \texttt{penalty} = \beta \cdot \frac{1}{T}\sum_{t=1}^{T} \mathrm{kl}_t .
+# $$
+#
+# **Contract.**
+#
+# - Return a Python `float`, rounded to 2 decimals with Python's built-in `round`. `round`
+#   sends an exact half to the even neighbour and works on the binary value of the float, so
+#   `round(0.125, 2)` is `0.12` and `round(0.375, 2)` is `0.38`. The checks expect exactly
+#   this rule.
+# - Keep the sign. One token's $\mathrm{kl}_t$ can be negative, and so can the mean over a few
+#   tokens. Do not clip at 0 and do not take absolute values: the estimate is unbiased only
+#   with its negative samples.
+# - No mask: the mean runs over every token you are given. Identical inputs give `0.0`.
+# - Inputs may be lists or NumPy arrays; convert them with `np.asarray(x, dtype=float)`. NumPy
+#   only.
+#
+# **Examples.** `kl_penalty([-1, -2], [-1.5, -2.5], 0.1)` returns `0.05` (each token's
+# $\mathrm{kl}_t$ is 0.5); `kl_penalty([-2, -3], [-1, -1], 1.0)` returns `-1.5` (the policy
+# gives its own samples *less* probability than the reference does, which happens with few
+# tokens).
+#
+# **How it is judged.** The check cell runs your function on the cases listed in its report,
+# among them both examples, a single token, a negative mean, plain lists, NumPy arrays,
+# $\beta = 0$ and a rounding tie, and compares each result with the expected float.
+# Open the hints one at a time if you are stuck.
 
 # %% tags=["solution"]
 def kl_penalty(logp_policy, logp_reference, beta):
-    """Return beta * mean(logp_policy - logp_reference), rounded to 2 decimals."""
+    """Return beta * mean(logp_policy - logp_reference), rounded to 2
+    decimals, as a Python float."""
     # BEGIN SOLUTION
-    kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+    logp_policy = np.asarray(logp_policy, dtype=float)
+    logp_reference = np.asarray(logp_reference, dtype=float)
+    kl = logp_policy - logp_reference  # k1, one value per token
     return round(float(beta * kl.mean()), 2)
     # END SOLUTION
 
@@ -23,3 +218,357 @@ def kl_penalty(logp_policy, logp_reference, beta):
 
 # %%
 check("kl_penalty", kl_penalty);
+
+# %% [markdown]
+# The package has the same function as `minirlhf.kl_penalty`, with one addition: it refuses
+# bad input with a `ValueError` that names the argument (different lengths, an empty list, a
+# NaN, a negative $\beta$), because a silent NaN in a penalty ruins a training run many steps
+# later. The cells below use the package's version, so they run even before you have written
+# yours.
+
+# %%
+print(minirlhf.kl_penalty([-1, -2], [-1.5, -2.5], 0.1))
+try:
+    minirlhf.kl_penalty([-1, -2], [-1.5], 0.1)
+except ValueError as err:
+    print("ValueError:", err)
+
+# %% [markdown]
+# ## Three estimators of the same KL
+#
+# The per-token log-ratio is one of three estimators that Schulman compares in his note
+# "Approximating KL Divergence" {cite}`schulman2020klapprox`. Getting the direction right
+# matters, so here is the dictionary. The note estimates
+# $\mathrm{KL}[q, p] = \mathbb{E}_{x \sim q}\big[\log q(x) - \log p(x)\big]$ from samples of
+# $q$, and writes $r = p(x)/q(x)$. In RLHF the samples come from the policy, so **$q$ is the
+# policy and $p$ the reference**, and with our per-token
+# $\mathrm{kl} = \log \pi_\theta - \log \pi_{\mathrm{ref}} = -\log r$:
+#
+# | name | formula in our terms | formula in the note | never negative | unbiased |
+# | --- | --- | --- | --- | --- |
+# | k1 | $\mathrm{kl}$ | $-\log r$ | no | yes |
+# | k2 | $\mathrm{kl}^2 / 2$ | $\tfrac12 (\log r)^2$ | yes | no |
+# | k3 | $e^{-\mathrm{kl}} - 1 + \mathrm{kl}$ | $(r - 1) - \log r$ | yes | yes |
+#
+# k3 is k1 plus $r - 1$, a term whose mean under the policy is exactly zero
+# ($\mathbb{E}_q[p/q] = \sum_x p(x) = 1$), so it adds no bias. It is negatively correlated with
+# k1, so it cancels much of k1's noise, and since $\log r \le r - 1$ the sum is never
+# negative. GRPO uses k3 as its KL term {cite}`shao2024deepseekmath`; TRL lets you choose
+# between k1 and k3.
+#
+# To measure the three we need a case where the true KL is known. The note's case: $q$ is the
+# standard normal $\mathcal{N}(0, 1)$, $p = \mathcal{N}(\mu, 1)$, and
+# $\mathrm{KL}[q, p] = \mu^2/2$. We take $\mu = 0.1$ (a KL of 0.005, the size of a per-token
+# KL in a gently trained policy) and $\mu = 1$ (a KL of 0.5), draw ten million samples from
+# $q$, and report each estimator's bias and standard deviation *divided by the true KL*, the
+# Monte Carlo value with its standard error beside the exact value (derived below) and the
+# note's published table.
+
+# %%
+rows = estimators.study(mus=(0.1, 1.0), n=10_000_000, seed=0)
+print(estimators.format_study(rows))
+
+# %% [markdown]
+# What the table says:
+#
+# - **k1 is right on average and very noisy when the KL is small.** At $\mu = 0.1$ one
+#   sample's standard deviation is twenty times the KL itself, because half of the samples are
+#   negative and the positives only just outweigh them. Averaging $n$ tokens divides the
+#   noise by $\sqrt{n}$, so a per-token KL of this size needs hundreds of tokens before its
+#   sign is even reliable. This is why a KL logged from a small batch jumps around, and why a
+#   single completion's mean $\mathrm{kl}$ (the exercise's second example) can be negative.
+# - **k3 has the same mean and a fraction of the noise.** Its standard deviation is about
+#   1.4 times the KL at $\mu = 0.1$, and it never goes below zero.
+# - **k2 is biased, and the bias grows with the divergence.** The exact bias is $\mu^2/4$ of
+#   the KL: a quarter of a percent at $\mu = 0.1$, a quarter of the whole KL at $\mu = 1$.
+#   Near the reference it is as good as k3; far from it, it overstates the KL.
+# - **Ten million samples barely resolve a bias of 0.0025.** k2's Monte Carlo bias at
+#   $\mu = 0.1$ sits a couple of standard errors from the exact value. The note's 0.002 is a
+#   simulation too. The exact column is the one to trust, and the closed forms below are
+#   what make it exact.
+#
+# One trick sharpens the small-$\mu$ estimate a lot. k2 and k3 agree to second order in
+# $\mathrm{kl}$, so their per-sample *difference* is tiny and nearly noiseless, and since k3
+# is unbiased, the mean of $k2 - k3$ estimates k2's bias on its own:
+
+# %%
+ratio, se = estimators.paired_difference(0.1, "k2", "k3", n=10_000_000)
+exact = estimators.closed_form(0.1)["k2"][0]
+print(f"k2 bias / KL at mu = 0.1 from k2 - k3: {ratio:.5f} ± {se:.5f}")
+print(f"k2 bias / KL at mu = 0.1, exact:       {exact:.5f}")
+
+# %% [markdown]
+# <details class="answer">
+# <summary>Worked answer: the closed forms in the table</summary>
+#
+# With $x \sim \mathcal{N}(0,1)$ and $p = \mathcal{N}(\mu, 1)$,
+# $\log r = \log p(x) - \log q(x) = \mu x - \mu^2/2$, so $\mathrm{kl} = -\log r$ is normal with
+# mean $\mu^2/2$ (the true KL, which is why k1 is unbiased) and variance $\mu^2$.
+#
+# - **k1.** The standard deviation is $\mu$, so std / KL $= \mu / (\mu^2/2) = 2/\mu$: 20 at
+#   $\mu = 0.1$, 2 at $\mu = 1$.
+# - **k2.** For a normal $Y$ with mean $m$ and variance $s^2$, $\mathbb{E}[Y^2] = s^2 + m^2$
+#   and $\mathrm{Var}[Y^2] = 2s^4 + 4m^2s^2$. With $Y = \log r$, $m = -\mu^2/2$, $s^2 = \mu^2$:
+#   $\mathbb{E}[k_2] = \mu^2/2 + \mu^4/8$, a bias of $\mu^4/8$, that is $\mu^2/4$ of the KL;
+#   and $\mathrm{Var}[k_2] = (2\mu^4 + \mu^6)/4$, so std / KL $= \sqrt{2 + \mu^2}$.
+# - **k3.** $r = e^{\log r}$ is log-normal with $\mathbb{E}[r] = 1$ and
+#   $\mathrm{Var}[r] = e^{\mu^2} - 1$; for a normal $Y$, $\mathrm{Cov}(e^Y, Y) = s^2\,\mathbb{E}[e^Y] = \mu^2$.
+#   So $\mathrm{Var}[(r-1) - \log r] = (e^{\mu^2} - 1) + \mu^2 - 2\mu^2 = e^{\mu^2} - 1 - \mu^2$,
+#   and std / KL $= \sqrt{e^{\mu^2} - 1 - \mu^2} \,/\, (\mu^2/2)$: 1.417 at $\mu = 0.1$,
+#   1.695 at $\mu = 1$. For small $\mu$ it tends to $\sqrt 2$, like k2's.
+#
+# These are the functions `estimators.closed_form` evaluates.
+#
+# </details>
+#
+# The histograms show the same thing sample by sample. Each panel draws single-sample
+# estimates divided by the true KL, so the truth sits at 1.
+
+# %% tags=["hide-input"]
+hist_rng = np.random.default_rng(1)
+fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), constrained_layout=True)
+for ax, mu, span in zip(axes, (0.1, 1.0), ((-60, 60), (-6, 10))):
+    logq, logp = estimators.gaussian_logps(mu, 100_000, hist_rng)
+    kl_true = estimators.true_kl(mu)
+    bins = np.linspace(*span, 121)
+    colours = (BLUE, YELLOW, GREEN)
+    for (name, k), colour in zip(estimators.ESTIMATORS.items(), colours):
+        values = np.clip(k(logq, logp) / kl_true, *span)
+        ax.hist(values, bins=bins, histtype="step", lw=1.6, color=colour,
+                label=name, density=True)
+    ax.axvline(1.0, color="black", ls=":", lw=1.2, label="true KL")
+    ax.set_title(f"q = N(0, 1), p = N({mu:g}, 1), KL = {kl_true:g}")
+    ax.set_xlabel("single-sample estimate / true KL")
+    ax.set_yscale("log")
+axes[0].set_ylabel("density (log scale)")
+axes[0].legend(frameon=False, loc="upper left")
+show_figure(
+    fig,
+    alt="Histograms of single-sample KL estimates divided by the true "
+        "KL, for mu = 0.1 and mu = 1. k1 spreads widely on both sides of "
+        "zero; k2 and k3 are never negative and gather near the truth.",
+    caption="Single-sample estimates of KL[q, p] divided by the true KL "
+            "(dotted line at 1), 100,000 samples per panel. Values "
+            "outside the plotted range are piled at its edges.",
+)
+
+# %% [markdown]
+# One caution before we use these in training. The table is about the *value* of each
+# estimate. When an estimate is put into a loss and differentiated, as GRPO does with k3, what
+# matters is whether its *gradient* estimates the gradient of the KL, and that is a different
+# question with a different answer. Chapter 2 puts the KL into the reward instead, where only
+# its value is used.
+#
+# ## The leash in numbers: a $\beta$ slider
+#
+# Take the correct completion `68;` from the samples above and say the reward model scores it
+# $R = 1$. RLHF implementations in the style of InstructGPT turn the penalty into a reward
+# *per token*: each token is charged $-\beta\,\mathrm{kl}_t$ and the last one also receives
+# $R$. The completion's total, its *shaped return*, is then
+# $R - \beta \sum_t \mathrm{kl}_t$. The exercise's `kl_penalty` reports the same leash as a
+# per-token average, $\beta \cdot \mathrm{mean}_t\,\mathrm{kl}_t$, the number worth logging
+# because it does not grow with the length of the completion.
+#
+# Move $\beta$ and watch both. In JupyterLab the slider redraws live; in the book its frames
+# were drawn in advance.
+
+# %%
+completion, logp_policy, logp_reference = next(
+    s for s in samples if s[0] == "68;"
+)
+kl = logp_policy - logp_reference  # (3,) per-token k1
+R = 1.0  # the reward model's score of the whole completion
+print(f"{completion!r}: kl_t {show(kl)}, sum {kl.sum():.3f}, "
+      f"mean {kl.mean():.3f}")
+print("beta   kl_penalty   shaped return R - beta * sum(kl_t)")
+for beta in (0.0, 0.1, 0.5, 1.0, 1.5):
+    penalty = minirlhf.kl_penalty(logp_policy, logp_reference, beta)
+    print(f"{beta:<4}   {penalty:10.2f}   {R - beta * kl.sum():10.2f}")
+
+
+# %% tags=["hide-input"]
+def draw_leash(beta):
+    """Return a figure: the per-token shaped rewards at this beta, and
+    the penalty and the shaped return against beta."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.3))
+    # Fixed margins: a constrained layout would triple the drawing time.
+    fig.subplots_adjust(left=0.1, right=0.99, top=0.91, bottom=0.15,
+                        wspace=0.3)
+    # Left: what each token is paid.
+    x = np.arange(len(kl))
+    score = np.where(x == len(kl) - 1, R, 0.0)
+    left.bar(x, score, color=BLUE, label="reward-model score R")
+    left.bar(x, -beta * kl, color=ORANGE, label="−β kl_t")
+    left.scatter(x, score - beta * kl, color="black", zorder=3, s=18,
+                 label="shaped reward r_t")
+    left.axhline(0, color="grey", lw=0.8)
+    left.set_xticks(x, [repr(c) for c in completion])
+    left.set_xlabel("token of the completion")
+    left.set_ylabel("reward (reward-model units)")
+    left.set_ylim(-0.8, 1.15)
+    left.set_title(f"per-token shaped reward, β = {beta:g}")
+    left.legend(frameon=False, fontsize=8, loc="upper left")
+    # Right: the two summaries against beta.
+    betas = np.linspace(0, 1.5, 151)
+    ret, pen = R - beta * kl.sum(), beta * kl.mean()
+    right.plot(betas, R - betas * kl.sum(), color=BLUE,
+               label="shaped return R − β Σ kl_t")
+    right.plot(betas, betas * kl.mean(), color=ORANGE,
+               label="penalty β · mean kl_t")
+    right.axvline(beta, color="black", ls=":", lw=1)
+    right.scatter([beta, beta], [ret, pen], color=[BLUE, ORANGE],
+                  zorder=3)
+    right.set_xlabel("β (KL coefficient)")
+    right.set_ylabel("reward (reward-model units)")
+    right.set_ylim(-0.55, 1.1)
+    right.set_title(f"return {ret:.2f}, penalty {pen:.2f}")
+    right.legend(frameon=False, fontsize=8, loc="upper right")
+    return fig
+
+
+explore(
+    draw_leash,
+    {"beta": np.round(np.linspace(0, 1.5, 16), 2)},
+    default={"beta": 0.1},
+    labels={"beta": "β"},
+    alt="For the completion '68;' at beta = {beta}: left, the per-token "
+        "shaped rewards; right, the shaped return falling and the "
+        "penalty rising linearly with beta.",
+)
+
+# %% [markdown]
+# Both summaries are linear in $\beta$. The penalty rises with slope $\mathrm{mean}_t\,
+# \mathrm{kl}_t$ and the return falls with slope $\sum_t \mathrm{kl}_t$, three times steeper
+# for three tokens. At large $\beta$ the leash can outweigh the reward itself: the policy is
+# then paid more for staying where it is than for being right.
+
+# %% [markdown]
+# ## Two design questions, worked
+#
+# <details class="answer">
+# <summary>Worked answer: penalize every token, or the sequence once? What changes for credit assignment?</summary>
+#
+# Both placements charge a completion the same total, $\beta \sum_t \mathrm{kl}_t$; they differ
+# in *which* tokens see which part of it.
+#
+# - **Per token** (InstructGPT, TRL): token $t$ gets $r_t = -\beta\,\mathrm{kl}_t$, and the last
+#   token also gets $R$. The return from token $t$ onwards,
+#   $G_t = R - \beta \sum_{t' \ge t} \mathrm{kl}_{t'}$, charges token $t$ for its own divergence and
+#   the divergence of what follows it, which it influences, but not for the tokens before it,
+#   which it cannot change.
+# - **Once per sequence**: all of $R - \beta \sum_t \mathrm{kl}_t$ is paid at the end, so every
+#   token's return is the same number, including the divergence of earlier tokens.
+#
+# Those earlier terms do not depend on the action at $t$, so in expectation the policy
+# gradient is the same. They add variance, though, and with a learned critic and GAE
+# (chapter 6) the per-token placement gives a dense signal right at the token that diverged,
+# instead of one number smeared over the whole completion. The cell below computes the
+# returns-to-go for `68;` at $\beta = 0.1$ both ways (below). With our 4-token completions and a
+# baseline that is one number per batch (chapter 5), the difference is small; with
+# 500-token answers it is not.
+#
+# A related choice is the *mean* in `kl_penalty`: the sum is what a completion pays, the
+# mean is what is comparable across lengths. A sum penalty makes long completions costlier,
+# which is sometimes wanted and sometimes a bias toward short answers.
+#
+# </details>
+#
+# The numbers behind that answer, for `68;` at $\beta = 0.1$:
+
+# %%
+def returns_to_go(r):
+    """Return G_t = sum of r_t' over t' >= t, for every t."""
+    return np.cumsum(r[::-1])[::-1]
+
+
+beta = 0.1
+per_token = -beta * kl + np.array([0.0, 0.0, R])  # R on the last token
+per_sequence = np.array([0.0, 0.0, R - beta * kl.sum()])
+print("token                ", "  ".join(f"{c!r:>6}" for c in completion))
+for name, r in (("per-token", per_token), ("per-sequence", per_sequence)):
+    print(f"{name + ' rewards':<21}", show(r))
+    print(f"{'  returns-to-go G_t':<21}", show(returns_to_go(r)))
+
+# %% [markdown]
+# <details class="answer">
+# <summary>Worked answer: how does the adaptive KL controller choose β?</summary>
+#
+# A fixed $\beta$ is hard to pick: the KL a run ends up with depends on the reward scale, the
+# learning rate and the task. Ziegler et al. instead fix a *target* KL and let $\beta$ follow
+# it {cite}`ziegler2019finetuning`. After each batch of $n_{\text{steps}}$ samples with
+# measured KL:
+#
+# $$
+# e = \operatorname{clip}\!\Big(\frac{\mathrm{KL}}{\mathrm{KL}_{\text{target}}} - 1,\; -0.2,\; 0.2\Big),
+# \qquad
+# \beta \leftarrow \beta \,\big(1 + e \cdot n_{\text{steps}} / \text{horizon}\big).
+# $$
+#
+# It is a proportional controller on $\log \beta$: a KL above target raises $\beta$ (a
+# tighter leash), a KL below it lowers $\beta$. The clip bounds the error at 20%, so one wild,
+# noisy KL estimate (remember k1's spread) cannot swing $\beta$ far, and the horizon sets the
+# speed: $\beta$ changes by at most a factor $1 \pm 0.2\, n_{\text{steps}}/\text{horizon}$ per
+# batch, about $e^{\pm 0.2}$ over one horizon's worth of samples. Early versions of TRL shipped
+# it by default with a target of 6 nats per completion and a horizon of 10,000 samples.
+#
+# The cell below traces it for a run whose measured KL first overshoots the target and then
+# falls below it. Note how $\beta$ keeps rising while the KL is still above the target, and
+# only turns once the KL drops under it. Chapter 6 runs this controller against a fixed
+# $\beta$ in a real training loop.
+#
+# </details>
+
+# %%
+def adaptive_beta(beta, kl, target, n_steps, horizon):
+    """Return the next beta of the adaptive KL controller of Ziegler
+    et al. (2019)."""
+    error = np.clip(kl / target - 1, -0.2, 0.2)
+    return beta * (1 + error * n_steps / horizon)
+
+
+beta, target, n_steps, horizon = 0.1, 6.0, 1024, 10_000
+# What a run might measure, batch after batch (nats per completion):
+measured_kl = [2.0, 5.0, 9.0, 14.0, 10.0, 7.0, 5.5, 4.0]
+print("batch    KL   error   beta after")
+for i, kl_batch in enumerate(measured_kl, 1):
+    error = float(np.clip(kl_batch / target - 1, -0.2, 0.2))
+    beta = adaptive_beta(beta, kl_batch, target, n_steps, horizon)
+    print(f"{i:>5} {kl_batch:5.1f}  {error:+.3f}   {beta:.4f}")
+
+# %% [markdown]
+# ## Summary
+#
+# - The KL penalty keeps the policy near the frozen reference, which limits how far it can go
+#   to exploit the reward model's mistakes.
+# - In practice it is estimated from the sampled tokens alone: $\mathrm{kl}_t =
+#   \log\pi_\theta(y_t) - \log\pi_{\mathrm{ref}}(y_t)$ is unbiased, cheap, and noisy, and a single
+#   token's value or a short completion's mean can be negative. Keep the sign.
+# - k3 $= e^{-\mathrm{kl}} - 1 + \mathrm{kl}$ has the same mean with far less noise and is never
+#   negative; k2 $= \mathrm{kl}^2/2$ is close to it near the reference and biased far from it.
+# - $\beta$ trades reward against distance; the adaptive controller sets it from a target KL.
+#
+# ## Exercises
+#
+# 1. **Sample size.** Rerun the estimator table with `n=1_000_000` and with three different
+#    seeds. How does the standard error of the bias change, and how many samples would k1 need
+#    to tell a bias of 1% of the KL from zero at $\mu = 0.1$?
+# 2. **Far from the reference.** Add $\mu = 2$ and $\mu = 3$ to `estimators.study` (the
+#    published column will read `-`). How do k2's bias and k3's standard deviation grow?
+#    Compare with the closed forms: what happens to $e^{\mu^2}$?
+# 3. **The other direction.** Swap the roles: sample from $p$ and pass $(\log p, \log q)$ as
+#    (policy, reference). The mean of k1 now estimates $\mathrm{KL}[p, q]$. For two
+#    unit-variance normals both directions equal $\mu^2/2$; give $p$ a standard deviation of
+#    2 (derive both KLs by hand first) to see each estimate follow the distribution it was
+#    sampled from.
+# 4. **Paired estimates.** Why is the standard error of the mean of $k2 - k3$ so much smaller
+#    than that of k2 at $\mu = 0.1$, and why does the trick lose its edge at $\mu = 1$? Expand
+#    both in powers of $\mathrm{kl}$.
+# 5. **Where the leash wins.** With the slider, find the $\beta$ at which the shaped return of
+#    `68;` reaches zero, then compute it from the printed $\sum_t \mathrm{kl}_t$. What does a
+#    policy learn from a correct answer whose shaped return is negative?
+# 6. **A mask.** Real batches pad completions to a common length. Add a `mask` argument to
+#    your `kl_penalty` (1 for real tokens, 0 for padding) and make the mean run over real
+#    tokens only. Which of the check cases would you change, and which new ones would you add?
+# 7. **A stubborn KL.** Feed `adaptive_beta` a constant KL of 12 for 200 batches. How fast
+#    does $\beta$ grow, and why does the clip at 0.2 make that growth exponential rather than
+#    unbounded in a single step?

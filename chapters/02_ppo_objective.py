@@ -1,23 +1,133 @@
 # %% [markdown]
 # # 2. The PPO-RLHF objective
 #
-# Placeholder text, to be written.
+# Chapter 1 built the leash. This chapter ties it to the optimizer. The recipe of
+# InstructGPT {cite}`ouyang2022instructgpt` (and of Ziegler et al. and Stiennon et al. before
+# it {cite}`ziegler2019finetuning,stiennon2020summarize`) has two moves: fold the KL penalty
+# into the reward, then hand that *shaped* reward to the ordinary clipped objective of
+# proximal policy optimization, PPO {cite}`schulman2017ppo`. Nothing in the second move
+# knows it is dealing with text.
+#
+# You will write `ppo_rlhf_objective`, the number a PPO-RLHF update climbs, see where its
+# clipping cuts the gradient off and why, move $\epsilon$ and $\beta$ over a small batch, and
+# look at one bug that is easy to make: charging the KL twice.
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
+import minirlhf
+from minirlhf import estimators
 from minirlhf.exercises import check
+from minirlhf.explorer import explore, show_figure
+
+torch.set_num_threads(1)
+# A colour-blind-safe palette (Okabe and Ito).
+BLUE, ORANGE, GREEN, PINK = "#0072B2", "#D55E00", "#009E73", "#CC79A7"
+
+# %% [markdown]
+# ## From the policy gradient to the clipped surrogate
+#
+# PPO alternates two phases. It *samples* a batch of completions with the current policy,
+# which from then on is called $\pi_{\text{old}}$ and kept fixed, and it *updates* the policy
+# $\pi_\theta$ with several gradient steps on that same batch. After the first step the batch
+# was sampled by a policy slightly different from the one being trained, and the
+# *probability ratio* corrects for that, token by token:
+#
+# $$
+# \mathrm{ratio}_i = \frac{\pi_\theta(y_i \mid s_i)}{\pi_{\text{old}}(y_i \mid s_i)}
+# = \exp\big(\texttt{new\_logp}_i - \texttt{old\_logp}_i\big).
+# $$
+#
+# The surrogate $\mathrm{ratio}_i \cdot A_i$, with $A_i$ the *advantage* (how much better
+# than expected token $i$ turned out), has exactly the policy gradient as its gradient at
+# $\theta = \theta_{\text{old}}$. Maximized without limit it is dangerous: a few lucky samples
+# with large advantages would push their ratios far from 1, on the evidence of one batch. PPO
+# therefore takes the smaller of the surrogate and a copy whose ratio is clipped to
+# $[1 - \epsilon, 1 + \epsilon]$:
+#
+# $$
+# J = \frac{1}{N}\sum_{i=1}^{N}
+# \min\Big(\mathrm{ratio}_i\,A_i,\;\operatorname{clip}(\mathrm{ratio}_i,\,1-\epsilon,\,1+\epsilon)\,A_i\Big).
+# $$
+#
+# The minimum makes $J$ a pessimistic estimate. Once a token's ratio has moved beyond the band
+# *in the direction its advantage rewards* (up for $A > 0$, down for $A < 0$), its term is
+# flat: its gradient is zero, and the update has no reason to push it further. If the ratio
+# has moved the *other* way, the unclipped term is the smaller one and is kept, so the
+# gradient still pulls the token back. We draw this below.
+#
+# ## The objective of this book
+#
+# RLHF adds the leash of chapter 1 to the reward of every token:
+#
+# $$
+# \mathrm{kl}_i = \texttt{new\_logp}_i - \texttt{ref\_logp}_i, \qquad
+# A_i = \texttt{rewards}_i - \beta\, \mathrm{kl}_i ,
+# $$
+#
+# and $J$ is the clipped surrogate above with these $A_i$. The training loss is $-J$.
+#
+# ```{admonition} Two simplifications, stated plainly
+# :class: note
+# - **The shaped reward is the advantage.** There is no value baseline and no generalized
+#   advantage estimation {cite}`schulman2016gae`: $A_i$ is the shaped reward itself. Chapter
+#   5 subtracts a batch-mean baseline; chapter 6 shows what a learned value function adds.
+# - **The KL uses the current policy.** Here $\mathrm{kl}_i$ is computed from `new_logp`, so it
+#   changes as $\theta$ changes. Real implementations compute the shaped reward *once*, at
+#   rollout time, from the sampling policy's log-probs, and treat it as a constant during the
+#   update {cite}`huang2024nimplementation`. At the first update step the two agree, because
+#   `new_logp` equals `old_logp` there.
+# ```
+#
+# ## Exercise 2.1: `ppo_rlhf_objective`
+#
+# Write `ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon, beta)`. All four
+# sequences hold one number per token; `epsilon` is the clip range and `beta` the KL
+# coefficient.
+#
+# **Contract.** Return a dict of three Python floats, each rounded to 2 decimals with Python's
+# `round` (halves to even, on the binary value, as in chapter 1):
+#
+# - `'objective'`: $J$, the number to *maximize*;
+# - `'policy_loss'`: the clipped-surrogate term. Here it equals `'objective'`, because the KL
+#   already sits inside the advantage;
+# - `'kl_penalty'`: $\beta \cdot \mathrm{mean}_i\,\mathrm{kl}_i$, reported for monitoring only.
+#   Never subtract it from $J$ again.
+#
+# Inputs may be lists or arrays; NumPy only. Keep the sign of every $\mathrm{kl}_i$, as in
+# chapter 1.
+#
+# **Examples.**
+# `old=[-2.0], new=[-1.8], ref=[-2.0], rewards=[1.0], epsilon=0.2, beta=0.1` gives
+# `{'objective': 1.18, 'policy_loss': 1.18, 'kl_penalty': 0.02}`: the ratio $e^{0.2} \approx
+# 1.221$ is clipped to 1.2, $\mathrm{kl} = 0.2$, $A = 0.98$ and $J = 1.2 \times 0.98 = 1.176$.
+# With `old = new = ref = [-1.0]` and `rewards=[1.0]` the answer is
+# `{'objective': 1.0, 'policy_loss': 1.0, 'kl_penalty': 0.0}`.
+#
+# **How it is judged.** The check runs your function on the cases in its report: both
+# examples, negative advantages, ratios clipped from above and from below, $\beta = 0$, a
+# mixed batch and a KL large enough to turn a positive reward into a negative advantage.
+# Every expected value was worked out by hand.
 
 # %% tags=["solution"]
-def ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon, beta):
-    """Return the KL-shaped clipped surrogate and its parts, rounded to 2 decimals."""
+def ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon,
+                       beta):
+    """Return the KL-shaped clipped surrogate and its parts, as Python
+    floats rounded to 2 decimals."""
     # BEGIN SOLUTION
-    old_logp, new_logp, ref_logp, rewards = (np.asarray(x, dtype=float) for x in (old_logp, new_logp, ref_logp, rewards))
+    old_logp, new_logp, ref_logp, rewards = (
+        np.asarray(x, dtype=float)
+        for x in (old_logp, new_logp, ref_logp, rewards)
+    )
     ratio = np.exp(new_logp - old_logp)
     kl = new_logp - ref_logp
-    adv = rewards - beta * kl
-    J = np.minimum(ratio * adv, np.clip(ratio, 1 - epsilon, 1 + epsilon) * adv).mean()
-    return {"objective": round(float(J), 2), "policy_loss": round(float(J), 2),
+    adv = rewards - beta * kl  # the shaped reward, used as the advantage
+    clipped = np.clip(ratio, 1 - epsilon, 1 + epsilon)
+    J = np.minimum(ratio * adv, clipped * adv).mean()
+    return {"objective": round(float(J), 2),
+            "policy_loss": round(float(J), 2),
             "kl_penalty": round(float(beta * kl.mean()), 2)}
     # END SOLUTION
 
@@ -25,3 +135,339 @@ def ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon, beta):
 
 # %%
 check("ppo_rlhf_objective", ppo_rlhf_objective);
+
+# %% [markdown]
+# The package's `minirlhf.ppo_rlhf_objective` follows the same contract and also rejects bad
+# input by name: lists of different lengths, an empty batch, a NaN, $\epsilon$ outside
+# $(0, 1)$ or a negative $\beta$. The cells below use it, so they run before your version
+# exists.
+
+# %%
+example = dict(old_logp=[-2.0], new_logp=[-1.8], ref_logp=[-2.0],
+               rewards=[1.0])
+print(minirlhf.ppo_rlhf_objective(**example, epsilon=0.2, beta=0.1))
+try:
+    minirlhf.ppo_rlhf_objective(**example, epsilon=1.5, beta=0.1)
+except ValueError as err:
+    print("ValueError:", err)
+
+# %% [markdown]
+# ## Where the gradient is cut off
+#
+# Fix one token and vary its ratio. For $A > 0$ the clipped surrogate rises with the ratio
+# until $1 + \epsilon$ and is flat beyond; for $A < 0$ it is flat below $1 - \epsilon$. The
+# flat stretches, shaded below, are where the update gets no gradient from this token.
+
+# %% tags=["hide-input"]
+epsilon = 0.2
+ratios = np.linspace(0.0, 2.0, 401)
+fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharex=True,
+                         constrained_layout=True)
+flats = ((1 + epsilon, 2.0), (0.0, 1 - epsilon))  # zero gradient there
+for ax, adv, flat in zip(axes, (1.0, -1.0), flats):
+    unclipped = ratios * adv
+    clipped = np.clip(ratios, 1 - epsilon, 1 + epsilon) * adv
+    ax.axvspan(*flat, color=PINK, alpha=0.18, lw=0,
+               label="flat: zero gradient")
+    ax.plot(ratios, unclipped, color="grey", ls="--", lw=1.2,
+            label="ratio · A (unclipped)")
+    ax.plot(ratios, np.minimum(unclipped, clipped), color=BLUE, lw=2.2,
+            label="min(ratio · A, clip(ratio) · A)")
+    for edge in (1 - epsilon, 1 + epsilon):
+        ax.axvline(edge, color="black", ls=":", lw=1)
+    ax.set_title(f"A = {adv:+g}, ε = {epsilon:g}")
+    ax.set_xlabel(r"probability ratio $\pi_\theta / \pi_{old}$")
+axes[0].set_ylabel("surrogate term (advantage units)")
+axes[0].legend(frameon=False, fontsize=8, loc="upper left")
+show_figure(
+    fig,
+    alt="Two panels of the clipped surrogate against the ratio. For "
+        "A = +1 it rises along ratio times A until 1.2 and is flat "
+        "after; for A = -1 it is flat below 0.8 and follows ratio times "
+        "A above. The flat regions are shaded.",
+    caption="The clipped surrogate of one token against its probability "
+            "ratio, for a positive and a negative advantage. Shaded: the "
+            "ratio has moved past the band in the direction the "
+            "advantage rewards, so the term is flat: no gradient.",
+)
+
+# %% [markdown]
+# The same thing in numbers: automatic differentiation of the clipped term with respect to
+# the ratio, at a few ratios on each side of the band.
+
+# %%
+ratio = torch.tensor([0.5, 0.9, 1.0, 1.1, 1.5] * 2, requires_grad=True)
+adv = torch.tensor([1.0] * 5 + [-1.0] * 5)
+clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
+surrogate = torch.min(ratio * adv, clipped * adv)  # (10,)
+surrogate.sum().backward()
+print("  A   ratio   term   d term / d ratio")
+rows = zip(adv.tolist(), ratio.tolist(), surrogate.tolist(),
+           ratio.grad.tolist())
+for a, r, term, grad in rows:
+    print(f"{a:+3.0f}   {r:5.2f}  {term:+.2f}   {grad:+.1f}")
+
+# %% [markdown]
+# For $A = +1$ the gradient is 1 up to the band's upper edge and 0 beyond it. A ratio of 0.5
+# (the update has made a good token *less* likely) still gets the full gradient, pulling it
+# back up. For $A = -1$ it is the mirror image. Clipping only ever removes the incentive to
+# move further in the direction the advantage already likes; it never blocks a correction.
+#
+# ## Sliders: $\epsilon$ and $\beta$ over a small batch
+#
+# Six tokens, each with the reward credited to it (in a real batch most tokens get 0 and the
+# last token of each completion carries the score). The update has already moved the policy:
+# `new_logp` differs from `old_logp`.
+
+# %%
+# How far the update moved each token (new - old), and how far the policy
+# is from the reference (new - ref): one number per token, (6,) each.
+log_ratio = np.array([0.30, 0.10, -0.05, -0.35, 0.25, 0.15])
+kl = np.array([0.40, 0.80, -0.20, 0.30, 1.20, 0.05])
+rewards = np.array([1.0, 0.3, -0.5, -1.0, 0.2, 0.6])
+old_logp = np.array([-1.20, -0.80, -2.10, -1.50, -0.60, -1.90])
+new_logp = old_logp + log_ratio
+ref_logp = new_logp - kl
+STATES = ("in band", "CLIPPED", "outside, kept")
+
+
+def clipped_surrogate(ratio, adv, epsilon):
+    """Return the per-token terms min(ratio * adv, clip(ratio) * adv)."""
+    return np.minimum(ratio * adv,
+                      np.clip(ratio, 1 - epsilon, 1 + epsilon) * adv)
+
+
+def token_table(epsilon, beta):
+    """Return per-token arrays ratio, kl, adv, term, state, and J, for the
+    batch above, unrounded. state: 0 inside the band, 1 clipped (flat,
+    zero gradient), 2 outside the band but unclipped (pulled back)."""
+    ratio = np.exp(log_ratio)
+    adv = rewards - beta * kl  # the shaped advantage
+    term = clipped_surrogate(ratio, adv, epsilon)
+    above, below = ratio > 1 + epsilon, ratio < 1 - epsilon
+    flat = (above & (adv > 0)) | (below & (adv < 0))
+    state = np.where(flat, 1, np.where(above | below, 2, 0))
+    return ratio, kl, adv, term, state, term.mean()
+
+
+def print_table(epsilon, beta):
+    """Print the per-token table and J at these settings."""
+    ratio, kl, adv, term, state, J = token_table(epsilon, beta)
+    print(f"epsilon = {epsilon}, beta = {beta}")
+    print("token  ratio     kl  reward  shaped A    term  state")
+    for i in range(len(ratio)):
+        print(f"{i:>5}  {ratio[i]:5.3f}  {kl[i]:+.2f}   {rewards[i]:+.2f}"
+              f"    {adv[i]:+.3f}  {term[i]:+.3f}  {STATES[state[i]]}")
+    out = minirlhf.ppo_rlhf_objective(old_logp, new_logp, ref_logp,
+                                      rewards, epsilon, beta)
+    print(f"J = {J:.4f}; the package returns {out['objective']}"
+          f" (kl_penalty {out['kl_penalty']})")
+
+
+print_table(epsilon=0.2, beta=0.1)
+
+# %% [markdown]
+# Tokens 0 and 4 have positive advantages, and the update has already raised their ratios past
+# $1 + \epsilon$: clipped and flat. Token 3 has a negative advantage and its ratio has fallen
+# below $1 - \epsilon$: also flat. Now move the sliders. A small $\epsilon$ clips almost everything that moved; a large
+# $\beta$ can turn token 4's small positive reward into a negative shaped advantage, and the
+# same ratio that was *clipped* becomes *outside, kept*: the update now pulls that token
+# back down, because the leash has made it a bad token.
+
+# %% tags=["hide-input"]
+STATE_COLOURS = (BLUE, PINK, ORANGE)
+
+
+def draw_batch(epsilon, beta):
+    """Return a figure of the batch: the ratios against the clip band, and
+    the rewards, shaped advantages and surrogate terms."""
+    ratio, kl, adv, term, state, J = token_table(epsilon, beta)
+    x = np.arange(len(ratio))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.8), sharex=True)
+    # Fixed margins: a constrained layout would triple the drawing time.
+    fig.subplots_adjust(left=0.09, right=0.99, top=0.93, bottom=0.07,
+                        hspace=0.08)
+    # Top: each ratio as a bar from 1, coloured by its state.
+    top.axhspan(1 - epsilon, 1 + epsilon, color=GREEN, alpha=0.15, lw=0,
+                label="clip band 1 ± ε")
+    colours = [STATE_COLOURS[s] for s in state]
+    top.bar(x, ratio - 1, bottom=1, color=colours, width=0.6)
+    for s, name in enumerate(STATES):  # legend entries only
+        top.bar([0], [0], bottom=1, color=STATE_COLOURS[s], label=name)
+    top.axhline(1, color="grey", lw=0.8)
+    top.set_ylim(0.45, 1.65)
+    top.set_ylabel(r"ratio $\pi_\theta / \pi_{old}$")
+    top.legend(frameon=False, fontsize=8, ncol=4, loc="upper center")
+    n_clipped = int((state == 1).sum())
+    top.set_title(f"ε = {epsilon:g}, β = {beta:g}:  J = {J:+.3f},  "
+                  f"{n_clipped} of {len(ratio)} tokens clipped")
+    # Bottom: reward, shaped advantage and the surrogate term per token.
+    bottom.bar(x - 0.17, rewards, width=0.32, color="lightgrey",
+               edgecolor="grey", label="reward")
+    bottom.bar(x + 0.17, adv, width=0.32, color=BLUE,
+               label="shaped A = reward − β kl")
+    bottom.scatter(x, term, color="black", zorder=3, s=22,
+                   label="surrogate term")
+    bottom.axhline(0, color="grey", lw=0.8)
+    bottom.set_ylim(-2.3, 1.6)
+    bottom.set_ylabel("advantage units")
+    bottom.set_xticks(x, [f"token {i}" for i in x])
+    bottom.legend(frameon=False, fontsize=8, ncol=3, loc="lower left")
+    return fig
+
+
+explore(
+    draw_batch,
+    {"epsilon": [0.05, 0.1, 0.2, 0.3, 0.5],
+     "beta": [0.0, 0.1, 0.2, 0.5, 1.0]},
+    default={"epsilon": 0.2, "beta": 0.1},
+    labels={"epsilon": "ε", "beta": "β"},
+    alt="Batch of six tokens at epsilon = {epsilon}, beta = {beta}: top, "
+        "each token's ratio against the clip band, coloured by whether "
+        "it is clipped; bottom, rewards, shaped advantages and surrogate "
+        "terms.",
+)
+
+# %% [markdown]
+# ## The KL counted twice
+#
+# There are two sound ways to add the leash, and one unsound one.
+#
+# 1. **In the reward** (InstructGPT, TRL's PPO, this book): $A_i = r_i - \beta\,\mathrm{kl}_i$
+#    and $J$ is the clipped surrogate. The dict's `'kl_penalty'` is only a log line.
+# 2. **As a separate loss term** (GRPO {cite}`shao2024deepseekmath`): the advantage comes from
+#    the reward alone, and $\beta$ times the mean k3 estimate of chapter 1 is subtracted from the
+#    clipped surrogate.
+# 3. **Both** (a bug): the KL is put into the advantage *and* `'kl_penalty'` is subtracted again.
+#
+# At the first update step the ratio is 1 and nothing is clipped, so each objective is just the
+# mean of its terms. The cell computes all three on our batch at that point and shows that the
+# bug is exactly version 1 with $\beta$ doubled.
+
+# %%
+def J_kl_in_reward(old, new, ref, r, epsilon, beta):
+    """Return J with the KL inside the advantage (this book)."""
+    adv = r - beta * (new - ref)
+    return clipped_surrogate(np.exp(new - old), adv, epsilon).mean()
+
+
+def J_kl_as_loss_term(old, new, ref, r, epsilon, beta):
+    """Return J with the reward as the advantage and beta * mean(k3)
+    subtracted (GRPO style)."""
+    J = clipped_surrogate(np.exp(new - old), r, epsilon).mean()
+    return J - beta * estimators.k3(new, ref).mean()
+
+
+def J_counted_twice(old, new, ref, r, epsilon, beta):
+    """Return the bug: the KL inside the advantage, subtracted again."""
+    J = J_kl_in_reward(old, new, ref, r, epsilon, beta)
+    return J - beta * (new - ref).mean()
+
+
+eps, beta = 0.2, 0.1
+k1_mean = (new_logp - ref_logp).mean()
+k3_mean = estimators.k3(new_logp, ref_logp).mean()
+print(f"mean reward {rewards.mean():.4f}, mean k1 {k1_mean:.4f}, "
+      f"mean k3 {k3_mean:.4f}")
+versions = (("1. KL in the reward", J_kl_in_reward, beta),
+            ("2. KL as a k3 loss term", J_kl_as_loss_term, beta),
+            ("3. both (the bug)", J_counted_twice, beta),
+            ("   version 1, 2 * beta", J_kl_in_reward, 2 * beta))
+first_step = (new_logp, new_logp, ref_logp, rewards)  # old = new: ratio 1
+after = (old_logp, new_logp, ref_logp, rewards)  # after the update
+print(f"{'':<26}{'first step':>11}{'after':>9}")
+for name, J, b in versions:
+    print(f"{name:<26}{J(*first_step, eps, b):11.4f}"
+          f"{J(*after, eps, b):9.4f}")
+
+# %% [markdown]
+# Versions 1 and 2 differ here because k1 and k3 agree only *on average* over tokens sampled
+# from the policy, not token by token, and six hand-picked tokens are no sample. Both are
+# honest, though: one leash of strength $\beta$. Version 3 equals version 1 with $2\beta$ at
+# the first step of every update (and stays close to it after), while the configuration
+# still says $\beta$. Nothing crashes. With a fixed $\beta$ the only symptom is a KL lower than
+# expected; with an adaptive controller there is not even that, because the controller quietly
+# halves $\beta$ to compensate. That is why the exercise returns `'kl_penalty'` separately and
+# says *for monitoring only*.
+#
+# ## Two questions, worked
+#
+# <details class="answer">
+# <summary>Worked answer: why can a critic and GAE handle a KL-shaped reward while the separate-term version cannot?</summary>
+#
+# When the KL is part of the reward, it is part of the *return*: every token's return includes
+# the divergence it will cause later in the completion. A learned value function
+# $V(s_t)$ then predicts the expected shaped return from state $s_t$, KL costs included, and
+# generalized advantage estimation {cite}`schulman2016gae` spreads each token's
+# $-\beta\,\mathrm{kl}_t$ back to the decisions that led to it. A token that steers the
+# completion into territory where the policy and the reference disagree for many tokens to come
+# gets a low advantage *now*, even if it is cheap itself. The KL is treated like any other
+# reward, with all of PPO's machinery for delayed consequences.
+#
+# As a separate loss term, $\beta\,\mathrm{mean}_t\, k_3(t)$ is differentiated on the spot. Each
+# token's log-ratio is pushed toward the reference's, but nothing accounts for how the choice
+# of token $t$ changes the *states*, and so the divergence, of the tokens after it. The critic
+# never sees the term, because it is not in the reward, so it cannot learn it either. The
+# gradient of a per-token estimate is also not, in general, an unbiased estimate of the
+# gradient of the sequence-level KL; chapter 1 warned that value and gradient are different
+# questions. GRPO gets away with it because it has no critic and scores whole answers, and
+# because its $\beta$ is small: there the separate term is a regulariser, not a part of the
+# credit assignment.
+#
+# </details>
+#
+# <details class="answer">
+# <summary>Worked answer: which statistics catch reward hacking?</summary>
+#
+# Reward hacking is the policy raising the reward model's score by means the reward model
+# overrates. The score itself cannot reveal it, so watch the quantities that move *with*
+# it, each on its own plot and per iteration (TRL's names in brackets):
+#
+# - **Mean KL to the reference** (`objective/kl`). A steady climb, or a jump, means the policy is
+#   leaving the region where the reward model was trained. A KL that keeps growing while the
+#   reward flattens is a classic sign.
+# - **Mean reward** (`objective/scores`) next to a measure the policy cannot game: a held-out
+#   check, human spot checks, or in this book the exact verifier. Reward up while true quality
+#   is flat or down is the definition of hacking; chapter 6 shows it happen.
+# - **Response length.** Reward models often like longer answers (or a policy learns to end
+#   early to dodge a penalty); a drift in mean length, or many completions hitting the maximum
+#   without an end token, is a cheap early warning.
+# - **Clip fraction** (`policy/clipfrac_avg`). A high fraction of clipped tokens means each
+#   update moves the policy further than PPO's trust region assumes; a sudden rise often comes
+#   with a collapse onto a few exploit strings.
+# - **Entropy** (`objective/entropy`). A policy that has found an exploit becomes sure of it:
+#   entropy falls and samples look alike. Read the samples.
+#
+# None of them proves hacking alone; together, and with a few samples read by a person every
+# so often, they catch most of it.
+#
+# </details>
+#
+# ## Summary
+#
+# - PPO-RLHF shapes each token's reward with the leash, $A_i = r_i - \beta\,\mathrm{kl}_i$, and
+#   maximizes the clipped surrogate
+#   $\mathrm{mean}_i \min(\mathrm{ratio}_i A_i,\, \mathrm{clip}(\mathrm{ratio}_i)\, A_i)$.
+# - Clipping flattens a token's term once its ratio has left the band in the direction its
+#   advantage rewards; it never blocks a correction.
+# - Put the KL into the reward *or* into the loss, never both: the double count silently
+#   doubles $\beta$.
+#
+# ## Exercises
+#
+# 1. **Extreme clip ranges.** Set $\epsilon = 0.01$ and $\epsilon = 0.9$ in `print_table`. Which
+#    tokens are clipped at each, and what does $J$ approach as $\epsilon \to 0$? Explain with the
+#    formula.
+# 2. **Gradients per token.** Rewrite `token_table` in torch, make `new_logp` a tensor with
+#    `requires_grad=True`, and compute $\partial J / \partial\, \texttt{new\_logp}_i$. Check that the
+#    tokens marked CLIPPED get exactly zero from the surrogate. With `kl` computed from
+#    `new_logp`, what gradient do they still get, and from where?
+# 3. **The KL as a constant.** Real code computes the shaped reward from the *sampling* policy.
+#    Replace `new - ref` by `old - ref` in the advantage and compare $J$ and its gradients with
+#    the version above at the first update step and after it.
+# 4. **k3 in the reward.** Use `estimators.k3(new, ref)` instead of `new - ref` in the shaped
+#    advantage. For which tokens of the batch does the advantage change most, and why?
+# 5. **The double count in general.** Show that at ratio 1 the bug equals version 1 with
+#    $2\beta$ for *any* batch, and find a batch and settings where the two differ after an update.
+# 6. **A negative advantage, a rising ratio.** For $A < 0$ the surrogate is unbounded below as
+#    the ratio grows. Why is that harmless for an optimizer that *maximizes* $J$?
