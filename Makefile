@@ -66,6 +66,9 @@ lab: $(STAMP)
 notebooks: $(STAMP)
 	$(PY) -m minirlhf.nbgen
 
+bench: $(STAMP)
+	$(PY) -m minirlhf.bench
+
 # Exits non-zero unless every exercise of every notebook passes.
 check: $(STAMP)
 	$(PY) -m minirlhf.check notebooks/[0-9][0-9]_*.ipynb

@@ -1,0 +1,442 @@
+# %% [markdown]
+# # 3. Language modelling as an MDP, and SFT
+#
+# Chapters 1 and 2 wrote down the two formulas of PPO-based RLHF on made-up numbers. From
+# here on the numbers come from a real language model, small enough to train on a CPU in a
+# few seconds. This chapter builds the world that model lives in: a task with a verifier
+# that cannot be fooled, a way to see text generation as a reinforcement-learning problem,
+# and the *policy* itself, trained by supervised fine-tuning (SFT) on correct examples, the
+# first stage of the InstructGPT recipe {cite}`ouyang2022instructgpt`.
+#
+# You will write the SFT loss, the one function in this chapter the rest of the book cannot
+# do without, and see why we stop training it long before it is good.
+#
+# ```{admonition} What you need
+# :class: tip
+# Chapters 1 and 2, and a little PyTorch: tensors, `softmax`, `cross_entropy`, `backward`.
+# The first run of this notebook trains the policy (a few seconds) and saves it under
+# `outputs/models`; later runs load it.
+# ```
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from minirlhf import pipeline, sft, task
+from minirlhf.exercises import check
+from minirlhf.explorer import show_figure
+from minirlhf.model import completion_mask, generate, make_generator, n_params
+
+torch.set_num_threads(1)  # one thread: runs are bit-identical
+# A colour-blind-safe palette (Okabe and Ito).
+BLUE, ORANGE, GREEN, PINK = "#0072B2", "#D55E00", "#009E73", "#CC79A7"
+
+# %% [markdown]
+# ## The task: sums, by example
+#
+# A prompt is the sum of two whole numbers from 0 to 99, such as `23+45=`. The completion
+# is the answer followed by `;`, here `68;`. Every character is a token, so the whole
+# vocabulary is the 13 characters `0123456789+=;`. The longest prompt, `99+99=`, has 6
+# tokens and the longest completion, `198;`, has 4, so one window of 10 tokens always holds
+# a prompt and its answer.
+#
+# Shorter prompts are padded on the left with `;` up to 6 tokens. Left padding puts the first
+# answer token at position 6 for every prompt, so a batch of prompts is completed in
+# lockstep, one position at a time, without bookkeeping per row. Completions are padded on
+# the right with `;`, and everything after the first `;` is ignored.
+
+# %%
+a, b = 23, 45
+pairs = torch.tensor([[23, 45], [7, 5], [99, 99]])
+prompts = task.encode_prompts(pairs)  # (3, 6): left-padded with ';'
+answers = task.correct_completions(pairs)  # (3, 4): right-padded with ';'
+vocabulary = " ".join(f"{c}:{i}" for i, c in enumerate(task.VOCAB))
+rows = [f"prompt {task.format_prompt(a, b)!r}  completion "
+        f"{task.format_answer(a + b)!r}",
+        f"vocabulary: {vocabulary}", "", "prompt | completion   token ids"]
+for p, c in zip(prompts, answers):
+    rows.append(f"{task.decode(p)} | {task.decode(c)}      "
+                f"{p.tolist()} | {c.tolist()}")
+print("\n".join(rows))  # one print per cell keeps the output in one piece
+
+# %% [markdown]
+# The verifier reads a completion up to its first `;`, parses the answer and pays 1 when it
+# is the true sum, 0 otherwise. An answer that does not parse (no `;` within 4 tokens,
+# nothing before the `;`, a leading zero) is *malformed*. Wrong answers come in kinds that
+# matter later: a *near-miss* is a wrong answer within 10 of the true sum (for 68, anything
+# from 58 to 78), the ones digit wrong or the tens digit off by one: the slip of someone who
+# has the size of the answer right. Anything else that parses is *other wrong*. The *completion mask* marks the tokens that belong to the answer: 1 up to and
+# including the first `;`, 0 after it.
+
+# %%
+rows = ["completion  read as  parsed  kind          reward  mask"]
+for text in ["68;;", "67;;", "78;;", "60;;", "86;;", "6;;;", "068;", ";;;;",
+             "6868"]:
+    ids = torch.tensor([task.encode(text)])  # (1, 4)
+    read = task.decode_completions(ids)[0]
+    mask = completion_mask(ids)[0].int().tolist()
+    rows.append(f"{text:<11} {read:<8} {str(task.parse_completion(read)):<7} "
+                f"{task.answer_kind(a, b, read):<13} "
+                f"{task.verify(a, b, read):<7} {mask}")
+print("\n".join(rows))
+
+# %% [markdown]
+# The verifier cannot be gamed: it checks the arithmetic. That is what makes this toy world
+# useful. The reward model of chapter 4 is a learned guess at the same judgement, and
+# because the truth is one function call away, we can always measure how far the guess is
+# from it.
+#
+# ## Generating text is a Markov decision process
+#
+# Reinforcement learning needs states, actions, transitions and rewards. Text generation
+# supplies all four:
+#
+# - **state** $s_t$: the prompt $x$ and the tokens written so far, $s_t = (x, y_1, \dots, y_{t-1})$;
+# - **action** $a_t = y_t$: the next token, one of 13;
+# - **transition**: append the token, $s_{t+1} = (s_t, a_t)$. It is deterministic, and
+#   the environment is nothing but string concatenation;
+# - **episode**: one completion. It ends with the first `;`, or after 4 tokens;
+# - **reward**: 0 for every token except the last, where the whole text is scored,
+#   $r_T = R(x, y)$ (here the verifier; in one arm of chapter 5, a reward model).
+#
+# The *policy* $\pi_\theta(a_t \mid s_t)$ is the language model's softmax over the next token.
+# Since every reward but the last is 0, the return of every step is the final score, and the
+# probability of a whole completion is the product of its per-token probabilities, so its
+# log-probability is the sum $\sum_t \log \pi_\theta(y_t \mid s_t)$. These per-token log-probs
+# are what chapters 1 and 2 called `logp_policy` and `new_logp`.
+#
+# Here is that process, step by step, for two prompts, with the policy trained later in this
+# chapter (the cell loads it, or trains it on a first run). The loop is what
+# `minirlhf.model.generate` does; the last line checks that both draw the same tokens.
+
+# %%
+policy, sft_metrics = pipeline.load_sft()
+policy.eval()
+
+pairs = torch.tensor([[23, 45], [7, 5]])
+states = task.encode_prompts(pairs)  # (2, 6): the first state of each episode
+g = make_generator(0)
+history = []  # per step: (states, actions, log-probs of the actions)
+with torch.no_grad():
+    for t in range(task.COMPLETION_LEN):
+        logits = policy(states)[:, -1, :]  # (2, 13): scores of the next token
+        probs = F.softmax(logits, dim=-1)  # (2, 13): pi(a | s_t)
+        actions = torch.multinomial(probs, 1, generator=g)  # (2, 1): a_t
+        logp = F.log_softmax(logits, dim=-1).gather(1, actions)  # (2, 1)
+        history.append((states, actions[:, 0], logp[:, 0]))
+        states = torch.cat([states, actions], dim=1)  # s_{t+1} = s_t + a_t
+completions = states[:, task.PROMPT_LEN:]  # (2, 4)
+
+same = torch.equal(completions, generate(
+    policy, task.encode_prompts(pairs), temperature=1.0,
+    generator=make_generator(0)))
+print("the same tokens as generate():", same)
+
+# %%
+mask = completion_mask(completions)  # (2, 4): 1 up to the first ';' included
+scores = task.batch_verify(pairs, completions)  # (2,): the verifier, 1 or 0
+rows = []
+for i, (a, b) in enumerate(pairs.tolist()):
+    n_tokens = int(mask[i].sum())
+    text = task.decode_completions(completions[i:i + 1])[0]
+    rows += [f"episode {i + 1}: prompt {a}+{b}=, completion {text!r}",
+             "   t  state s_t    action a_t  log pi(a_t|s_t)  reward r_t"]
+    for t, (s, act, lp) in enumerate(history):
+        token = task.VOCAB[int(act[i])]
+        if t >= n_tokens:
+            rows.append(f"   {t + 1}  (episode over: {token!r} was drawn in "
+                        "lockstep, and is masked away)")
+            continue
+        reward = float(scores[i]) if t == n_tokens - 1 else 0.0
+        rows.append(f"   {t + 1}  {task.decode(s[i]):<12} {token!r:<11} "
+                    f"{float(lp[i]):>+15.3f}  {reward:>10.1f}")
+    total_logp = sum(float(lp[i]) for _, _, lp in history[:n_tokens])
+    rows += [f"   return {float(scores[i]):.1f}; log-prob of the completion "
+             f"{total_logp:+.3f} (probability {np.exp(total_logp):.3f})", ""]
+print("\n".join(rows))
+
+# %% [markdown]
+# Read the two episodes as the optimizer of chapter 5 will. Each has a few actions and one
+# reward, paid on the `;` that ends it. The verifier pays for the *whole* answer: when an
+# answer is wrong, the `;` that merely closes it gets the same 0 as the wrong digit that
+# caused it. Which token deserved the blame is the credit-assignment problem, and with at
+# most four tokens it is a small one. The state column shows what the model really sees,
+# padding included. The tokens after the `;` were drawn only because the batch moves in
+# lockstep, and the completion mask removes them from every loss and statistic: the SFT loss
+# below, the PPO objective and the KL penalty all use that same mask.
+#
+# ## The policy network
+#
+# The policy is a causal transformer in miniature, in the style of nanoGPT: token and
+# position embeddings, two pre-norm blocks of 4-head self-attention and an MLP, and a linear
+# head that turns the last layer into 13 logits per position. All of it is one short file,
+# `minirlhf/model.py`, written to be read top to bottom. The reward model of chapter 4 is the
+# same network with a head that returns one number instead of 13.
+
+# %%
+print(f"{policy.cfg}\n{n_params(policy):,} parameters")
+
+# %% [markdown]
+# ## Supervised fine-tuning, with the prompt masked out
+#
+# SFT is next-token prediction on correct examples. Put prompt and answer into one sequence,
+# feed the model all of it but the last token, and ask it at every position for the token
+# that comes next (*teacher forcing*). The inputs are the sequence without its last token and
+# the targets are the sequence without its first, so position $t$ of the input is trained to
+# predict position $t$ of the target:
+
+# %%
+batch = torch.tensor([[7, 5], [23, 45]])
+inputs, targets, mask = sft.sft_batch(batch)  # (2, 9) each
+rows = {"position": range(inputs.shape[1]), "input": task.decode(inputs[0]),
+        "target": task.decode(targets[0]), "mask": mask[0].int().tolist()}
+for name, row in rows.items():
+    print(f"{name:<9}" + "".join(f"{v:>3}" for v in row))
+
+# %% [markdown]
+# The last four targets fill the completion slot, and the mask keeps three of them: `1`, `2`
+# and the closing `;`. The padding after the `;` is dropped, and so are the first five
+# targets, which are prompt tokens. The model is not trained on the prompt, for two reasons.
+# The prompt comes from the user, so predicting it is not a skill we want; and most prompt
+# tokens cannot be predicted at all (nothing in `;;7+` tells you that `5` comes next), so
+# their loss stays high however long we train, and its gradient would drown out the
+# answer's. The loss is the cross-entropy averaged over the masked positions only:
+#
+# $$
+# \mathcal{L}_{\text{SFT}}
+# = \frac{\sum_{b,t} m_{bt}\,\big(-\log \mathrm{softmax}(z_{bt})_{y_{bt}}\big)}{\sum_{b,t} m_{bt}},
+# $$
+#
+# with logits $z_{bt}$, targets $y_{bt}$ and mask $m_{bt} \in \{0, 1\}$ for row $b$ and
+# position $t$.
+#
+# ## Exercise 3.1: `masked_sft_loss`
+#
+# Write the loss that trains the policy.
+#
+# **Contract.** `masked_sft_loss(logits, targets, mask)` takes
+#
+# - `logits`, a float tensor of shape (B, T, V): a score for each of the V tokens at every
+#   position;
+# - `targets`, a long tensor of shape (B, T): the token that should come next;
+# - `mask`, a tensor of shape (B, T) holding 0s and 1s, as floats or as integers;
+#
+# and returns the mean cross-entropy over the positions where `mask` is 1, as a **0-d torch
+# tensor** (a single number that still carries its gradient: do not call `.item()`).
+# Positions where `mask` is 0 must not change the value at all. The mean is over positions,
+# all rows pooled: a row with three answer tokens weighs three times as much as a row with
+# one. You may assume at least one position has mask 1 and the shapes agree.
+#
+# **Examples.** With all logits equal, every token has probability $1/V$, so every position
+# costs $\log V$ and the loss is $\log 13 \approx 2.565$ for our vocabulary, whatever the
+# mask. With a single position whose target has probability $3/4$, the loss is
+# $\log(4/3) \approx 0.288$.
+#
+# **How it is judged.** The check cell runs your function on the cases in its report:
+# uniform logits, one position with a known probability, a mask with a single 1, badly
+# predicted prompt positions that must not count, rows with different numbers of answer
+# tokens, a logit of 1000 (finite only if you stay in log space) and a batch shaped like the
+# book's with an integer mask. The result must be a 0-d tensor within $10^{-4}$ of the value
+# worked by hand.
+
+# %% tags=["solution"]
+def masked_sft_loss(logits, targets, mask):
+    """Return the mean cross-entropy over the positions where mask is 1,
+    as a 0-d tensor."""
+    # BEGIN SOLUTION
+    B, T, V = logits.shape
+    ce = F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T),
+                         reduction="none").view(B, T)  # (B, T): per position
+    mask = mask.to(ce.dtype)  # (B, T): 1 where a position counts
+    return (ce * mask).sum() / mask.sum()  # mean over the counted positions
+    # END SOLUTION
+
+# %% [hints] masked_sft_loss
+
+# %%
+check("masked_sft_loss", masked_sft_loss);
+
+# %% [markdown]
+# The package's `minirlhf.sft.masked_sft_loss` follows the same contract and also refuses
+# shapes that disagree and a mask with no 1 in it, with a `ValueError`. The cells below use
+# it, so they run before your version exists.
+#
+# ### No gradient reaches the prompt
+#
+# Masking the loss is the same as masking the gradient. The next cell computes the loss on
+# the batch above with the policy's real logits, differentiates it with respect to those
+# logits, and shows, per position, how large the gradient is (summed over the 13 logits).
+
+# %%
+logits = policy(inputs).detach().requires_grad_(True)  # (2, 9, 13), a leaf
+loss = sft.masked_sft_loss(logits, targets, mask)
+loss.backward()
+push = logits.grad.abs().sum(-1)  # (2, 9): gradient size at each position
+rows = [f"loss {loss.item():.3f}", ""]
+for i in range(2):
+    text = task.decode(targets[i])
+    rows += [f"{'target':<7}" + "".join(f"{c:>7}" for c in text),
+             f"{'mask':<7}" + "".join(f"{int(m):>7}" for m in mask[i]),
+             f"{'|grad|':<7}" + "".join(f"{v:7.3f}" for v in push[i]),
+             ""]
+print("\n".join(rows))
+
+# %% [markdown]
+# Every position with mask 0 gets a gradient of exactly zero, the padding after the `;`
+# included, so nothing the optimizer does is driven by the prompt. Each answer position gets
+# a push whose size is, per logit, $|p_v - [v = y]| / \sum m$: the gap between what the model
+# predicted and the one-hot target, shared over the answer tokens of the batch.
+#
+# ## Training, and stopping early on purpose
+#
+# The book's SFT run draws a batch of sums per step from the prompts that are not in the
+# evaluation set and takes AdamW steps at a constant learning rate (the settings are printed
+# below). The next cell reruns it for longer than the book's policy was trained, measuring
+# greedy accuracy on the 400 evaluation prompts every 10 steps. The run is deterministic, so
+# its first steps are exactly the run that produced the policy, whose accuracy the orange
+# dot marks.
+
+# %%
+config = sft.SFTConfig()
+curve = sft.sft_learning_curve(steps=300, every=10, config=config)
+steps = np.array(curve["steps"])  # every 10 steps
+accuracy = np.array(curve["accuracy"])
+stop = curve["stop"]  # where the book's policy stopped
+at_stop = sft.greedy_accuracy(policy)  # the policy itself, at step `stop`
+near = np.abs(steps - stop) <= 40
+print(f"{config}\ntraining prompts: {len(task.train_pairs()):,}; "
+      f"held-out evaluation prompts: {len(task.eval_pairs())}\n\n"
+      "step     " + " ".join(f"{s:>5}" for s in steps[near]) + "\n"
+      "accuracy " + " ".join(f"{a:5.3f}" for a in accuracy[near]))
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
+ax.plot(steps, accuracy, color=BLUE, marker="o", ms=3, lw=1.6,
+        label="greedy accuracy on the 400 eval prompts")
+ax.axvline(stop, color=ORANGE, ls="--", lw=1.2)
+ax.scatter([stop], [at_stop], color=ORANGE, s=60, zorder=3,
+           label=f"stop at step {stop}: the partial-SFT policy")
+ax.annotate(f"{at_stop:.3f}", (stop, at_stop), xytext=(-38, 8),
+            textcoords="offset points", color=ORANGE)
+ax.annotate(f"{accuracy[-1]:.3f} after {steps[-1]} steps",
+            (steps[-1], accuracy[-1]), xytext=(-125, 14),
+            textcoords="offset points", color=BLUE)
+ax.set_xlabel("SFT step (one batch of 128 sums)")
+ax.set_ylabel("greedy accuracy (fraction right)")
+ax.set_ylim(0, 1)
+ax.set_xlim(0, steps[-1] + 5)
+ax.legend(frameon=False, loc="upper left")
+show_figure(
+    fig,
+    alt=f"Greedy accuracy against SFT steps: at most "
+        f"{accuracy[steps <= 100].max():.3f} in the first 100 steps, then "
+        f"rising steeply; {at_stop:.3f} at step {stop}, "
+        f"where training stops, and {accuracy[-1]:.3f} at step {steps[-1]}.",
+    caption="The SFT learning curve. Training stops at the dashed line, "
+            "in the steep part, on purpose.",
+)
+
+# %%
+reference = 0.360  # the book's reference run
+print(f"greedy accuracy on the 400 eval prompts after {stop} steps\n"
+      f"  the partial-SFT policy     {at_stop:.3f}\n"
+      f"  the book's reference run   {reference:.3f}")
+
+# %% [markdown]
+# For a hundred steps the model learns the format (digits, then `;`) and little arithmetic;
+# then accuracy shoots up, and a few hundred steps later most sums are right. We stop at the
+# dashed line, in the middle of the climb, and that is deliberate:
+#
+# - **A policy that is already right has nothing left for RL to teach.** PPO learns from the
+#   *differences* between the completions it samples: it raises the log-probability of those
+#   that scored above the batch average and lowers the rest. If nearly every completion is
+#   right, nearly every reward is the same, and there is no signal.
+# - **"Partial" means room to improve, in both directions.** Starting at about a third right,
+#   chapter 5 can show a reward that makes the policy better and a reward that makes it
+#   worse, measured by the verifier.
+# - **The curve is steep there**, so the policy sits where small changes to its weights
+#   change its answers: a little learning moves the accuracy, which makes the effect of RL
+#   visible within a few dozen updates. The flip side is that a few SFT steps more or less
+#   would have given a noticeably different starting point, which is why the book fixes
+#   the seed and the step count.
+#
+# In real RLHF, SFT is trained to convergence on its demonstrations; the room that RL
+# fills comes from everything the demonstrations never covered. Stopping early is this
+# book's way of making that room on a task small enough to train in seconds.
+#
+# ## What the partial policy writes
+#
+# Greedy completions for the first twelve evaluation prompts, with their kinds:
+
+# %%
+eval_pairs = task.eval_pairs()  # (400, 2), fixed
+eval_prompts = task.encode_prompts(eval_pairs)  # (400, 6)
+greedy = generate(policy, eval_prompts, greedy=True)  # (400, 4)
+kinds = task.batch_kinds(eval_pairs, greedy)
+texts = task.decode_completions(greedy)
+rows = ["prompt   true   policy  kind"]
+for (a, b), text, kind in list(zip(eval_pairs.tolist(), texts, kinds))[:12]:
+    prompt = task.format_prompt(a, b)
+    rows.append(f"{prompt:<8} {a + b:>4}   {text:<7} {kind}")
+print("\n".join(rows))
+
+# %% [markdown]
+# And the kinds over all 400 prompts, greedy and sampled at temperature 0.7, the temperature
+# chapter 5 samples at:
+
+# %%
+sampled = generate(policy, eval_prompts, temperature=0.7,
+                   generator=make_generator(1))
+rows = [" " * 14 + "".join(f"{k:>13}" for k in task.KINDS)]
+for name, done in (("greedy", greedy), ("temp 0.7", sampled)):
+    found = task.batch_kinds(eval_pairs, done)
+    rows.append(f"{name:<14}"
+                + "".join(f"{found.count(k):>13}" for k in task.KINDS))
+wrong = [k for k in kinds if k != "correct"]
+rows += ["", "share of the greedy mistakes that are near-misses: "
+         f"{wrong.count('near_miss') / len(wrong):.2f}"]
+print("\n".join(rows))
+
+# %% [markdown]
+# The policy almost always writes a well-formed number, and when it is wrong, it is mostly
+# close: near-misses, answers of about the right size with a digit slipped. Keep that in
+# mind. The next chapter trains a reward model to judge these answers, and
+# near-misses are exactly the answers it will find hardest to tell from the truth.
+#
+# ## Summary
+#
+# - The task is addition in 13 tokens, with a verifier that checks the arithmetic and a
+#   vocabulary of wrong answers: near-misses, other wrong numbers, malformed text.
+# - Generation is an MDP: the state is the prompt plus the tokens so far, the action the next
+#   token, the episode one completion, and the reward is 0 on every token but the last.
+# - SFT is next-token cross-entropy on correct answers, masked to the answer tokens, so the
+#   prompt gets no gradient. The same completion mask follows the tokens into PPO.
+# - We stop SFT early, in the steep part of the learning curve, to leave a partial policy
+#   with room for RL to improve, or to damage.
+#
+# ## Exercises
+#
+# 1. **No mask.** Train an SFT policy whose loss counts every position: copy the training
+#    loop of `minirlhf.sft.train_sft`, and replace `mask` by `torch.ones_like(mask)`. Compare
+#    greedy accuracy after the same number of steps with the masked run. Which positions dominate the loss
+#    now, and what floor does the loss approach?
+# 2. **Stop later.** Train a policy for 260 steps with
+#    `sft.train_sft(sft.SFTConfig(steps=260))` (a few seconds; it is not saved). How accurate
+#    is it greedily, and how many of 64 completions sampled at temperature 0.7 for one prompt
+#    are right? What would chapter 5 have left to teach it?
+# 3. **Probability of the truth.** For `23+45=`, compute the probability the policy gives the
+#    completion `68;` from `minirlhf.model.completion_logprobs`, then estimate it by sampling
+#    1,000 completions at temperature 1. Do the two agree? Repeat at temperature 0.7, where
+#    the log-probs need `temperature=0.7`.
+# 4. **Where it fails.** Split the evaluation prompts by whether the ones digits carry
+#    (`a % 10 + b % 10 >= 10`) and by the number of digits of the sum. Which groups does the
+#    partial policy get wrong most, and in which digit are its near-misses off?
+# 5. **Discounting.** RL often discounts future rewards by $\gamma < 1$. With a single reward
+#    at the end of a 2 to 4 token episode, what would $\gamma = 0.9$ change in the returns of
+#    the table above? Would it favour short answers?
+# 6. **Row means.** A popular bug averages the loss per row, then over rows. For a batch of
+#    `1+2=` (answer `3;`) and `99+99=` (answer `198;`), work out by hand the weight each
+#    answer token gets in the pooled mean and in the mean of row means. Which answers does
+#    the bug favour, and would it matter on this task?

@@ -1,0 +1,829 @@
+# %% [markdown]
+# # 5. The two-arm experiment: RLHF on sums
+#
+# Everything is in place: a policy that adds correctly about a third of the time (chapter 3),
+# a reward model that tells garbage from the truth but not a near-miss from it (chapter 4),
+# a verifier that cannot be fooled, the KL leash (chapter 1) and the clipped objective
+# (chapter 2). This chapter puts them together into the loop that InstructGPT made famous
+# {cite}`ouyang2022instructgpt` and runs it twice, from the same starting policy, with the
+# same frozen reference. The two runs, the *arms* of the experiment, differ in one argument:
+# where the reward comes from.
+#
+# | arm | reward | $\beta$ |
+# | --- | --- | --- |
+# | rm | the reward model's score | 0.5, a strong leash |
+# | verifier | the exact checker: 1 if the sum is right, else 0 | 0.08, a light leash that guards the answer format |
+#
+# You will write the loss that drives both runs, repeat the experiment over several seeds, and
+# read from the curves what the optimizer did with each reward. The short version: it
+# maximized the number it was handed.
+#
+# ```{admonition} What you need
+# :class: tip
+# Chapters 1 to 4. The first run of this notebook trains the policy and the reward model if
+# they are not on disk yet (a few seconds each), then the experiment and a sweep over the
+# leash (a minute or two); later runs read them back and take about twenty seconds.
+# ```
+
+# %%
+import base64
+import hashlib
+import inspect
+import json
+from dataclasses import asdict
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from IPython.display import display
+
+from minirlhf import experiment, model, pipeline, ppo, task
+from minirlhf.checking import run_cases
+from minirlhf.exercises import check, get
+from minirlhf.explorer import explore, figure_png, show_figure
+from minirlhf.model import (completion_logprobs, completion_mask, generate,
+                            make_generator, n_params, reward_scores)
+from minirlhf.paths import OUTPUTS, book_mode
+
+torch.set_num_threads(1)  # one thread: runs are bit-identical
+# A colour-blind-safe palette (Okabe and Ito), one colour per arm.
+BLUE, ORANGE, GREEN, PINK, YELLOW = ("#0072B2", "#D55E00", "#009E73",
+                                     "#CC79A7", "#E69F00")
+COLOURS = experiment.COLORS  # the same colour per arm as the experiment's figures
+
+# %% [markdown]
+# ## RLHF is PPO with text as the environment
+#
+# Proximal policy optimization {cite}`schulman2017ppo` was written for agents that act in an
+# environment and collect rewards. RLHF uses it unchanged; only the environment is new.
+#
+# | reinforcement learning | here |
+# | --- | --- |
+# | state $s_t$ | the prompt and the tokens written so far: `23+45=6` |
+# | action $a_t$ | the next token, one of the 13 characters `0123456789+=;` |
+# | policy $\pi_\theta(a_t \mid s_t)$ | the language model's next-token distribution |
+# | transition | append the token: deterministic, no dynamics to learn |
+# | episode | one completion, at most 4 tokens, ending at `;` |
+# | reward | 0 on every token but the last, where the whole text is scored |
+#
+# A *rollout* is the language model writing: sample a completion for each prompt of a batch
+# and keep, for every token, its log-probability under the policy that sampled it. The cell
+# below does one small rollout from the partial-SFT policy at the temperature the experiment
+# samples at, and scores each completion both ways. Each completion is 4 tokens long; the
+# mask marks the tokens up to and including the first `;`, the only ones that count, as in
+# the SFT loss of chapter 3.
+
+# %%
+models = pipeline.load_all()
+policy, rm = models["policy"], models["rm"]
+reference = policy  # ppo_train trains a copy: this network stays the frozen reference
+cfg = ppo.PPOConfig()
+
+g = make_generator(0)
+pairs = task.sample_pairs(8, g, task.train_pairs())  # (8, 2): training prompts
+prompts = task.encode_prompts(pairs)  # (8, 6)
+completions = generate(policy, prompts, cfg.temperature, generator=g)  # (8, 4)
+mask = completion_mask(completions)  # (8, 4)
+with torch.no_grad():
+    logp = completion_logprobs(policy, prompts, completions, cfg.temperature)  # (8, 4)
+rm_score = ppo.rm_reward(rm)(pairs, prompts, completions)  # (8,)
+verified = ppo.verifier_reward(pairs, prompts, completions)  # (8,)
+kinds = task.batch_kinds(pairs, completions)
+
+print("prompt   tokens  mask  log-prob of each kept token     RM    verifier  kind")
+for i in range(len(pairs)):
+    a, b = pairs[i].tolist()
+    tokens = "".join(task.VOCAB[t] for t in completions[i].tolist())
+    kept = int(mask[i].sum())
+    lp = " ".join(f"{v:+.2f}" for v in logp[i, :kept].tolist())
+    print(f"{task.format_prompt(a, b):<8} {tokens:<7} {''.join(str(int(m)) for m in mask[i].tolist())}  "
+          f"{lp:<30} {rm_score[i]:+.2f}  {verified[i]:>5.0f}     {kinds[i]}")
+
+# %% [markdown]
+# The RM's scores of right answers and of near-misses sit close together, as chapter 4 found,
+# while the verifier separates them exactly. Neither reward says anything about the tokens
+# one by one: the reward arrives once, at the end of the episode, and the algorithm has to
+# share it out.
+#
+# ## The recipe
+#
+# One call, `ppo.ppo_train(policy, reference, reward_fn, beta, config)`, runs either arm.
+# Each of its iterations does what every RLHF trainer does, at toy scale:
+#
+# 1. **Rollout.** Sample one completion for each of 64 training prompts at temperature 0.7
+#    and keep each token's log-prob under the sampling policy, `old_logp`, and under the
+#    frozen reference, `ref_logp`.
+# 2. **Score.** One reward per completion, at its end: the RM's score or the verifier's 1 or 0.
+# 3. **Advantages.** The baseline is the mean reward of the batch, and the advantage is
+#    standardized and clipped, $\hat A = \mathrm{clip}\big((r - \bar r)/(\sigma_r + 10^{-4}), -3, 3\big)$,
+#    one number per completion, shared by all of its tokens.
+# 4. **The leash.** Per token, $\mathrm{kl}_t = \mathrm{clamp}(\texttt{old\_logp}_t - \texttt{ref\_logp}_t, -10, 10)$,
+#    computed once from the policy that sampled, and subtracted from the advantage:
+#    $A_t = \hat A - \beta\, \mathrm{kl}_t$.
+# 5. **Update.** Two gradient steps on the clipped surrogate of chapter 2, averaged over the
+#    completion tokens only (the mask), then throw the batch away and sample a new one.
+# 6. **Evaluate.** Greedy answers to the 400 fixed evaluation prompts: the true accuracy (the
+#    verifier), the RM's mean score of those answers (the proxy the rm arm optimizes), and the
+#    per-token KL from the policy to the reference.
+#
+# Every setting lives in one dataclass, shown here from the package's source rather than
+# retyped; its defaults are the recipe. The arms pass their own $\beta$ next to it.
+
+# %%
+print(inspect.getsource(ppo.PPOConfig))
+
+# %% [markdown]
+# ```{admonition} Where the KL goes, and why it is counted once
+# :class: important
+# The KL enters through the **reward side**: step 4 subtracts $\beta\,\mathrm{kl}_t$ from the
+# advantage of every token, as InstructGPT adds $-\beta\,\mathrm{kl}_t$ to the per-token reward
+# {cite}`ouyang2022instructgpt`, and the loss has **no separate KL term**. Because
+# $\mathrm{kl}_t$ is computed from `old_logp`, the policy that sampled, it is a constant during
+# the two updates: the gradient reaches it only through the ratio, like any other part of the
+# advantage. Adding a KL term to the loss as well, as GRPO does with k3 for its own leash
+# {cite}`shao2024deepseekmath`, would charge every token twice (chapter 2 showed the numbers).
+#
+# One detail of this recipe: the leash is subtracted *after* the reward is standardized. So
+# $\beta$ is measured in units of a standardized advantage whatever the reward's scale, RM
+# units or 0-or-1, and the two arms' $\beta$ can be compared directly.
+# ```
+#
+# Standardizing is what lets one recipe serve both rewards. The RM scores in its own units,
+# spread over several of them; the verifier pays 0 or 1. After subtracting the batch mean and
+# dividing by the batch's standard deviation, both give advantages of mean 0 and spread 1.
+# The $10^{-4}$ added to the standard deviation turns a batch of equal rewards into
+# advantages of 0 instead of 0/0, and the clip at $\pm 3$ guards against a batch in which one
+# completion sits far from all the others: with 0-or-1 rewards and a fraction $p$ of right
+# answers, a right answer's advantage is $(1 - p)/\sqrt{p(1 - p)}$, above 3 once $p$ falls
+# below one in ten. The first batch of each arm:
+
+# %%
+g = make_generator(1)
+batch_pairs = task.sample_pairs(cfg.batch_size, g, task.train_pairs())  # (64, 2)
+batch_prompts = task.encode_prompts(batch_pairs)  # (64, 6)
+batch = generate(policy, batch_prompts, cfg.temperature, generator=g)  # (64, 4)
+print("reward      mean    std     min     max   advantages: min    max   clipped")
+for name, reward_fn in (("rm", ppo.rm_reward(rm)), ("verifier", ppo.verifier_reward)):
+    r = reward_fn(batch_pairs, batch_prompts, batch).float()  # (64,)
+    adv = ppo.normalized_advantages(r, cfg.adv_clip, cfg.adv_eps)  # (64,)
+    print(f"{name:<9} {r.mean():+.3f}  {r.std(unbiased=False):.3f}  {r.min():+.3f}  {r.max():+.3f}"
+          f"   {adv.min():+.2f}  {adv.max():+.2f}   {int((adv.abs() == cfg.adv_clip).sum()):>3} of 64")
+
+# %% [markdown]
+# ## Exercise 5.1: `ppo_token_loss`
+#
+# Write the loss that the two gradient steps of each iteration minimise. It is chapter 2's
+# objective grown up: tensors instead of lists, a batch of completions with a mask instead
+# of a flat list of tokens, one advantage per completion instead of one reward per token,
+# and the log-ratio to the reference clamped.
+#
+# $$
+# \mathrm{ratio}_{b,t} = e^{\texttt{new\_logp}_{b,t} - \texttt{old\_logp}_{b,t}}, \qquad
+# \mathrm{kl}_{b,t} = \mathrm{clamp}(\texttt{old\_logp}_{b,t} - \texttt{ref\_logp}_{b,t},\, -c,\, c),
+# $$
+#
+# $$
+# A_{b,t} = \hat A_b - \beta\, \mathrm{kl}_{b,t}, \qquad
+# \mathcal{L} = -\frac{\sum_{b,t} m_{b,t}\, \min\!\big(\mathrm{ratio}_{b,t} A_{b,t},\;
+# \mathrm{clip}(\mathrm{ratio}_{b,t}, 1-\epsilon, 1+\epsilon)\, A_{b,t}\big)}{\sum_{b,t} m_{b,t}}.
+# $$
+#
+# **Contract.** `ppo_token_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon=0.2,
+# beta=0.1, kl_clamp=10.0)`:
+#
+# - `new_logp`, `old_logp`, `ref_logp` and `mask` are float tensors of shape (B, T): the
+#   log-probs of the sampled tokens under the policy being trained (with gradient), under the
+#   policy that sampled them and under the reference, and 1 for a completion token, 0 for
+#   what follows the first `;`. `advantages` has shape (B,): $\hat A_b$, one per completion.
+# - The KL uses `old_logp`, not `new_logp`: the leash is part of the reward, fixed when the
+#   batch was sampled. Clamp the log-ratio to $[-c, c]$ with $c$ = `kl_clamp`.
+# - Return the loss to *minimise*, a 0-d torch tensor that can be backpropagated (no
+#   `.item()`): minus the mean of the clipped surrogate over the tokens whose mask is 1.
+#   Tokens with mask 0 must not count, in the sum or in the count.
+# - Do not change the inputs in place.
+#
+# **Examples.** With new = old = ref (ratio 1, KL 0), the loss is minus the mean advantage
+# over the kept tokens. One token with old = −1, ref = −3, advantage 0.5 and $\beta$ = 0.5:
+# $\mathrm{kl} = 2$, so $A = 0.5 - 0.5 \cdot 2 = -0.5$ and the loss is 0.5: the leash outweighs a
+# positive advantage.
+#
+# **How it is judged.** Ten cases worked by hand, listed in the check's report: the on-policy
+# case, a padding token with a wild ratio that must not count, the ratio clipped above with
+# $A > 0$ and below with $A < 0$, the leash turning an advantage negative, the leash computed
+# from `old_logp`, a runaway log-ratio of 29.5 clamped to 10, `kl_clamp` as an argument,
+# $\beta = 0$ with rows of different lengths, and an advantage broadcast over its row. The
+# result must be a 0-d tensor within $10^{-4}$ of the value worked by hand.
+
+# %% tags=["solution"]
+def ppo_token_loss(new_logp, old_logp, ref_logp, advantages, mask,
+                   epsilon=0.2, beta=0.1, kl_clamp=10.0):
+    """Return the PPO-RLHF loss to minimise, a 0-d tensor: minus the
+    mean over masked tokens of the clipped surrogate of A - beta * kl."""
+    # BEGIN SOLUTION
+    ratio = torch.exp(new_logp - old_logp)  # (B, T)
+    kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)  # (B, T), fixed
+    A = advantages[:, None] - beta * kl  # (B, T): the leash, per token
+    clipped = ratio.clamp(1 - epsilon, 1 + epsilon)  # (B, T)
+    surrogate = torch.minimum(ratio * A, clipped * A)  # (B, T)
+    return -(surrogate * mask).sum() / mask.sum()
+    # END SOLUTION
+
+# %% [hints] ppo_token_loss
+
+# %%
+check("ppo_token_loss", ppo_token_loss);
+
+# %% [markdown]
+# ## Your loss drives the run
+#
+# `ppo_train` takes the loss as an argument, `loss_fn`, with exactly the signature of the
+# exercise. The next cell hands it yours if it passes every check; otherwise the package's
+# reference, `minirlhf.ppo.ppo_token_loss`, and it says which.
+
+# %%
+verdict = run_cases(ppo_token_loss, get("ppo_token_loss"))
+if verdict.passed:
+    loss_fn = ppo_token_loss
+    print("Your ppo_token_loss passes every check: it drives the runs below.")
+else:
+    loss_fn = ppo.ppo_token_loss
+    why = ("is not written yet" if verdict.not_implemented
+           else f"passes {verdict.n_passed} of {len(verdict.results)} checks")
+    print(f"Your ppo_token_loss {why}, so the runs below use the package's "
+          "reference loss, minirlhf.ppo.ppo_token_loss.\nWrite it, run its "
+          "check, then run the notebook from here again: your loss will "
+          "drive the runs.")
+
+# %% [markdown]
+# Now the two arms, seed 0, 25 iterations each, with that loss. Nothing else differs between
+# them but the reward function and $\beta$; `rm` is passed to both only so that the RM's
+# score of the greedy answers can be logged.
+
+# %%
+ARMS = {"rm": (ppo.rm_reward(rm), 0.5), "verifier": (ppo.verifier_reward, 0.08)}
+runs = {}
+for arm, (reward_fn, beta) in ARMS.items():
+    _, runs[arm] = ppo.ppo_train(policy, reference, reward_fn, beta,
+                                 ppo.PPOConfig(seed=0), rm=rm,
+                                 loss_fn=loss_fn)
+print("arm        true accuracy     RM score of greedy   KL per token")
+for arm, log in runs.items():
+    print(f"{arm:<9} {log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f}"
+          f"    {log['rm_score'][0]:+.2f} -> {log['rm_score'][-1]:+.2f}"
+          f"      {log['kl'][-1]:.3f}")
+
+# %% [markdown]
+# A single run of each arm is an anecdote: sampling noise alone could open or close a gap of
+# a few points. The experiment repeats both arms over several seeds (each seed draws other
+# training prompts and other samples; the starting policy and the reference are the same).
+#
+# ## Two arms, five seeds
+#
+# `minirlhf.experiment` runs both arms for seeds 0 to 4 from the same starting policy;
+# `python -m minirlhf.experiment` does the same from a terminal. The next cell reads the
+# results from `outputs/results.json` when they were made by the package's current code
+# with these settings and from the same starting policy, and otherwise runs the experiment
+# now (about a minute) and writes them there, with the three figures.
+#
+# The experiment uses the reference loss, and its seed 0 is the pair of runs above. The last
+# line of the cell says whether the two agree to the last digit. They do when your loss
+# computes what the reference computes, operation for operation. A loss that is right but
+# rounds differently (the ratio as `new_logp.exp() / old_logp.exp()`, say) gives curves that
+# differ in their last digits: every sample depends on all the updates before it, so a
+# difference, once made, is carried along.
+
+# %% tags=["hide-input"]
+def same_curves(a, b, upto=None):
+    """Return True when two run logs hold the same eval curves (the first
+    `upto` points, or all), to the last digit."""
+    return all(list(a[k])[:upto] == list(b[k])[:upto]
+               for k in ("accuracy", "rm_score", "kl"))
+
+
+# The code that makes the runs: stored results made by other code are stale.
+CODE = hashlib.sha256("".join(inspect.getsource(m) for m in (
+    task, model, ppo, experiment)).encode()).hexdigest()[:16]
+
+
+def load_or_run(path, settings, starts, run):
+    """Return the results stored at `path` if they were made by this code
+    with `settings`, from the same starting point as the runs in `starts`
+    ({(arm, key): log}); otherwise call run(), which writes them there."""
+    settings = json.loads(json.dumps({**settings, "code": CODE}))
+    try:
+        stored = json.loads(path.read_text())
+        if stored["settings"] == settings and all(
+                same_curves(stored["arms"][arm][key], log, upto=1)
+                for (arm, key), log in starts.items()):
+            return stored
+    except (OSError, ValueError, KeyError):
+        pass
+    stored = run()
+    stored["settings"] = settings
+    path.write_text(json.dumps(stored))
+    return json.loads(path.read_text())  # exactly what a later load returns
+
+# %%
+SEEDS = [0, 1, 2, 3, 4]
+BETA = {arm: beta for arm, (_, beta) in ARMS.items()}
+
+
+def run_experiment():
+    """Return the results of both arms for every seed, after writing them
+    and the three figures to outputs/ as `python -m minirlhf.experiment`."""
+    done = experiment.run_experiment(SEEDS, cfg.iterations, BETA["rm"],
+                                     BETA["verifier"], cfg, verbose=False)
+    experiment.write_outputs(done, OUTPUTS)
+    return done
+
+
+results = load_or_run(
+    OUTPUTS / "results.json",
+    {"seeds": SEEDS, "iterations": cfg.iterations, "beta": BETA,
+     "ppo": asdict(cfg)},
+    {(arm, "0"): runs[arm] for arm in ARMS}, run_experiment)
+logs = {arm: [results["arms"][arm][str(s)] for s in SEEDS] for arm in ARMS}
+curves = {arm: {key: np.array([log[key] for log in logs[arm]])  # (5, 26)
+                for key in ("accuracy", "rm_score", "kl")} for arm in ARMS}
+print("Seed 0 of the experiment and the runs above agree to the last digit:",
+      all(same_curves(logs[arm][0], runs[arm]) for arm in ARMS))
+
+# %% [markdown]
+# Before the figures, three yardsticks for the RM's scale, which means nothing by itself
+# (chapter 4): its mean score of the 400 evaluation prompts answered all correctly, all with
+# a near-miss, and all with garbage.
+
+# %%
+eval_pairs = task.eval_pairs()  # (400, 2)
+eval_prompts = task.encode_prompts(eval_pairs)  # (400, 6)
+g = make_generator(0)
+sheets = {
+    "every answer correct": task.correct_completions(eval_pairs),
+    "every answer a near-miss": task.wrong_answers(eval_pairs, "near_miss", g),
+    "every answer garbage": task.wrong_answers(eval_pairs, "random", g),
+}
+with torch.no_grad():
+    yardstick = {name: reward_scores(rm, eval_prompts, c).mean().item()
+                 for name, c in sheets.items()}  # (400, 4) answers each
+for name, score in yardstick.items():
+    print(f"mean RM score, {name:<26} {score:+.2f}")
+
+# %% [markdown]
+# The three figures: for each arm the mean over the five seeds, with a band that spans the
+# 95% interval of that mean; on the first, the book's reference run (one seed) as open
+# markers at its start and end, and on the second the first two yardsticks.
+
+# %% tags=["hide-input"]
+FIGURES = {
+    "accuracy": ("true accuracy (greedy, 400 eval prompts)",
+                 "What the verifier says"),
+    "rm_score": ("RM score of the greedy answers\n(reward-model units)",
+                 "What the reward model says"),
+    "kl": ("KL to the reference\n(nats per token)", "How far each arm moved"),
+}
+
+
+def draw_metric(key):
+    """Return a figure of `key` per iteration: both arms, mean over seeds
+    with its 95% interval as a band."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.4), constrained_layout=True)
+    experiment.plot_curves(results, key, FIGURES[key][0], FIGURES[key][1],
+                           ax=ax)
+    if key == "accuracy":
+        for arm in ARMS:
+            ref = experiment.REFERENCE[arm]
+            ax.plot([0, cfg.iterations], [ref["start"], ref["end"]], ls="none",
+                    marker="o", mfc="white", mec=experiment.COLORS[arm], ms=8,
+                    mew=1.6, label=f"reference run, {arm} arm")
+        ax.legend(frameon=False, fontsize=8, ncol=2)
+        return fig
+    if key == "rm_score":
+        for (name, score), ls in zip(list(yardstick.items())[:2], ("--", ":")):
+            ax.axhline(score, color="black", lw=1, ls=ls)
+            ax.text(0.2, score, name, ha="left", va="bottom",
+                    fontsize=8)
+    ax.legend(frameon=False, fontsize=8, loc="lower right" if key == "kl"
+              else "lower left")
+    return fig
+
+
+def end_text(arm, key, digits=3):
+    """Return 'start -> end' of the seed means of one arm and metric."""
+    c = curves[arm][key].mean(0)
+    return f"{c[0]:.{digits}f} at the start to {c[-1]:.{digits}f} after {cfg.iterations} iterations"
+
+
+show_figure(
+    draw_metric("accuracy"),
+    alt=f"True accuracy per PPO iteration, mean over {len(SEEDS)} seeds. "
+        f"Verifier arm: from {end_text('verifier', 'accuracy')}. RM arm: from "
+        f"{end_text('rm', 'accuracy')}.",
+    caption="True accuracy of the greedy answers on the 400 evaluation "
+            f"prompts, mean over {len(SEEDS)} seeds (band: 95% interval of the "
+            "mean). Open markers: the book's reference run.",
+)
+show_figure(
+    draw_metric("rm_score"),
+    alt=f"Mean RM score of the greedy answers per iteration. Verifier arm: "
+        f"from {end_text('verifier', 'rm_score', 2)}. RM arm: from "
+        f"{end_text('rm', 'rm_score', 2)}. For comparison, every answer correct "
+        f"scores {yardstick['every answer correct']:.2f} and every answer a "
+        f"near-miss {yardstick['every answer a near-miss']:.2f}.",
+    caption="The reward model's mean score of the same greedy answers: the "
+            "proxy the RM arm is trained on.",
+)
+show_figure(
+    draw_metric("kl"),
+    alt=f"Per-token KL from the policy to the reference per iteration. "
+        f"Verifier arm: from {end_text('verifier', 'kl')}. RM arm: from "
+        f"{end_text('rm', 'kl')}.",
+    caption="Exact KL(policy || reference) per completion token of the greedy "
+            "answers, at the sampling temperature.",
+)
+
+# %% [markdown]
+# The table puts numbers on the figures, beside the book's reference run. Ours are means
+# over five seeds with a 95% interval (Student's $t$ with 4 degrees of freedom); the
+# reference is a single run, from a policy whose start differed a little from ours.
+
+# %%
+summary = experiment.summarize(results)
+
+
+def pm(mean, half, digits=3, sign=""):
+    """Return 'mean ± half' as text (sign="+" always prints the sign)."""
+    return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
+
+
+W = 34  # width of the row labels
+print(f"{'':<{W}}{'start':>7}{'end, ours':>17}     reference run")
+for arm in ARMS:
+    s, ref = summary[arm], experiment.REFERENCE[arm]
+    print(f"{arm + ' arm, true accuracy':<{W}}{s['start']:>7.3f}"
+          f"{pm(s['end'], s['end_ci']):>17}     {ref['start']:.3f} -> {ref['end']:.3f}")
+for arm in ARMS:
+    s, ref = summary[arm], experiment.REFERENCE[arm]
+    print(f"{arm + ' arm, RM score of greedy':<{W}}{s['rm_score_start']:>+7.2f}"
+          f"{pm(s['rm_score_end'], s['rm_score_end_ci'], 2, '+'):>17}     "
+          f"about {ref['rm_score']:+.1f}")
+for arm in ARMS:
+    s, ref = summary[arm], experiment.REFERENCE[arm]
+    print(f"{arm + ' arm, KL per token':<{W}}{0:>7.3f}"
+          f"{pm(s['kl_end'], s['kl_end_ci']):>17}     {ref['kl']}")
+
+# %% [markdown]
+# **Is the gap real?** Each seed gives one pair of runs that share their prompts' seed, so
+# the fair comparison is the difference within each seed, with an interval over seeds. The
+# same for the gain of each arm over its own start, and for the RM's verdict on the two
+# arms at the end.
+
+# %%
+acc_end = {arm: curves[arm]["accuracy"][:, -1] for arm in ARMS}  # (5,) each
+rm_end = {arm: curves[arm]["rm_score"][:, -1] for arm in ARMS}
+tests = {
+    "verifier arm, gain over its start":
+        curves["verifier"]["accuracy"][:, -1] - curves["verifier"]["accuracy"][:, 0],
+    "rm arm, gain over its start":
+        curves["rm"]["accuracy"][:, -1] - curves["rm"]["accuracy"][:, 0],
+    "end accuracy, verifier - rm": acc_end["verifier"] - acc_end["rm"],
+    "end RM score, verifier - rm": rm_end["verifier"] - rm_end["rm"],
+}
+print(f"{'difference':<36}{'mean':>8}   95% interval     0 inside?")
+gap = {}
+for name, d in tests.items():
+    mean, half = experiment.mean_ci95(d)
+    gap[name] = (mean, half)
+    print(f"{name:<36}{mean:>+8.3f}   [{mean - half:+.3f}, {mean + half:+.3f}]"
+          f"   {'yes' if abs(mean) <= half else 'no'}")
+
+# %% [markdown]
+# What the experiment was designed to show, checked against the numbers above (a claim that
+# does not hold is printed as such, not hidden):
+
+# %%
+start = summary["rm"]["start"]
+claims = [
+    ("the verifier arm gains at least 0.15",
+     summary["verifier"]["gain"], summary["verifier"]["gain"] >= 0.15),
+    ("the rm arm ends no higher than its start + 0.02",
+     summary["rm"]["gain"], summary["rm"]["gain"] <= 0.02),
+    ("the verifier arm ends above the rm arm (interval excludes 0)",
+     gap["end accuracy, verifier - rm"][0],
+     gap["end accuracy, verifier - rm"][0] > gap["end accuracy, verifier - rm"][1]),
+    ("the RM scores both arms alike: |gap| < 1/10 of correct minus garbage",
+     gap["end RM score, verifier - rm"][0],
+     abs(gap["end RM score, verifier - rm"][0]) < 0.1 * (
+         yardstick["every answer correct"] - yardstick["every answer garbage"])),
+    ("the rm arm's KL stays below the verifier arm's",
+     summary["rm"]["kl_end"] - summary["verifier"]["kl_end"],
+     summary["rm"]["kl_end"] < summary["verifier"]["kl_end"]),
+]
+for text, value, holds in claims:
+    print(f"{'holds' if holds else 'DOES NOT HOLD':<14} {text:<66} {value:+.3f}")
+
+# %% [markdown]
+# ## Watching a run: the training statistics
+#
+# The eval curves above need a verifier, which real RLHF does not have. What a real run has
+# is what the trainer logs about its own batches. `ppo_train` logs them under the names TRL's
+# PPO trainer uses, so that the plots below read like a real run's dashboard. Here are both
+# arms of the seed-0 run your loss drove.
+#
+# | name | what it is | what to watch for |
+# | --- | --- | --- |
+# | `objective/scores` | mean reward of the batch, before normalizing | It should rise. If it rises while an independent measure of quality does not, the policy is exploiting the reward. |
+# | `objective/kl` | mean per-token log-ratio to the reference on the sampled tokens (k1) | A steady climb is the policy spending its leash; a jump means one update moved it far. TRL logs the sum over a completion's tokens; ours is per token. |
+# | `objective/entropy` | mean per-token entropy of the sampling distribution, in nats | A fall toward 0 means the policy has stopped exploring: every sample of a prompt is the same, and the advantages vanish. |
+# | `policy/clipfrac_avg` | fraction of completion tokens whose ratio left $[1-\epsilon, 1+\epsilon]$ | Near 0, the updates barely move the policy; above about 0.2, they are too large for the clip to keep them proximal. |
+# | `policy/approxkl_avg` | $\mathrm{mean}\big((r - 1) - \log r\big)$, the k3 estimate of the KL from the sampling policy to the updated one | How far one batch moved the policy; spikes come before instabilities. It is not `objective/kl`. |
+# | `val/completion_length` | mean number of completion tokens, up to and including the first `;` | A drift in length is a classic sign of reward hacking; here it also tells whether the answers kept their format. TRL's PPO logs the count of finished answers (`val/num_eos_tokens`), its GRPO `completions/mean_length`. |
+# | `loss/policy_avg` | the PPO loss, averaged over the updates | Not a progress measure: the advantages are re-centred in every batch. Watch it only for NaN or spikes. |
+
+# %% tags=["hide-input"]
+STATS = [("objective/scores", "RM units, or fraction right"),
+         ("objective/kl", "nats per token"), ("objective/entropy", "nats per token"),
+         ("policy/clipfrac_avg", "fraction of tokens"),
+         ("policy/approxkl_avg", "nats per token"),
+         ("val/completion_length", "tokens"), ("loss/policy_avg", "loss")]
+fig, axes = plt.subplots(2, 4, figsize=(10, 4.8), constrained_layout=True)
+it = np.arange(1, cfg.iterations + 1)
+for ax, (key, unit) in zip(axes.flat, STATS):
+    for arm in ARMS:
+        ax.plot(it, runs[arm][key], color=COLOURS[arm], lw=1.6, label=f"{arm} arm")
+    ax.set_title(key, fontsize=9.5)
+    ax.set_ylabel(unit, fontsize=8.5)
+    ax.tick_params(labelsize=8)
+for ax in axes[1]:
+    ax.set_xlabel("PPO iteration")
+axes.flat[-1].axis("off")
+axes.flat[-1].legend(*axes.flat[0].get_legend_handles_labels(), frameon=False,
+                     loc="center")
+show_figure(
+    fig,
+    alt="Seven panels of training statistics per iteration for the seed-0 run "
+        "of both arms: objective/scores, objective/kl, objective/entropy, "
+        "policy/clipfrac_avg, policy/approxkl_avg, val/completion_length and "
+        "loss/policy_avg.",
+    caption="The training statistics of one run of each arm (seed 0), under "
+            "TRL's names. objective/scores is in the reward's own units: RM "
+            "units for the rm arm, the fraction of correct samples for the "
+            "verifier arm.",
+)
+print(f"{'':<24}{'rm arm':>16}{'verifier arm':>18}   (first -> last iteration)")
+for key, _ in STATS:
+    print(f"{key:<24}" + "".join(
+        f"{runs[arm][key][0]:>8.3f} -> {runs[arm][key][-1]:<7.3f}" for arm in ARMS))
+
+# %% [markdown]
+# ## How hard to pull: a $\beta$ slider
+#
+# Each arm ran at one $\beta$. What does the leash do at other strengths? The next cell runs
+# both arms, seed 0, at seven values of $\beta$ from 0 (no leash) to 1, with the full 25
+# iterations; the runs at 0.08 and 0.5 are the ones above and are not run again. Like the
+# experiment, the sweep is stored in `outputs/beta_sweep.json` and read back when it is
+# still valid; a first run takes about a minute.
+
+# %%
+BETAS = [0.0, 0.02, 0.05, 0.08, 0.2, 0.5, 1.0]
+
+
+def run_sweep():
+    """Return both arms' runs at every beta (seed 0), reusing the two runs
+    made above."""
+    out = {arm: {} for arm in ARMS}
+    for arm, (reward_fn, arm_beta) in ARMS.items():
+        for beta in BETAS:
+            if beta == arm_beta:
+                log = runs[arm]
+            else:
+                _, log = ppo.ppo_train(policy, reference, reward_fn, beta,
+                                       ppo.PPOConfig(seed=0), rm=rm)
+            out[arm][str(beta)] = {k: log[k] for k in ("accuracy", "rm_score", "kl")}
+    return {"arms": out}
+
+
+sweep = load_or_run(
+    OUTPUTS / "beta_sweep.json", {"betas": BETAS, "seed": 0, "ppo": asdict(cfg)},
+    {(arm, str(beta)): runs[arm] for arm, (_, beta) in ARMS.items()},
+    run_sweep)["arms"]
+print("beta    rm arm: accuracy   KL per token     verifier arm: accuracy   KL per token")
+for beta in BETAS:
+    rm_log, ver_log = sweep["rm"][str(beta)], sweep["verifier"][str(beta)]
+    print(f"{beta:<5}  {rm_log['accuracy'][0]:.3f} -> {rm_log['accuracy'][-1]:.3f}"
+          f"   {rm_log['kl'][-1]:>10.3f}      "
+          f"{ver_log['accuracy'][0]:.3f} -> {ver_log['accuracy'][-1]:.3f}"
+          f"          {ver_log['kl'][-1]:>10.3f}")
+
+# %% [markdown]
+# The slider shows the curves behind each row. In JupyterLab it does more: pick an arm and a
+# $\beta$ (values between the seven above too), release the slider, and that arm is trained
+# from scratch at that $\beta$, in a few seconds, with a progress bar; runs already made are
+# kept, so going back is instant. In the book, the seven precomputed settings stand in.
+
+# %% tags=["hide-input"]
+LIVE_BETAS = [0.0, 0.01, 0.02, 0.05, 0.08, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0]
+ACC_LIM = (min(min(log["accuracy"]) for arm in ARMS for log in sweep[arm].values()) - 0.03,
+           max(max(log["accuracy"]) for arm in ARMS for log in sweep[arm].values()) + 0.03)
+KL_TOP = 1.15 * max(max(log["kl"]) for arm in ARMS for log in sweep[arm].values())
+
+
+def draw_leash(beta, found):
+    """Return a figure of accuracy and KL per iteration for the runs in
+    `found` ({arm: log}), all at this beta."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.3),
+                                      constrained_layout=True)
+    start = runs["rm"]["accuracy"][0]
+    for arm, log in found.items():
+        x = np.arange(len(log["accuracy"]))
+        left.plot(x, log["accuracy"], color=COLOURS[arm], lw=1.8,
+                  label=f"{arm} arm")
+        right.plot(x, log["kl"], color=COLOURS[arm], lw=1.8, label=f"{arm} arm")
+    left.axhline(start, color="grey", ls=":", lw=1)
+    left.text(0.5, start, " start", va="bottom", fontsize=8, color="grey")
+    left.set_ylim(*ACC_LIM)
+    left.set_ylabel("true accuracy (greedy)")
+    right.set_ylim(0, max(KL_TOP, *(1.15 * max(log["kl"]) for log in found.values())))
+    right.set_ylabel("KL to the reference (nats per token)")
+    for ax in (left, right):
+        ax.set_xlabel("PPO iteration")
+        ax.legend(frameon=False, fontsize=8, loc="upper left")
+    left.set_title(f"β = {beta:g}: accuracy")
+    right.set_title(f"β = {beta:g}: distance from the reference")
+    return fig
+
+
+def leash_alt(beta, found):
+    """Return the alt text of one frame."""
+    return f"At beta = {beta:g}: " + "; ".join(
+        f"{arm} arm accuracy {log['accuracy'][0]:.3f} to {log['accuracy'][-1]:.3f}, "
+        f"KL {log['kl'][-1]:.3f} per token" for arm, log in found.items()) + "."
+
+
+class LiveLeash:
+    """JupyterLab only: arm buttons, a beta slider and a training status;
+    releasing the slider (or picking an arm) trains that arm at that beta."""
+
+    def __init__(self):
+        import ipywidgets as widgets
+        self.done = {(arm, float(b)): log for arm in ARMS
+                     for b, log in sweep[arm].items()}
+        self.arm = widgets.ToggleButtons(options=list(ARMS), value="rm",
+                                         description="arm")
+        self.beta = widgets.SelectionSlider(
+            options=LIVE_BETAS, value=0.5, description="β",
+            continuous_update=False, layout=widgets.Layout(width="28em"))
+        self.status = widgets.Label()
+        self.out = widgets.Output()
+        self.widget = widgets.VBox([self.arm, self.beta, self.status, self.out])
+        self.arm.observe(self.update, names="value")
+        self.beta.observe(self.update, names="value")
+        self.update()
+
+    def update(self, change=None):
+        arm, beta = self.arm.value, float(self.beta.value)
+        if (arm, beta) not in self.done:
+            self.status.value = f"training the {arm} arm at β = {beta:g} ..."
+            with self.out:  # the engine's progress bar shows up here
+                _, self.done[arm, beta] = ppo.ppo_train(
+                    policy, reference, ARMS[arm][0], beta,
+                    ppo.PPOConfig(seed=0), rm=rm, progress=True)
+        found = {a: self.done[a, beta] for a in ARMS if (a, beta) in self.done}
+        self.status.value = f"β = {beta:g}: " + ", ".join(
+            f"{a} arm {'trained' if a == arm else 'from earlier'}" for a in found)
+        png = base64.b64encode(figure_png(draw_leash(beta, found))).decode()
+        self.out.outputs = ({"output_type": "display_data", "metadata": {},
+                             "data": {"image/png": png,
+                                      "text/plain": leash_alt(beta, found)}},)
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = (f"Live β slider over {len(LIVE_BETAS)} values "
+                                f"from {LIVE_BETAS[0]:g} to {LIVE_BETAS[-1]:g}, "
+                                "both arms.")
+        return bundle
+
+
+if book_mode():
+    explore(lambda beta: draw_leash(beta, {a: sweep[a][str(beta)] for a in ARMS}),
+            {"beta": BETAS}, default={"beta": 0.5}, labels={"beta": "β"},
+            alt=lambda beta: leash_alt(beta, {a: sweep[a][str(beta)] for a in ARMS}))
+else:
+    display(LiveLeash())
+
+
+# %% [markdown]
+# ## What the experiment says
+#
+# Five lessons, each with the number from this notebook that carries it:
+
+# %%
+ver, rma = summary["verifier"], summary["rm"]
+lengths = [np.mean(runs[arm]["val/completion_length"]) for arm in ARMS]
+gain = {arm: {b: log["accuracy"][-1] - log["accuracy"][0]
+              for b, log in sweep[arm].items()} for arm in ARMS}
+kl_end = {arm: {b: log["kl"][-1] for b, log in sweep[arm].items()} for arm in ARMS}
+n_net = n_params(policy)
+print(f"1. One iteration: {cfg.batch_size} episodes of {np.mean(lengths):.2f} tokens "
+      f"on average, {cfg.batch_size * np.mean(lengths):.0f} actions, reward on the "
+      "last one.")
+print(f"2. A value head of the policy's size: {n_net:,} more parameters, a fourth "
+      "network; the batch mean needs none.")
+print(f"3. rm arm: RM score {rma['rm_score_start']:+.2f} -> "
+      f"{pm(rma['rm_score_end'], rma['rm_score_end_ci'], 2, '+')}, true accuracy "
+      f"gain {pm(rma['gain'], rma['gain_ci'], 3, '+')}.")
+print(f"   verifier arm: true accuracy gain {pm(ver['gain'], ver['gain_ci'], 3, '+')}.")
+print(f"4. At the end the verifier arm is {gap['end accuracy, verifier - rm'][0]:+.3f} "
+      f"more accurate; the RM scores it {gap['end RM score, verifier - rm'][0]:+.2f} "
+      f"against the rm arm.\n   The rm arm's answers, {rma['end']:.0%} correct, score "
+      f"{rma['rm_score_end']:+.2f}; every answer correct would score "
+      f"{yardstick['every answer correct']:+.2f},\n   every answer a near-miss "
+      f"{yardstick['every answer a near-miss']:+.2f}, every answer garbage "
+      f"{yardstick['every answer garbage']:+.2f}.")
+print(f"5. rm arm over beta 0 to 1: accuracy gain {min(gain['rm'].values()):+.3f} to "
+      f"{max(gain['rm'].values()):+.3f}, final KL {min(kl_end['rm'].values()):.3f} "
+      f"to {max(kl_end['rm'].values()):.3f};")
+print(f"   verifier arm: accuracy gain {min(gain['verifier'].values()):+.3f} to "
+      f"{max(gain['verifier'].values()):+.3f}.")
+
+# %% [markdown]
+# 1. **RLHF is PPO with text as the environment.** Nothing in the loop is specific to
+#    language except the environment: an episode is a completion, an action a token, and
+#    the only reward arrives at the end (line 1). The rollout, the advantage, the clipped
+#    ratio and the leash are the PPO of any other task {cite}`schulman2017ppo`; what RLHF adds
+#    is where the reward comes from and the KL to a frozen reference
+#    {cite}`ziegler2019finetuning`.
+# 2. **The value head is PPO's heaviest part, and a batch baseline works here only because
+#    completions are short.** Full PPO learns a critic $V(s_t)$, in InstructGPT a network as
+#    large as the reward model, trained alongside the policy, with GAE to turn its
+#    predictions into per-token advantages {cite}`ouyang2022instructgpt,schulman2016gae`
+#    (line 2). With a reward paid only at the end, no discount and 3 or 4 tokens per episode,
+#    every token of a completion has the same return, and the one number a critic could
+#    still add is a baseline per prompt; the batch mean stands in for it. Over hundreds of
+#    tokens, with most of the credit to be assigned inside the completion, that no longer
+#    holds: chapter 6 measures what the batch mean leaves out.
+# 3. **The optimizer maximizes the number it is handed.** The rm arm raised the RM's score of
+#    its answers and not their accuracy, whose gain has an interval around 0; the verifier
+#    arm, handed the truth, raised the truth (line 3). The algorithm and every setting were
+#    the same: the difference is entirely in the reward.
+# 4. **A saturated proxy looks like success.** Judged by the RM, the rm arm is the better
+#    policy: its answers score as high as the verifier arm's or higher, although the verifier
+#    arm is right far more often (line 4). They score about as high as a sheet of answers
+#    that are all correct, too: the RM is saturated on this policy's outputs, which are
+#    mostly of the right size, and a near-miss costs a sliver of what garbage costs. Its
+#    score can no longer tell a better policy from a worse one. In a real system, where there
+#    is no verifier, the RM's score going up is exactly what the dashboard would show
+#    {cite}`gao2023scaling`.
+# 5. **The leash contains damage but cannot create signal.** Loosening $\beta$ lets the rm
+#    arm move several times further from the reference, and no setting turns the RM into a
+#    teacher of arithmetic: its accuracy change stays within a few points of zero for every
+#    $\beta$ (line 5), while the verifier arm gains at every $\beta$. A tighter leash only
+#    slows a good reward down. The leash decides how far a policy may go; where it goes is
+#    the reward's doing. Chapter 6 takes the leash off and lets the rm arm run longer.
+#
+# ## Summary
+#
+# - One function, `ppo_train`, runs both arms; they differ in the reward function and
+#   $\beta$. Each iteration samples 64 completions, scores them once at the end, standardizes
+#   the rewards against the batch mean, subtracts the per-token leash $\beta\,\mathrm{kl}_t$
+#   from the advantage (once: the loss has no second KL term), and takes two clipped-surrogate
+#   steps over the completion tokens.
+# - Handed the verifier, PPO made the partial policy markedly better at sums; handed the
+#   reward model, it raised the RM's score and left the accuracy where it was. Over five
+#   seeds the gap between the arms is far outside its 95% interval.
+# - The RM scored both arms' answers alike: a reward model that is saturated on the
+#   policy's outputs reports success whichever way the policy goes.
+# - The statistics a real trainer logs (`objective/scores`, `objective/kl`,
+#   `objective/entropy`, `policy/clipfrac_avg`, `policy/approxkl_avg`, the completion length)
+#   are what you have when there is no verifier.
+#
+# ## Exercises
+#
+# 1. **More seeds.** Run the experiment with 10 seeds
+#    (`experiment.run_experiment(list(range(10)), ...)`). Does the half-width of each
+#    interval shrink by about $1/\sqrt{2}$? Which of the claims above would you trust with 2
+#    seeds?
+# 2. **The learning rate.** Train the verifier arm with `PPOConfig(lr=1e-3)` and with
+#    `lr=5e-5`. Watch `policy/clipfrac_avg` and `policy/approxkl_avg` in the first
+#    iterations. At which setting does the clip start doing most of the work, and what
+#    happens to the accuracy?
+# 3. **The KL in the loss instead.** Write a `loss_fn` that keeps the clipped surrogate on the
+#    bare advantage $\hat A$ and adds $\beta \cdot \mathrm{mean}(k_3)$ as a separate term, with
+#    $k_3$ computed from `new_logp` (GRPO's choice, chapter 1). Run the rm arm with it at
+#    $\beta = 0.5$. How does the final KL compare? Then write the buggy version that does
+#    both, and measure how much the effective $\beta$ grows.
+# 4. **No standardization.** Replace the advantage by $r - \bar r$ without dividing by the
+#    standard deviation (a `reward_fn` cannot do it; copy `ppo_train`'s advantage line into
+#    your own loop, or rescale the reward). For which arm does the meaning of $\beta$ change,
+#    and by how much? Use the standard deviations printed at the start of the chapter.
+# 5. **Sampling temperature.** Run both arms at temperature 1.0. The ratio and the KL use
+#    the same temperature as the sampling; what happens to `objective/entropy`, and to the
+#    gain of the verifier arm?
+# 6. **Where did the answers go?** `ppo_train`'s log holds `kinds`: the fraction of greedy
+#    answers that are correct, near-misses, other wrong numbers or malformed, per iteration.
+#    Plot it for both arms. Does the rm arm trade correct answers for near-misses, which
+#    the RM cannot tell apart?
+# 7. **A mixed reward.** Hand the optimizer `0.5 * rm + 0.5 * verifier` (write the
+#    `reward_fn`). Predict from the lessons above where its accuracy ends, then run it.
+# 8. **Without the clamp.** Set `kl_clamp=1e9` and construct a batch where the reference
+#    gives a sampled token a log-probability of −40. What does one such token do to the
+#    advantages of its completion, and to the loss of the whole batch?

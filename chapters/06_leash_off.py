@@ -1,0 +1,901 @@
+# %% [markdown]
+# # 6. The leash off, and the leash that adjusts itself
+#
+# Chapter 5 ran the same PPO loop twice. Paid by the verifier, the policy learned arithmetic;
+# paid by the reward model (RM) on a strong leash ($\beta = 0.5$), it stayed close to where it
+# started, and the RM scored both arms' answers about alike. This chapter takes up three
+# questions that chapter 5 left open.
+#
+# 1. **What does the RM do to the policy when nothing holds it back?** We take the leash off
+#    ($\beta = 0$), train longer, and follow every answer: which ones the policy gives up, and
+#    where the new ones land.
+# 2. **Can the leash set itself?** You will write the adaptive KL controller of Ziegler et al.
+#    {cite}`ziegler2019finetuning` and run it against a fixed $\beta$.
+# 3. **What did the batch-mean baseline leave out?** You will write generalized advantage
+#    estimation (GAE) {cite}`schulman2016gae`, and measure why a value head, which chapter 5
+#    could do without, carries the weight once answers are hundreds of tokens long.
+#
+# ```{admonition} What you need
+# :class: tip
+# Chapters 4 and 5: the reward model's blind spot, and `ppo_train`. The notebook trains
+# nine short PPO runs, each with a progress bar in JupyterLab; together they take about a
+# minute on a CPU.
+# ```
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from minirlhf import pipeline, ppo, task, variance
+from minirlhf.exercises import check
+from minirlhf.explorer import show_figure
+from minirlhf.model import generate, reward_scores
+
+torch.set_num_threads(1)  # one thread: runs are bit-identical
+# A colour-blind-safe palette (Okabe and Ito).
+BLUE, ORANGE, GREEN, PINK, YELLOW, SKY = ("#0072B2", "#D55E00", "#009E73",
+                                          "#CC79A7", "#E69F00", "#56B4E9")
+
+# %% [markdown]
+# ## The leash off
+#
+# The run is chapter 5's RM arm with one setting changed and one extended: $\beta = 0$, so the
+# shaped advantage is the standardized RM score alone, and 40 iterations instead of 25. The
+# policy, the reference, the RM, the prompts and every other setting are the same. For
+# comparison we rerun the chapter 5 arm, $\beta = 0.5$, for the same 40 iterations. Each arm
+# runs with three seeds (the seed draws the training prompts and the samples), because one
+# run is an anecdote.
+
+# %%
+policy, sft_metrics = pipeline.load_sft()
+rm, rm_metrics = pipeline.load_rm()
+print(f"partial-SFT policy: greedy accuracy {sft_metrics['accuracy']:.3f}")
+print(f"reward model: pair accuracy {rm_metrics['pair_accuracy']:.3f}, "
+      f"near-miss accuracy {rm_metrics['near_miss_accuracy']:.3f}")
+
+# %%
+SEEDS = (0, 1, 2)
+ITERATIONS = 40
+reward_fn = ppo.rm_reward(rm)
+evalset = ppo.EvalSet()  # the 400 eval prompts, encoded once for all runs
+runs = {}  # (beta, seed) -> (trained policy, log)
+for beta in (0.0, 0.5):
+    for seed in SEEDS:
+        config = ppo.PPOConfig(iterations=ITERATIONS, seed=seed)
+        # the SFT policy is both the start and the frozen reference;
+        # ppo_train trains a copy and returns it with the log
+        runs[beta, seed] = ppo.ppo_train(policy, policy, reward_fn, beta,
+                                         config, rm=rm, evalset=evalset)
+
+
+# %%
+def curve(beta, key):
+    """Return the per-iteration values of `key` for every seed: (seeds, 41)."""
+    return np.array([runs[beta, seed][1][key] for seed in SEEDS])
+
+
+print("beta  seed   accuracy          RM score         KL per token")
+print("             start    end      start    end      end")
+for beta in (0.0, 0.5):
+    for seed in SEEDS:
+        log = runs[beta, seed][1]
+        print(f"{beta:<5} {seed:>4}   {log['accuracy'][0]:.3f} -> "
+              f"{log['accuracy'][-1]:.3f}   {log['rm_score'][0]:+.2f} -> "
+              f"{log['rm_score'][-1]:+.2f}    {log['kl'][-1]:.3f}")
+for beta in (0.0, 0.5):
+    acc, score = curve(beta, "accuracy"), curve(beta, "rm_score")
+    print(f"beta = {beta}, mean of {len(SEEDS)} seeds: accuracy "
+          f"{acc[:, 0].mean():.3f} -> {acc[:, -1].mean():.3f} "
+          f"(seeds {acc[:, -1].min():.3f} to {acc[:, -1].max():.3f}), "
+          f"RM score {score[:, 0].mean():+.2f} -> {score[:, -1].mean():+.2f}")
+
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), constrained_layout=True)
+its = np.arange(ITERATIONS + 1)
+panels = (("accuracy", "true accuracy (verifier, greedy)"),
+          ("rm_score", "RM score of the greedy answers\n(reward-model units)"),
+          ("kl", "KL to the reference\n(nats per token)"))
+for ax, (key, label) in zip(axes, panels):
+    for beta, colour in ((0.0, ORANGE), (0.5, BLUE)):
+        values = curve(beta, key)
+        for row in values:
+            ax.plot(its, row, color=colour, lw=0.8, alpha=0.35)
+        ax.plot(its, values.mean(0), color=colour, lw=2.2,
+                label=f"β = {beta:g} (mean of {len(SEEDS)} seeds)")
+    ax.set_xlabel("PPO iteration")
+    ax.set_ylabel(label)
+axes[0].legend(frameon=False, loc="lower left", fontsize=8.5)
+acc0, acc5 = curve(0.0, "accuracy"), curve(0.5, "accuracy")
+sc0 = curve(0.0, "rm_score")
+show_figure(
+    fig,
+    alt="Three panels against PPO iteration, 0 to 40, three seeds per arm. "
+        f"With beta = 0 the true accuracy falls from {acc0[:, 0].mean():.3f} "
+        f"to {acc0[:, -1].mean():.3f} while the RM score rises from "
+        f"{sc0[:, 0].mean():+.2f} to {sc0[:, -1].mean():+.2f} and the KL to "
+        f"the reference climbs to {curve(0.0, 'kl')[:, -1].mean():.2f} nats "
+        f"per token. With beta = 0.5 the accuracy ends at "
+        f"{acc5[:, -1].mean():.3f} and the KL stays below "
+        f"{curve(0.5, 'kl').max():.2f}.",
+    caption="The leash off (β = 0, orange) against chapter 5's leash "
+            "(β = 0.5, blue): thin lines are single seeds, thick lines their "
+            "mean.",
+)
+
+# %% [markdown]
+# This is reward over-optimization in miniature. With nothing tying it to the reference, the
+# policy does exactly what it is paid for: the RM's score of its answers goes up. The fraction
+# of answers that are actually right goes down, steadily, in every seed. The KL panel shows the
+# price in distance: the unleashed policy keeps walking away from the reference, while the
+# leashed one hardly moves.
+#
+# Nothing went wrong in the code. PPO was handed a number and made it larger. The number is a
+# learned proxy, and the proxy is wrong in a way the policy can find.
+#
+# ## Where the answers go
+#
+# The accuracy curve says *that* answers stop being right. The verifier can say more: every
+# greedy answer on the 400 evaluation prompts is correct, a near-miss (one digit off by one),
+# another wrong number, or malformed. `ppo_train` logs the four fractions every iteration.
+
+# %%
+kinds = {}  # beta -> kind -> fractions (seeds, 41)
+for beta in (0.0, 0.5):
+    kinds[beta] = {k: np.array([runs[beta, s][1]["kinds"][k] for s in SEEDS])
+                   for k in task.KINDS}
+print("mean of seeds     correct  near-miss  other wrong  malformed")
+for beta in (0.5, 0.0):
+    for it in (0, ITERATIONS):
+        print(f"beta {beta:<3} iter {it:>2}  "
+              + "".join(f"{kinds[beta][k][:, it].mean():>9.3f}  "
+                        for k in task.KINDS).rstrip())
+
+# %% tags=["hide-input"]
+KIND_STYLE = {"correct": (GREEN, "correct"), "near_miss": (YELLOW, "near-miss"),
+              "other_wrong": (ORANGE, "other wrong number"),
+              "malformed": (PINK, "malformed")}
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True,
+                         constrained_layout=True)
+for ax, beta in zip(axes, (0.5, 0.0)):
+    layers = [kinds[beta][k].mean(0) for k in task.KINDS]
+    ax.stackplot(its, layers, colors=[KIND_STYLE[k][0] for k in task.KINDS],
+                 labels=[KIND_STYLE[k][1] for k in task.KINDS], alpha=0.9)
+    ax.set_xlim(0, ITERATIONS)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("PPO iteration")
+    ax.set_title(f"β = {beta:g}" + (" (chapter 5's leash)" if beta else
+                                     " (the leash off)"))
+axes[0].set_ylabel("fraction of the 400 greedy answers")
+handles, names = axes[1].get_legend_handles_labels()
+fig.legend(handles[::-1], names[::-1], loc="outside right upper", frameon=False,
+           fontsize=8.5)
+show_figure(
+    fig,
+    alt="Two stacked area charts of the kinds of greedy answer against PPO "
+        "iteration, mean of three seeds. With beta = 0.5 the layers hardly "
+        f"move: correct {kinds[0.5]['correct'][:, 0].mean():.2f} to "
+        f"{kinds[0.5]['correct'][:, -1].mean():.2f}. With beta = 0 the "
+        f"correct layer shrinks from {kinds[0.0]['correct'][:, 0].mean():.2f}"
+        f" to {kinds[0.0]['correct'][:, -1].mean():.2f}, the other-wrong "
+        f"layer grows from {kinds[0.0]['other_wrong'][:, 0].mean():.2f} to "
+        f"{kinds[0.0]['other_wrong'][:, -1].mean():.2f}, and near-misses go "
+        f"from {kinds[0.0]['near_miss'][:, 0].mean():.2f} to "
+        f"{kinds[0.0]['near_miss'][:, -1].mean():.2f}.",
+    caption="What the greedy answers are, iteration by iteration (mean of "
+            "three seeds).",
+)
+
+# %% [markdown]
+# The correct layer thins out and the wrong answers take its place. Almost none of them are
+# malformed: the policy still writes numbers, ends them with `;`, and the RM, which punishes
+# garbage hard, would not pay for anything else. The near-miss layer, the blind spot of
+# chapter 4 in its narrowest sense, does not swallow the lost answers on its own. The growth
+# is in *other* wrong numbers. What are they?
+#
+# Chapter 4 found that the RM reads the *size* of an answer: it dislikes a tens digit far from
+# the truth and hardly notices the ones digit at all. Its blind spot is therefore wider than
+# the near-misses: any answer of about the right size looks correct to it. The next cell
+# measures the whole picture. For every offset $d$ from $-25$ to $+25$ it scores the answer
+# "truth $+\,d$" on all 400 evaluation prompts, and reports the mean of
+# $r(\text{truth} + d) - r(\text{truth})$. Then it takes the greedy answers of the starting
+# policy and of the three $\beta = 0$ policies after 40 iterations and counts how far each is
+# from the truth.
+
+# %%
+eval_pairs = task.eval_pairs()  # (400, 2)
+eval_prompts = task.encode_prompts(eval_pairs)  # (400, 6)
+truth = eval_pairs.sum(1)  # (400,)
+OFFSETS = np.arange(-25, 26)
+with torch.no_grad():
+    r_truth = reward_scores(rm, eval_prompts, task.correct_completions(eval_pairs))
+    preference = []  # mean r(truth + d) - r(truth) per offset d
+    for d in OFFSETS:
+        answer = truth + int(d)
+        ok = (answer >= 0) & (answer <= task.MAX_SUM)  # (400,)
+        r = reward_scores(rm, eval_prompts[ok],
+                          task.encode_answers(answer[ok].tolist()))
+        preference.append((r - r_truth[ok]).mean().item())
+preference = np.array(preference)
+
+
+def offsets(model):
+    """Return answer - truth for each parsed greedy answer of `model`."""
+    with torch.no_grad():
+        texts = task.decode_completions(generate(model, eval_prompts, greedy=True))
+    answers = [task.parse_completion(t) for t in texts]
+    return np.array([a - int(t) for a, t in zip(answers, truth) if a is not None])
+
+
+start_offsets = offsets(policy)
+end_offsets = np.concatenate([offsets(runs[0.0, s][0]) for s in SEEDS])
+best = OFFSETS[preference.argmax()]
+print(f"the RM's favourite offset: truth {best:+d} "
+      f"(r(truth {best:+d}) - r(truth) = {preference.max():+.2f} on average)")
+print(f"offsets the RM scores above the truth: {OFFSETS[preference > 0].min():+d} "
+      f"to {OFFSETS[preference > 0].max():+d}")
+print("\nanswer - truth           start (1 policy)   beta = 0, end (3 policies)")
+bins = (("0 (correct)", 0, 0), ("-9 to -1", -9, -1), ("+1 to +9", 1, 9),
+        ("+10 to +14", 10, 14), ("other", None, None))
+for label, lo, hi in bins:
+    if lo is None:
+        inside = lambda o: (o < -9) | (o > 14)
+    else:
+        inside = lambda o, lo=lo, hi=hi: (o >= lo) & (o <= hi)
+    print(f"{label:<24} {inside(start_offsets).mean():>10.3f}   "
+          f"{inside(end_offsets).mean():>16.3f}")
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(8.6, 4.4), constrained_layout=True)
+edges = np.arange(-25.5, 26.5)
+for values, colour, label in (
+        (start_offsets, BLUE, "partial-SFT policy (start)"),
+        (end_offsets, ORANGE, f"β = 0 after {ITERATIONS} iterations (3 seeds)")):
+    ax.hist(values, bins=edges, density=True, histtype="stepfilled",
+            alpha=0.35, color=colour, label=label)
+    ax.hist(values, bins=edges, density=True, histtype="step", color=colour)
+ax.set_xlabel("answer − true sum")
+ax.set_ylabel("fraction of greedy answers")
+ax.set_xlim(-25.5, 25.5)
+right = ax.twinx()
+right.plot(OFFSETS, preference, color="black", lw=2,
+           label="RM: mean r(truth + d) − r(truth)")
+right.axhline(0, color="black", lw=0.8, ls=":")
+right.set_ylabel("RM score relative to the truth\n(reward-model units)")
+lines = ax.get_legend_handles_labels()
+more = right.get_legend_handles_labels()
+fig.legend(lines[0] + more[0], lines[1] + more[1], frameon=False,
+           loc="outside upper center", ncols=3, fontsize=8.5)
+show_figure(
+    fig,
+    alt="Histogram of answer minus true sum for the greedy answers, with the "
+        "RM's mean score relative to the truth as a black curve on a second "
+        f"axis. The RM curve peaks at an offset of {best:+d}, "
+        f"{preference.max():+.2f} above the truth, and stays above zero from "
+        f"{OFFSETS[preference > 0].min():+d} to "
+        f"{OFFSETS[preference > 0].max():+d}. The starting policy's answers "
+        f"are exact {(start_offsets == 0).mean():.0%} of the time; after "
+        f"{ITERATIONS} iterations with beta = 0, "
+        f"{(end_offsets == 0).mean():.0%}, and "
+        f"{((end_offsets >= 1) & (end_offsets <= 14)).mean():.0%} of the "
+        "answers sit between +1 and +14, under the RM curve's hump.",
+    caption="Where the answers go: how far each greedy answer is from the "
+            "truth, before (blue) and after (orange) 40 iterations without a "
+            "leash, over the RM's preference for each offset (black).",
+)
+
+# %% [markdown]
+# There is the blind spot, and its shape. The RM's score does not peak at the truth. On
+# average it prefers answers somewhat *too large* (the printed range), and it marks answers
+# down only gently as they drift away from the truth in either direction, far more gently
+# than it marks down garbage. Nothing in its training pinned the peak to the truth: its
+# rejected answers were random numbers, usually dozens away, so "about the right size" was
+# all it ever had to learn, and where exactly inside that range it gives the most is an
+# accident of its weights. The policy, paid by exactly that accident, climbs the hump: the
+# exact answers thin out, and answers a few units to a dozen too large pile up. Few of those
+# are one digit off by one (for `68`, `77;` and `79;` are off in two digits, `72;` in the ones
+# digit by four), so the verifier files most of them as "other wrong numbers", not
+# near-misses: that is why the near-miss layer alone did not grow.
+#
+# Gao et al. measured this at scale {cite}`gao2023scaling`. They trained a large "gold" reward
+# model to play the part of the truth and optimized policies against smaller proxy RMs trained
+# on its labels: the proxy score kept rising, while the gold score first rose and then fell,
+# as a smooth function of how far (in KL) the policy had moved from its start. Our
+# verifier is a gold RM that cannot be wrong, and our proxy is so blind near the truth that
+# there is no rise at all, only the fall. The next figure plots it their way, against the
+# distance travelled.
+
+# %%
+print("KL per token   mean accuracy of the beta = 0 runs at that distance")
+kl0, acc0 = curve(0.0, "kl").ravel(), curve(0.0, "accuracy").ravel()
+for lo, hi in ((0.0, 0.01), (0.01, 0.05), (0.05, 0.1), (0.1, 0.2), (0.2, 1.0)):
+    inside = (kl0 >= lo) & (kl0 < hi)
+    if inside.any():
+        print(f"{lo:.2f} to {hi:.2f}   {acc0[inside].mean():.3f}  "
+              f"({inside.sum()} evaluations)")
+
+# %% tags=["hide-input"]
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6),
+                                  constrained_layout=True, sharex=True)
+for beta, colour, marker in ((0.0, ORANGE, "o"), (0.5, BLUE, "s")):
+    x = np.sqrt(curve(beta, "kl"))
+    left.scatter(x, curve(beta, "accuracy"), s=10, alpha=0.6, color=colour,
+                 marker=marker, label=f"β = {beta:g}", lw=0)
+    right.scatter(x, curve(beta, "rm_score"), s=10, alpha=0.6, color=colour,
+                  marker=marker, label=f"β = {beta:g}", lw=0)
+left.set_ylabel("true accuracy (verifier, greedy)")
+right.set_ylabel("RM score of the greedy answers\n(reward-model units)")
+for ax in (left, right):
+    ax.set_xlabel("√KL to the reference (√(nats per token))")
+left.legend(frameon=False, loc="upper right")
+show_figure(
+    fig,
+    alt="Two scatter plots against the square root of the per-token KL to "
+        "the reference, one point per run and iteration. Left: the true "
+        "accuracy falls along one curve for both arms; the beta = 0.5 points "
+        "stay at its start, the beta = 0 points run down it. Right: the RM "
+        "score rises along the same distance.",
+    caption="Over-optimization against distance, as Gao et al. plot it: true "
+            "accuracy (left) and the proxy's score (right) for every "
+            "evaluation of every run, against the square root of the KL.",
+)
+
+# %% [markdown]
+# In the left panel both arms lie close to one road. The leashed runs stop near its start,
+# the unleashed runs walk down it, and where a run is on the road, much more than which
+# $\beta$ took it there, decides its accuracy. On the right the leashed runs buy RM score
+# more cheaply per unit of distance, which is what a KL penalty is for, yet that buys them no
+# accuracy at a given distance. Gao et al. report the same of their KL penalty: it acted
+# much like stopping early, not like a better path. That is the lesson of the leash in one
+# picture. **The leash buys time; it cannot
+# create signal.** It limits how far the policy can travel in a given number of updates, and
+# so how much damage a blind proxy can do, but the direction of travel comes from the reward
+# alone. Against this RM every direction the policy can find leads down; a stronger leash only
+# walks it more slowly. Against the verifier (chapter 5) the same leash slows a walk uphill.
+#
+# ## Exercise 6.1: the adaptive KL controller
+#
+# A fixed $\beta$ buys a distance that depends on everything else: the reward's scale, the
+# learning rate, the task. Chapter 5 had to pick its two values by trying. Ziegler et al.
+# instead choose the distance, a *target* KL, and let $\beta$ follow it
+# {cite}`ziegler2019finetuning`. After each batch of $n_\text{steps}$ samples whose KL to the
+# reference was measured as $\mathrm{KL}$:
+#
+# $$
+# e = \operatorname{clip}\!\Big(\frac{\mathrm{KL}}{\mathrm{KL}_\text{target}} - 1,\;
+# -0.2,\; 0.2\Big),
+# \qquad
+# \beta \leftarrow \beta\,\Big(1 + e\,\frac{n_\text{steps}}{\text{horizon}}\Big).
+# $$
+#
+# Chapter 1 met the rule in a dropdown; now it drives a real run. `ppo_train` calls the
+# package's version after every iteration when `PPOConfig.kl_target` is set, with the
+# batch's mean per-token k1 estimate as $\mathrm{KL}$ and the batch size as
+# $n_\text{steps}$.
+#
+# **Contract.** `adaptive_kl_update(beta, kl, target, n_steps, horizon)` returns the next
+# $\beta$ as a Python `float`, not rounded. `kl` may be negative (a k1 mean over few tokens can
+# be); `n_steps` may be 0; `beta` may be 0.
+#
+# **Examples.** `adaptive_kl_update(0.1, 6.0, 6.0, 1024, 10_000)` returns `0.1` (on target).
+# `adaptive_kl_update(0.1, 60.0, 6.0, 1024, 10_000)` returns `0.102048`: the error $9$ is
+# clipped to $0.2$, and $0.1 \times (1 + 0.2 \times 0.1024) = 0.102048$.
+# `adaptive_kl_update(0.5, 0.11, 0.1, 64, 640)` returns `0.505`: $e = 0.1$ is inside the
+# clip and $n_\text{steps}/\text{horizon} = 0.1$.
+#
+# **How it is judged.** Ten cases worked by hand, each within $10^{-9}$: on target; far
+# above and far below (both capped); 10% above and below (not capped); `n_steps = 0`;
+# `beta = 0`; a whole horizon at the cap; a negative KL; `n_steps` beyond the horizon.
+
+# %% tags=["solution"]
+def adaptive_kl_update(beta, kl, target, n_steps, horizon):
+    """Return the next beta of the adaptive KL controller (Ziegler et al.
+    2019), a Python float."""
+    # BEGIN SOLUTION
+    e = float(np.clip(kl / target - 1, -0.2, 0.2))  # relative error, capped
+    return float(beta * (1 + e * n_steps / horizon))
+    # END SOLUTION
+
+# %% [hints] adaptive_kl_update
+
+# %%
+check("adaptive_kl_update", adaptive_kl_update);
+
+# %% [markdown]
+# Three properties follow from the two lines, and they are what the cases test. The update
+# **multiplies**, so $\beta$ stays positive and a $\beta$ of 0 can never come back: the
+# controller adjusts a leash, it does not put one on. The **clip** bounds the step whatever
+# the measurement, which matters because a per-batch KL estimate is noisy (chapter 1) and can
+# even be negative. The **horizon** sets the speed: over one horizon's worth of samples at
+# the cap, $\beta$ changes by a factor of about $e^{\pm 0.2}$. The package's
+# `minirlhf.ppo.adaptive_kl_update`, used from here on, also rejects a target or horizon that
+# is not positive, a negative `n_steps` and a negative $\beta$ with a `ValueError`.
+#
+# ## The adaptive leash in the loop
+#
+# Two settings to choose, and both have to fit *this* run, not Ziegler's:
+#
+# - **The target.** A distance we are willing to pay for. In a real run it would come from a
+#   measurement like the first half of this chapter: the largest KL at which the policy still
+#   gets better on a check it cannot game. Against this RM there is no such distance, since
+#   every step costs accuracy, so here the target only has to make the controller work: we
+#   pick 0.05 nats per token, more than the fixed $\beta = 0.5$ leash settles at, so $\beta$
+#   has to fall. The cell prints what the unleashed runs had lost by the time they were that
+#   far out. (These are the evaluations' exact KLs. The controller sees the k1 estimate from
+#   each training batch, a noisier measurement of nearly the same distance.)
+# - **The horizon.** Ziegler et al. used a horizon of 10,000 samples (and a target of 6 nats
+#   per *completion*; ours is per token), in runs many horizons long. Our whole run is
+#   $40 \times 64 = 2{,}560$ samples: with a horizon of 10,000, $\beta$ could change by at
+#   most about 5% in the entire run, and the controller would do nothing. `HORIZON`
+#   below lets $\beta$ move by up to 5% per iteration, a factor of about seven over 40
+#   iterations, while one noisy batch still moves it by no more than 5%.
+#
+# The adaptive runs start from $\beta = 0.5$, chapter 5's leash, on the same three seeds.
+
+# %%
+TARGET = 0.05  # nats per token
+HORIZON = 256  # samples: 4 iterations of 64, so beta moves by <= 5% per iteration
+step = 0.2 * ppo.PPOConfig().batch_size / HORIZON
+print(f"target {TARGET} nats per token, horizon {HORIZON} samples: beta moves "
+      f"by at most {step:.0%} per iteration, a factor of "
+      f"{(1 + step) ** ITERATIONS:.1f} up or {(1 - step) ** ITERATIONS:.2f} "
+      f"down over {ITERATIONS} iterations")
+for seed, kl, acc in zip(SEEDS, curve(0.0, "kl"), curve(0.0, "accuracy")):
+    if (kl >= TARGET).any():
+        it = int(np.argmax(kl >= TARGET))  # first evaluation at or past the target
+        print(f"beta = 0, seed {seed}: KL first reached {TARGET} at iteration "
+              f"{it}, accuracy {acc[0]:.3f} -> {acc[it]:.3f}")
+    else:
+        print(f"beta = 0, seed {seed}: KL never reached {TARGET}")
+print(f"the beta = 0.5 runs settle at KL "
+      f"{curve(0.5, 'kl')[:, -10:].mean():.3f} (mean of their last 10 "
+      f"evaluations)")
+
+for seed in SEEDS:
+    config = ppo.PPOConfig(iterations=ITERATIONS, seed=seed, kl_target=TARGET,
+                           kl_horizon=HORIZON)
+    runs["adaptive", seed] = ppo.ppo_train(policy, policy, reward_fn, 0.5,
+                                           config, rm=rm, evalset=evalset)
+
+print("\narm          seed   accuracy end   KL end   beta end")
+for arm in (0.5, "adaptive", 0.0):
+    for seed in SEEDS:
+        log = runs[arm, seed][1]
+        beta_end = log["beta"][-1] if arm == "adaptive" else arm
+        print(f"{str(arm):<12} {seed:>4}   {log['accuracy'][-1]:>12.3f}"
+              f"   {log['kl'][-1]:>6.3f}   {beta_end:>8.3f}")
+
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), constrained_layout=True)
+arms = ((0.5, BLUE, "fixed β = 0.5"), ("adaptive", GREEN, "adaptive, from β = 0.5"),
+        (0.0, ORANGE, "fixed β = 0"))
+train_its = np.arange(1, ITERATIONS + 1)
+for arm, colour, label in arms:
+    kl = curve(arm, "objective/kl")  # training batches, k1, (seeds, 40)
+    betas = np.array([runs[arm, s][1]["beta"] for s in SEEDS])
+    acc = curve(arm, "accuracy")
+    for ax, x, values in ((axes[0], train_its, kl), (axes[1], train_its, betas),
+                          (axes[2], its, acc)):
+        for row in values:
+            ax.plot(x, row, color=colour, lw=0.7, alpha=0.3)
+        ax.plot(x, values.mean(0), color=colour, lw=2.2, label=label)
+axes[0].axhline(TARGET, color="black", ls="--", lw=1)
+axes[0].text(1, TARGET, " target", va="bottom", fontsize=8.5)
+axes[0].set_ylabel("KL of the training batch\n(k1, nats per token)")
+axes[1].set_ylabel("β used in the iteration")
+axes[2].set_ylabel("true accuracy (verifier, greedy)")
+for ax in axes:
+    ax.set_xlabel("PPO iteration")
+axes[2].legend(frameon=False, loc="lower left", fontsize=8.5)
+ad = np.array([runs["adaptive", s][1]["beta"] for s in SEEDS])  # (seeds, 40)
+show_figure(
+    fig,
+    alt="Three panels against PPO iteration for three arms with three seeds "
+        "each: fixed beta 0.5, the adaptive controller starting at 0.5 with "
+        f"target {TARGET} and horizon {HORIZON}, and fixed beta 0. Left: the "
+        "training-batch KL; the adaptive arm rises toward the dashed target "
+        "line. Middle: beta; the adaptive arm's beta falls from 0.5 to "
+        f"{ad[:, -1].mean():.2f} on average. Right: true accuracy; the "
+        "adaptive arm ends between the two fixed arms.",
+    caption="The adaptive leash against two fixed ones: the KL of each "
+            "training batch (left), β (middle), true accuracy (right); thin "
+            "lines are seeds, thick lines their mean.",
+)
+
+# %% [markdown]
+# The controller does what it promises: it loosens the leash while the policy is closer to
+# the reference than the target allows, and the KL climbs toward the target. It does not
+# promise anything about accuracy, and against this RM it cannot. It buys exactly the
+# distance it was told to buy, and on this road distance costs accuracy. An adaptive leash is
+# a way to *choose* how much you trust the reward model, in nats, instead of in units of a
+# coefficient whose meaning changes with every run. Which target is safe still has to be
+# measured against something the policy cannot game, the way the first part of this chapter
+# did.
+#
+# Two details from the figure are worth a second look. The controller reacts to the
+# *training* batch's k1 estimate, which is noisy from one batch to the next; the clip at 20%
+# and the horizon keep that noise from shaking $\beta$. And $\beta$ only changes by a few
+# percent per iteration, so the KL lags behind: by the time the KL reaches the target,
+# $\beta$ is already lower than the value that would hold it there, and the KL overshoots
+# before $\beta$ turns around. A proportional controller on $\log\beta$ with a slow horizon
+# behaves like this everywhere; Ziegler et al. tuned the horizon so the lag is small next to
+# the length of a run.
+#
+# ## What the batch baseline left out
+#
+# Chapter 5's advantage was one number per completion: the reward minus the batch mean,
+# standardized, and copied to every token. It ignored two things a full PPO implementation
+# uses.
+#
+# - **Which token did it.** A completion's reward is the result of all its tokens. Copying
+#   $R - \bar R$ to each token credits or blames the lucky and the unlucky ones alike. With
+#   four tokens, little is lost. With four hundred, a token's share of the credit is buried in
+#   the luck of the other 399.
+# - **Rewards along the way.** With the KL in the reward, each token earns
+#   $r_t = -\beta\,\mathrm{kl}_t$, and the last one also earns the RM score $R$. The batch
+#   baseline folded the per-token part in after the fact; a value function can predict it.
+#
+# A *value head* (the critic) estimates $V(s_t)$: the expected return from the state
+# $s_t$ = prompt plus the first $t$ tokens of the completion. With it, the advantage of token
+# $t$ can be built from *temporal-difference errors*,
+#
+# $$
+# \delta_t = r_t + \gamma\, V(s_{t+1}) - V(s_t), \qquad V(s_T) = 0,
+# $$
+#
+# where $T$ is the completion's length and $\gamma$ the discount ($\gamma = 1$ in RLHF: the
+# episode is short and has one end). $\delta_t$ asks: did the world look better after token
+# $t$ than the critic expected before it? Generalized advantage estimation
+# {cite}`schulman2016gae` mixes the one-step answer with longer ones through a second
+# parameter, $\lambda$:
+#
+# $$
+# A_t = \delta_t + \gamma\lambda\, A_{t+1}
+# = \sum_{k \ge 0} (\gamma\lambda)^k\, \delta_{t+k}, \qquad A_T = 0.
+# $$
+#
+# The two ends of the dial:
+#
+# - $\lambda = 1$: the sum telescopes to $A_t = G_t - V(s_t)$, the return from $t$ minus the
+#   value. Unbiased whatever the critic's errors, but every later token's luck is still in it.
+# - $\lambda = 0$: $A_t = \delta_t$. Only token $t$'s own step, so little noise, but it leans
+#   entirely on the critic: if $V$ is wrong, so is $A_t$.
+#
+# TRL and the original RLHF code use $\gamma = 1$, $\lambda = 0.95$.
+#
+# **A worked example.** The completion `68;` of `23+45=` has three tokens. The reward model
+# pays $R = 1$ at the end and nothing before ($\beta = 0$, so no per-token KL): $r = (0, 0, 1)$.
+# A critic values the states before each token at $V = (0.5, 0.6, 0.8)$: it grows more
+# confident as the answer takes shape. With $\gamma = 1$:
+#
+# | token $t$ | $r_t$ | $V(s_t)$ | $V(s_{t+1})$ | $\delta_t$ | $A_t$, $\lambda = 0.5$ |
+# | --- | --- | --- | --- | --- | --- |
+# | 2 (`;`) | 1 | 0.8 | 0 (the end) | $1 + 0 - 0.8 = 0.2$ | $0.2$ |
+# | 1 (`8`) | 0 | 0.6 | 0.8 | $0 + 0.8 - 0.6 = 0.2$ | $0.2 + 0.5 \times 0.2 = 0.3$ |
+# | 0 (`6`) | 0 | 0.5 | 0.6 | $0 + 0.6 - 0.5 = 0.1$ | $0.1 + 0.5 \times 0.3 = 0.25$ |
+#
+# The table is filled from the bottom up: each $A_t$ needs $A_{t+1}$. With $\lambda = 1$ the
+# last column would read $1 - V(s_t) = (0.5, 0.4, 0.2)$, the return minus the value; with
+# $\lambda = 0$ it would be the $\delta$ column, $(0.1, 0.2, 0.2)$. The batch baseline would
+# have given all three tokens the same number.
+#
+# ## Exercise 6.2: `gae`
+#
+# **Contract.** `gae(rewards, values, gamma, lam)` takes the per-token rewards and the
+# critic's values of one completion, shape `(T,)`, or of a batch of completions of equal
+# length, shape `(B, T)`, as lists or NumPy arrays, and returns the advantages as a NumPy float
+# array of the same shape. `values[..., t]` is $V(s_t)$, the value of the state *before*
+# token $t$; the value after the last token is 0. Work along the last axis; do not change the
+# inputs. NumPy only.
+#
+# **Examples.** The worked example: `gae([0, 0, 1], [0.5, 0.6, 0.8], 1.0, 0.5)` returns
+# `array([0.25, 0.3, 0.2])`; with `lam=1.0`, `array([0.5, 0.4, 0.2])`; with `lam=0.0`,
+# `array([0.1, 0.2, 0.2])`.
+#
+# **How it is judged.** Ten cases worked by hand, compared within $10^{-6}$: the three
+# above; a discount of $\gamma = 0.5$; a single token; a reward on every token; KL-shaped
+# rewards; a perfect critic; a batch of two completions; and $\gamma$ and $\lambda$ both
+# below 1.
+
+# %% tags=["solution"]
+def gae(rewards, values, gamma, lam):
+    """Return the generalized advantage estimates, one per token, as a
+    NumPy array shaped like `rewards`."""
+    # BEGIN SOLUTION
+    rewards = np.asarray(rewards, dtype=float)  # (T,) or (B, T)
+    values = np.asarray(values, dtype=float)
+    adv = np.zeros_like(rewards)
+    next_value, next_adv = 0.0, 0.0  # nothing after the last token
+    for t in reversed(range(rewards.shape[-1])):
+        delta = rewards[..., t] + gamma * next_value - values[..., t]
+        next_adv = delta + gamma * lam * next_adv
+        adv[..., t] = next_adv
+        next_value = values[..., t]
+    return adv
+    # END SOLUTION
+
+# %% [hints] gae
+
+# %%
+check("gae", gae);
+
+# %% [markdown]
+# The package's `minirlhf.ppo.gae` is the same loop, and rejects rewards and values of
+# different shapes, and $\gamma$ or $\lambda$ outside $[0, 1]$. With the KL in the reward the
+# per-token rewards are no longer zero before the end, and the same function spreads them:
+
+# %%
+kl_t = np.array([0.30, -0.10, 0.05])  # per-token log-ratios of "68;"
+beta, R = 0.5, 1.0
+r_shaped = -beta * kl_t + np.array([0.0, 0.0, R])  # reward on every token
+V = np.array([0.5, 0.6, 0.8])
+print("shaped rewards r_t   ", np.round(r_shaped, 3))
+for lam in (0.0, 0.95, 1.0):
+    print(f"advantages, lam = {lam:<4}", np.round(ppo.gae(r_shaped, V, 1.0, lam), 3))
+
+# %% [markdown]
+# With $\lambda = 0$ the first token's advantage is its own step only: its KL cost plus the
+# critic's change of mind from $V(s_0)$ to $V(s_1)$. With $\lambda = 1$ it also carries the
+# costs and gains of every token after it, the end reward included.
+#
+# ## Why the value head becomes load-bearing
+#
+# How much does the batch baseline lose, and when? A measurement on a model simple enough to
+# solve exactly (`minirlhf.variance`): a completion of $T$ tokens, each independently "good"
+# with probability $p = 0.3$, and a reward, paid at the end, equal to the number of good
+# tokens. Every token matters, and equally. Each token's policy is a coin with its own logit,
+# so the exact gradient of the expected reward with respect to that logit is $p(1-p)$, and one
+# completion's estimate of it is $g_t = (a_t - p)\,A_t$ with $a_t \in \{0, 1\}$ the token
+# drawn. We compare three advantages $A_t$:
+#
+# - **batch mean**: $R - \bar R$ over a batch of 64, the same for every token (chapter 5);
+# - **value, $\lambda = 1$**: $R - V(s_t)$ with the exact value of the state before token
+#   $t$, $V(s_t) = (\text{good tokens so far}) + p\,(T - t)$;
+# - **value + GAE**: `gae` with the same values, $\gamma = 1$, $\lambda = 0.95$.
+#
+# The figure of merit is the noise-to-signal ratio $\mathrm{Var}(g_t) / \mathbb{E}[g_t]^2$:
+# the number of completions whose gradients must be averaged before their noise is no larger
+# than the gradient itself. `variance.study` samples $64 \times 64$ completions for each
+# length; `variance.closed_form` derives the same numbers exactly, as a check.
+
+# %%
+study = variance.study(lengths=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+print("T     " + "".join(f"{m:>22}" for m in variance.METHODS))
+print("      " + "".join(f"{'measured   exact':>22}" for m in variance.METHODS))
+for i, T in enumerate(study["T"]):
+    print(f"{T:<5} " + "".join(
+        f"{study['measured'][m][i]:>12.2f}{study['exact'][m][i]:>10.2f}"
+        for m in variance.METHODS))
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(8, 4.2), constrained_layout=True)
+T_all = np.array(study["T"])
+styles = {"batch mean": (ORANGE, "o"), "value, lam = 1": (BLUE, "s"),
+          "value + GAE": (GREEN, "^")}
+labels = {"batch mean": "batch-mean baseline (chapter 5)",
+          "value, lam = 1": "per-state value, λ = 1",
+          "value + GAE": "per-state value + GAE, λ = 0.95"}
+for m in variance.METHODS:
+    colour, marker = styles[m]
+    ax.plot(T_all, study["exact"][m], color=colour, lw=1, ls="--")
+    ax.plot(T_all, study["measured"][m], color=colour, marker=marker, lw=0,
+            label=labels[m])
+B = study["settings"]["batch_size"]
+ax.axhline(B, color="grey", lw=1, ls=":")
+ax.text(1.05, B * 1.15, f"batch of {B}: noise = signal", fontsize=8.5,
+        color="dimgrey")
+ax.axvspan(3.5, 4.5, color=YELLOW, alpha=0.3, lw=0)
+ax.text(4.6, 0.45, "our answers\n(≤ 4 tokens)", fontsize=8.5)
+ax.axvspan(100, 512, color=SKY, alpha=0.15, lw=0)
+ax.text(110, 0.45, "a typical chat answer", fontsize=8.5)
+ax.set_xscale("log", base=2)
+ax.set_xticks(T_all, [str(T) for T in T_all])
+ax.set_yscale("log")
+ax.set_ylim(0.3, 2000)
+ax.set_xlabel("completion length T (tokens)")
+ax.set_ylabel("noise-to-signal ratio of one token's\n"
+              "gradient, Var(g) / E[g]² (completions)")
+ax.legend(frameon=False, loc="upper left", fontsize=8.5)
+show_figure(
+    fig,
+    alt="Log-log plot of the noise-to-signal ratio of one token's policy "
+        "gradient against completion length, 1 to 512 tokens; markers are "
+        "measured, dashed lines exact. The batch-mean baseline grows in "
+        f"proportion to the length, from {study['exact']['batch mean'][2]:.1f} "
+        f"at 4 tokens to {study['exact']['batch mean'][-1]:.0f} at 512. The "
+        "per-state value with lambda = 1 grows half as fast. With GAE at "
+        "lambda 0.95 it levels off below "
+        f"{max(study['exact']['value + GAE']):.0f}.",
+    caption="How many completions it takes for one token's gradient to rise "
+            "above its noise, by baseline, in a toy where every token "
+            "contributes equally to a reward paid at the end.",
+)
+
+# %% [markdown]
+# At four tokens, the length of our answers, the three baselines are within a factor of two,
+# and a batch of 64 completions leaves every method with far more signal than noise: the
+# batch mean is good enough, which is why chapter 5 could do without a critic. At a few
+# hundred tokens the batch baseline needs a few hundred completions *per update* before a
+# token's gradient is worth more than its noise; a batch of 64 would be mostly noise.
+#
+# The per-state value alone ($\lambda = 1$) only halves the problem: it removes the luck of the
+# tokens *before* $t$, which the state already knows, but not of those after. The large
+# saving comes from $\lambda < 1$, which stops listening to tokens far ahead and asks the
+# critic instead; the noise then levels off at about $1/(1 - \lambda^2)$ tokens' worth,
+# whatever the length. That saving is only as good as the critic. Here it is exact; a learned
+# value head is not, and every error in $V$ enters $A_t$ through $\delta_t$ as bias. That is
+# what "load-bearing" means: at real lengths, the advantage is mostly the critic's opinion,
+# so the critic has to be good, and in RLHF it is a network as large as the policy, trained
+# alongside it (TRL's value model, with its own loss and clip range).
+#
+# Two caveats keep the toy honest. Real tokens are not independent coins and do not matter
+# equally; many are nearly forced, and a few decide the answer, which changes the constants
+# but not the growth with length. And GRPO {cite}`shao2024deepseekmath` drops the critic
+# and uses the mean reward of several answers *to the same prompt* as a baseline: that removes
+# the prompt's difficulty from the noise, not the other tokens' luck, and it pays for it with
+# many samples per prompt.
+#
+# ## Follow-up questions, worked
+#
+# <details class="answer">
+# <summary>Worked answer: why k1 in the reward and not k3, when k3 is the better estimator?</summary>
+#
+# Chapter 1 showed that k3 $= e^{-\mathrm{kl}} - 1 + \mathrm{kl}$ estimates the KL's *value*
+# with less noise than k1 $= \mathrm{kl}$. In the reward, though, what matters is the
+# *gradient* the estimator produces, and a reward is not differentiated: PPO treats it as a
+# number and moves the policy by the score function, $\mathbb{E}_\pi[\nabla \log \pi(y)\,
+# r(y)]$. With $r = -\beta\,\text{k1}$ that is exactly $-\beta\,\nabla\mathrm{KL}(\pi \,\|\,
+# \pi_\text{ref})$: the right gradient. With $r = -\beta\,\text{k3}$ it is not. The extra
+# term $r - 1$ (in the notation of chapter 1, $r = \pi_\text{ref}/\pi$) has mean zero, but
+# its score-function gradient does not vanish:
+# $\mathbb{E}_\pi[\nabla\log\pi\,(\pi_\text{ref}/\pi - 1)] = \mathbb{E}_{\pi_\text{ref}}[\nabla
+# \log \pi] = -\nabla\mathrm{KL}(\pi_\text{ref} \,\|\, \pi)$. So k3 in the reward pushes with
+# $\nabla\mathrm{KL}(\pi\,\|\,\pi_\text{ref}) - \nabla\mathrm{KL}(\pi_\text{ref}\,\|\,\pi)$:
+# near the reference the two KLs are nearly equal, their gradients nearly cancel, and what is
+# left need not point back toward the reference at all.
+#
+# GRPO puts k3 in the *loss* instead, and differentiates through it with the samples fixed;
+# that gives $\nabla\mathrm{KL}(\pi_\text{ref}\,\|\,\pi)$, the reverse KL, which is a proper
+# leash. The cell below checks all of this exactly (sums over the vocabulary, no sampling)
+# at one position with a five-token vocabulary. The lesson is chapter 2's: an estimator is
+# only as good as the way it is used.
+#
+# </details>
+
+# %%
+logits_ref = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5])
+theta = torch.tensor([2.5, 0.4, 0.3, -1.2, 0.9], requires_grad=True)
+
+
+def exact_gradient(quantity):
+    """Return d quantity / d theta, a tensor (5,)."""
+    (grad,) = torch.autograd.grad(quantity, theta, retain_graph=True)
+    return grad
+
+
+logp, logp_ref = theta.log_softmax(0), logits_ref.log_softmax(0)
+p, p_ref = logp.exp(), logp_ref.exp()
+k1 = (logp - logp_ref).detach()  # per-token values, used as rewards: constants
+k3 = (torch.exp(-k1) - 1 + k1)
+grads = {
+    "grad KL(pi || ref), exact": exact_gradient((p * (logp - logp_ref)).sum()),
+    "k1 in the reward": exact_gradient((p.detach() * logp * k1).sum()),
+    "k3 in the reward": exact_gradient((p.detach() * logp * k3).sum()),
+    "grad KL(ref || pi), exact": exact_gradient((p_ref * (logp_ref - logp)).sum()),
+    "k3 in the loss (GRPO)": exact_gradient(
+        (p.detach() * (torch.exp(logp_ref - logp) - 1 - (logp_ref - logp))).sum()),
+}
+grads["difference of the two exact"] = (grads["grad KL(pi || ref), exact"]
+                                       - grads["grad KL(ref || pi), exact"])
+exact = grads["grad KL(pi || ref), exact"]
+print(f"{'gradient with respect to the 5 logits':<66}{'norm':>6}"
+      f"{'cosine with the first row':>27}")
+for name, g in grads.items():
+    cosine = torch.dot(g, exact) / (g.norm() * exact.norm())
+    print(f"{name:<30}", " ".join(f"{v:+.4f}" for v in g.tolist()),
+          f"{g.norm().item():7.4f}{cosine.item():+12.2f}")
+
+# %% [markdown]
+# The k1 row equals the exact gradient of $\mathrm{KL}(\pi\,\|\,\pi_\text{ref})$, and the GRPO
+# row the exact gradient of the reverse KL, which points the same way (a positive cosine).
+# The k3-in-the-reward row equals the difference of the two, the last row: it is small next
+# to either, and here it even points away from the exact gradient (a negative cosine). As a
+# reward, k3 is a number with the right mean and the wrong gradient.
+#
+# <details class="answer">
+# <summary>Worked answer: why clamp the log-ratio in the leash?</summary>
+#
+# The per-token $\mathrm{kl}_t = \log\pi(y_t) - \log\pi_\text{ref}(y_t)$ is unbounded. A
+# sampled token that the reference thought nearly impossible, say
+# $\pi_\text{ref}(y_t) = 10^{-13}$ while the policy gives it $0.95$, has
+# $\mathrm{kl}_t \approx 29.9$. With $\beta = 0.5$ that one token's shaped advantage is
+# about $-15$, five times the largest advantage the clipped, standardized rewards can give
+# ($\pm 3$). One token then decides the direction of the whole batch's update. The other
+# sign is worse for k3-style terms: $e^{-\mathrm{kl}}$ with $\mathrm{kl} = -100$ is
+# $e^{100}$, beyond the largest 32-bit float, so the penalty is infinite and every gradient of
+# the batch becomes NaN. `ppo_train` clamps $\mathrm{kl}_t$ to $\pm$`kl_clamp` (10 nats):
+# far beyond anything a healthy run produces, so it never bites a normal token, and finite
+# for the one that would otherwise poison the batch. The cell below shows the numbers.
+#
+# </details>
+
+# %%
+beta = 0.5
+logp_policy = torch.tensor(np.log(0.95), dtype=torch.float32)
+logp_reference = torch.tensor(np.log(1e-13), dtype=torch.float32)
+kl_t = logp_policy - logp_reference
+clamp = ppo.PPOConfig().kl_clamp
+print(f"kl_t = {kl_t.item():.2f} nats; beta * kl_t = {beta * kl_t.item():.2f}; "
+      f"clamped to +-{clamp:g}: {beta * kl_t.clamp(-clamp, clamp).item():.2f}")
+kl_neg = torch.tensor(-100.0)  # float32
+print(f"k3 at kl = -100 in float32: {(torch.exp(-kl_neg) - 1 + kl_neg).item()}; "
+      f"clamped: {(torch.exp(-kl_neg.clamp(-clamp, clamp)) - 1 + kl_neg.clamp(-clamp, clamp)).item():.1f}")
+
+# %% [markdown]
+# <details class="answer">
+# <summary>Worked answer: what would break with 100-token answers?</summary>
+#
+# Almost every shortcut in chapter 5 leans on the answers being four tokens long.
+#
+# - **Credit.** The measurement above: with the batch-mean baseline a token's gradient
+#   needs about as many completions as there are tokens before it rises above its noise.
+#   At 100 tokens a batch of 64 is not enough; a value head and GAE become necessary, and
+#   the value head becomes a second model to train, fit and monitor.
+# - **The size of the leash.** The penalty is per token, so a completion's total KL cost
+#   grows with its length: a $\beta$ that is gentle on four tokens is harsh on a hundred,
+#   and a policy can lower its cost by writing less. Real recipes watch the *summed* KL per
+#   completion (TRL's `objective/kl`) and often tune $\beta$ against it, or use a target.
+# - **Stopping.** Four tokens always end, or are malformed. Long answers can run to the
+#   length limit without an end token; TRL's `missing_eos_penalty` exists for that, and the
+#   reward model must be read at the right position.
+# - **New blind spots.** A reward model trained on long answers has more ways to be wrong:
+#   length, hedging, repetition, formatting. Over-optimization then looks like a policy that
+#   writes longer and longer answers that the RM likes, and the verifier we had here usually
+#   does not exist.
+# - **Cost.** Generation grows with the length and the evaluation with it; our per-iteration
+#   evaluation on 400 prompts would cost more than the training.
+#
+# </details>
+#
+# The [From toy to real](../book/toy-to-real.md) page maps every piece of our loop to the
+# names of a production trainer and says what changes at scale.
+#
+# ## Summary
+#
+# - Without a leash, PPO against a reward model with a blind spot raises the RM's score and
+#   lowers the true accuracy, steadily, in every seed. The answers do not become garbage:
+#   they move to where the RM's preference peaks, a little off the truth.
+# - Plotted against the distance travelled (KL to the reference), leashed and unleashed runs
+#   lie on one curve. The leash buys time; it cannot create signal.
+# - The adaptive KL controller, $\beta \leftarrow \beta\,(1 + \operatorname{clip}(\mathrm{KL}/
+#   \mathrm{KL}_\text{target} - 1, \pm 0.2)\, n/\text{horizon})$, turns the choice of $\beta$
+#   into a choice of distance. Its horizon must fit the run.
+# - GAE builds each token's advantage from the critic's temporal-difference errors. With a
+#   batch-mean baseline the noise of a token's gradient grows in proportion to the length of
+#   the answer; with a value head and $\lambda < 1$ it stays bounded, and the critic carries
+#   the weight.
+#
+# ## Exercises
+#
+# 1. **Close the blind spot.** Chapter 4's first exercise trains a reward model with
+#    near-misses among its rejected answers. Use it (or train one with rejected answers drawn
+#    within $\pm 15$ of the truth) in the $\beta = 0$ run. Does the accuracy still fall? Where
+#    do the answers go now, and what does the RM's preference curve look like?
+# 2. **Longer.** Run $\beta = 0$ for 100 iterations on one seed. Does the fall slow down,
+#    stop, or speed up? Does the policy ever produce malformed answers, and why would the RM
+#    let it or not?
+# 3. **Ziegler's horizon.** Rerun the adaptive arm with `kl_horizon=10_000`. How far does
+#    $\beta$ move in 40 iterations? Then try `kl_horizon=64`: what does the noise of the
+#    per-batch KL do to $\beta$?
+# 4. **Adaptive on the verifier.** Run the adaptive controller on the verifier arm of
+#    chapter 5 with the same target. Does the verifier arm need more or less distance than
+#    the target allows, and what happens to its accuracy?
+# 5. **A wrong critic.** In `minirlhf.variance.measure`, add Gaussian noise of standard
+#    deviation 0.5 to `values` before calling `gae`. How do the noise-to-signal ratio and the
+#    *mean* of $g_t$ (its bias) change for $\lambda = 0.95$ and for $\lambda = 1$?
+# 6. **One token decides.** Change the toy so that only the first token matters (the reward
+#    is $a_0$). What is the batch baseline's noise for tokens $t > 0$, whose true gradient is
+#    0, and does it grow with the length?
+# 7. **GAE in the loop.** Give `TinyGPT` a second scalar head as a critic, fit it to the
+#    returns with a squared loss, and replace `normalized_advantages` in a copy of `ppo_train`
+#    by `gae` over the shaped per-token rewards. Does the verifier arm learn faster?

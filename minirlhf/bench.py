@@ -1,0 +1,111 @@
+"""Time the training pipeline: ``make bench`` (or ``python -m minirlhf.bench``).
+
+Each stage runs in a fresh Python process with one torch thread, so that its wall time and
+peak memory (maximum resident set size) are its own. Wall time is measured inside the
+process, after the imports; the process start is not counted. Models are trained into a
+temporary folder, so the stages never reuse (or disturb) the models in ``outputs/models``.
+Prints a table and writes ``outputs/bench.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import paths
+
+__all__ = ["STAGES", "run_stage", "main"]
+
+# name -> (what it does, budget in seconds)
+STAGES = {
+    "sft_and_rm": ("SFT policy and reward model, from scratch", 30.0),
+    "one_seed_both_arms": ("both PPO arms, one seed, 25 iterations with the eval", 10.0),
+    "pipeline": ("SFT, RM and both arms for one seed, from scratch", 30.0),
+    "five_seeds_both_arms": ("both PPO arms, 5 seeds, 25 iterations each", 60.0),
+}
+MEMORY_BUDGET_MB = 1536.0
+
+
+def _work(stage: str) -> None:
+    import torch
+
+    from .pipeline import load_rm, load_sft
+    from .experiment import run_experiment
+
+    torch.set_num_threads(1)
+    if stage in ("sft_and_rm", "pipeline"):
+        load_sft(progress=False, verbose=False)
+        load_rm(progress=False, verbose=False)
+    if stage in ("one_seed_both_arms", "pipeline"):
+        run_experiment(seeds=1, progress=False, verbose=False)
+    if stage == "five_seeds_both_arms":
+        run_experiment(seeds=5, progress=False, verbose=False)
+
+
+def _child(stage: str) -> None:
+    # Runs in the child process: time the stage and report it as one JSON line.
+    start = time.perf_counter()
+    _work(stage)
+    seconds = time.perf_counter() - start
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    print(json.dumps({"stage": stage, "seconds": seconds, "peak_mb": peak_kb / 1024}))
+
+
+def run_stage(stage: str, outputs: Path) -> dict:
+    """Return ``{'stage', 'seconds', 'peak_mb'}`` for ``stage``, run in a fresh process
+    whose models live under ``outputs``."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
+    env = {**os.environ, "MINIRLHF_OUTPUTS": str(outputs), "OMP_NUM_THREADS": "1", "MINIRLHF_PROGRESS": "0"}
+    done = subprocess.run([sys.executable, "-m", "minirlhf.bench", "--child", stage], env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"stage {stage} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    """Run every stage, print the table, write outputs/bench.json; return the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        _child(argv[1])
+        return 0
+    if argv:
+        print(f"usage: python -m minirlhf.bench   (unexpected arguments: {' '.join(argv)})", file=sys.stderr)
+        return 2
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="minirlhf-bench-") as tmp:
+        fresh = Path(tmp) / "fresh"  # nothing trained yet: SFT and RM from scratch
+        for stage in ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms"):
+            rows.append(run_stage(stage, fresh))  # the arms reuse the models trained just before
+        rows.append(run_stage("pipeline", Path(tmp) / "pipeline"))
+    print(f"{'stage':<22} {'wall time':>10} {'budget':>8} {'peak memory':>12}  what")
+    ok = True
+    for row in rows:
+        what, budget = STAGES[row["stage"]]
+        row.update(what=what, budget_seconds=budget, within_budget=row["seconds"] <= budget and row["peak_mb"] < MEMORY_BUDGET_MB)
+        ok &= row["within_budget"]
+        print(f"{row['stage']:<22} {row['seconds']:>8.1f} s {budget:>6.0f} s {row['peak_mb']:>9.0f} MB  {what}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"peak memory budget {MEMORY_BUDGET_MB:.0f} MB; load average at the end {load:.2f} "
+          f"on {os.cpu_count()} cores (other work on the machine slows every stage)")
+    out = paths.OUTPUTS / "bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "stages": rows, "memory_budget_mb": MEMORY_BUDGET_MB, "all_within_budget": ok,
+        "machine": {"cpus": os.cpu_count(), "load_average_1min": load, "python": platform.python_version(),
+                    "platform": platform.platform()},
+    }, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Chapter 3 exercise: the SFT loss, masked to the completion tokens."""
+
+import math
+
+import numpy as np
+import torch
+
+from ..checking import Case, Exercise, ExpectArray
+from ..sft import masked_sft_loss
+
+
+class ExpectScalarTensor(ExpectArray):
+    """A 0-d torch tensor (a loss that can be backpropagated) close to the expected number.
+
+    Says in plain words what the usual slips look like: a Python float from ``.item()``, one
+    value per row or position instead of their mean, an infinity from a log of a probability
+    that underflowed to 0.
+    """
+
+    def __init__(self, atol: float = 1e-4, per: str = "position"):
+        super().__init__(atol=atol, kind="torch")
+        self.per = per  # what one entry of an unaveraged result stands for
+
+    def problem(self, got, expected) -> str | None:
+        if isinstance(got, (float, int, np.generic)) and not isinstance(got, bool):
+            return (f"the result is a {type(got).__name__}; return the loss as a torch tensor "
+                    "(no .item() or float(): the tensor carries the gradient that training needs)")
+        if type(got).__module__.startswith("torch") and hasattr(got, "shape") and tuple(got.shape) != ():
+            return (f"the result has shape {tuple(got.shape)}, expected a single number (a 0-d tensor): "
+                    f"one value per {self.per} still has to be averaged")
+        if type(got).__module__.startswith("torch") and hasattr(got, "detach"):
+            value = float(got.detach().double())
+            if math.isinf(value):
+                return ("the result is infinite: a probability underflowed to 0 before its log was taken; "
+                        "stay in log space (log_softmax, logsigmoid) instead of log(softmax(...))")
+            if math.isnan(value):
+                return "the result is NaN: look for a 0/0 (an empty mask?) or a log of a negative number"
+            if abs(value - float(expected)) > self.atol:
+                return f"the value is off by {abs(value - float(expected)):.4g}"
+            return None
+        return super().problem(got, expected)
+
+
+def _t(values, dtype=torch.float32) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+LOG3 = math.log(3.0)
+
+
+def _random_kwargs(rng: np.random.Generator) -> dict:
+    B, T, V = int(rng.integers(1, 5)), int(rng.integers(1, 10)), int(rng.integers(2, 14))
+    mask = (rng.random((B, T)) < 0.6).astype(np.int64)
+    mask[int(rng.integers(B)), int(rng.integers(T))] = 1  # at least one position counts
+    return {
+        "logits": torch.from_numpy(rng.normal(0, 2.0, (B, T, V)).astype(np.float32)),
+        "targets": torch.from_numpy(rng.integers(0, V, (B, T))),
+        "mask": torch.from_numpy(mask if rng.random() < 0.3 else mask.astype(np.float32)),
+    }
+
+
+MASKED_SFT_LOSS = Exercise(
+    name="masked_sft_loss",
+    chapter=3,
+    title="The masked SFT loss",
+    expect=ExpectScalarTensor(atol=1e-4, per="position"),
+    cases=(
+        Case({"logits": torch.zeros(1, 3, 13), "targets": _t([[0, 5, 12]], torch.long), "mask": torch.ones(1, 3)},
+             math.log(13), "uniform logits over 13 tokens: every position costs log 13"),
+        Case({"logits": _t([[[0.0, math.log(3.0)]]]), "targets": _t([[1]], torch.long), "mask": _t([[1.0]])},
+             math.log(4 / 3), "one position, p(target) = 3/4: the loss is log(4/3)"),
+        Case({"logits": _t([[[0, 0, 0], [2, 0, 0], [0, 0, 5]]]), "targets": _t([[2, 0, 0]], torch.long),
+              "mask": _t([[0.0, 1.0, 0.0]])},
+             math.log(1 + 2 * math.exp(-2)), "only the middle position counts: log(1 + 2 e^-2)"),
+        Case({"logits": _t([[[0, 0, 8], [0, 0, 8], [0, 0, 0], [0, 0, 0]]]),
+              "targets": _t([[0, 0, 1, 2]], torch.long), "mask": _t([[0.0, 0.0, 1.0, 1.0]])},
+             LOG3, "two badly predicted prompt positions (mask 0) must not count: log 3 from the answer only"),
+        Case({"logits": _t([[[0, 0], [0, 0], [0, 0]], [[0, math.log(3.0)], [5, 0], [0, 5]]]),
+              "targets": _t([[0, 1, 0], [0, 1, 0]], torch.long), "mask": _t([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])},
+             1.25 * math.log(2), "rows with 3 and 1 counted positions: (3 log 2 + log 4) / 4, a mean over "
+                                 "positions, not a mean of row means"),
+        Case({"logits": _t([[[1000, 0, 0], [0, 0, 0]]]), "targets": _t([[1, 0]], torch.long), "mask": torch.ones(1, 2)},
+             (1000 + LOG3) / 2, "a logit of 1000: (1000 + log 3) / 2, finite only in log space"),
+        Case({"logits": torch.zeros(2, 9, 13), "targets": _t([[12, 12, 2, 3, 4, 5, 6, 7, 8]] * 2, torch.long),
+              "mask": _t([[0, 0, 0, 0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 1, 1, 0, 0]], torch.long)},
+             math.log(13), "a batch shaped like the book's (2, 9, 13) with an integer mask: log 13"),
+    ),
+    hints=(
+        "Get one cross-entropy per position first. `F.cross_entropy` takes logits (N, V) and targets (N,), so "
+        "flatten the batch and time axes with `.flatten(0, 1)` and pass `reduction=\"none\"` to keep all N losses.",
+        "Reshape the losses back to (B, T) and multiply by `mask.float()`, which zeroes every prompt position. "
+        "Then do not call `.mean()`: it divides by B * T and so still counts the positions you zeroed. Divide by "
+        "the number of ones in the mask.",
+        "`ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction=\"none\").view(targets.shape)`, "
+        "then `mask = mask.float()` and `return (ce * mask).sum() / mask.sum()`.",
+    ),
+    reference=masked_sft_loss,
+    random_kwargs=_random_kwargs,
+)
+
+EXERCISES = [MASKED_SFT_LOSS]

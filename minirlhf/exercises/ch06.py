@@ -1,0 +1,132 @@
+"""Chapter 6 exercises: the adaptive KL controller, and generalized advantage estimation."""
+
+import numpy as np
+
+from ..checking import Case, Exercise, ExpectArray, ExpectFloat
+from ..ppo import adaptive_kl_update, gae
+
+# ----------------------------------------------------------------------------- the controller
+
+
+def _kl_case(beta, kl, target, n_steps, horizon, expected, why) -> Case:
+    return Case({"beta": beta, "kl": kl, "target": target, "n_steps": n_steps, "horizon": horizon},
+                expected, why)
+
+
+def _kl_random_kwargs(rng: np.random.Generator) -> dict:
+    target = float(rng.choice([0.02, 0.05, 0.1, 1.0, 6.0]))
+    return {
+        "beta": float(rng.choice([0.0, 0.01, 0.05, 0.1, 0.5, 2.0])) * float(rng.uniform(0.5, 1.5)),
+        "kl": float(target * rng.uniform(-0.5, 3.0)),  # a k1 batch mean can be negative
+        "target": target,
+        "n_steps": int(rng.choice([0, 1, 64, 512, 1024, 20_000])),
+        "horizon": int(rng.choice([64, 1000, 10_000])),
+    }
+
+
+ADAPTIVE_KL_UPDATE = Exercise(
+    name="adaptive_kl_update",
+    chapter=6,
+    title="The adaptive KL controller",
+    expect=ExpectFloat(atol=1e-9),
+    cases=(
+        _kl_case(0.1, 6.0, 6.0, 1024, 10_000, 0.1,
+                 "KL on target: the error is 0 and beta stays put"),
+        _kl_case(0.1, 60.0, 6.0, 1024, 10_000, 0.102048,
+                 "KL ten times the target: the error is capped at +0.2, beta * (1 + 0.2 * 0.1024)"),
+        _kl_case(0.1, 0.0, 6.0, 1024, 10_000, 0.097952,
+                 "KL of 0, far below target: the error is capped at -0.2, beta * (1 - 0.2 * 0.1024)"),
+        _kl_case(0.5, 0.11, 0.1, 64, 640, 0.505,
+                 "KL 10% above target, inside the clip: e = 0.1, n_steps / horizon = 0.1"),
+        _kl_case(0.2, 0.9, 1.0, 500, 1000, 0.19,
+                 "KL 10% below target: e = -0.1, half a horizon, beta shrinks by 5%"),
+        _kl_case(0.3, 100.0, 1.0, 0, 10_000, 0.3,
+                 "n_steps = 0: no samples seen, no change whatever the KL"),
+        _kl_case(0.0, 5.0, 0.05, 64, 1000, 0.0,
+                 "beta = 0 stays 0: the controller multiplies, it cannot switch a leash on"),
+        _kl_case(1.0, 2.0, 1.0, 1000, 1000, 1.2,
+                 "one whole horizon at the cap: beta grows by exactly 20%"),
+        _kl_case(0.5, -0.02, 0.05, 64, 1000, 0.4936,
+                 "a negative k1 estimate: e = clip(-1.4) = -0.2, beta * (1 - 0.2 * 0.064)"),
+        _kl_case(0.25, 0.06, 0.05, 2000, 1000, 0.35,
+                 "n_steps twice the horizon at the cap: beta * (1 + 0.2 * 2) = 0.35"),
+    ),
+    hints=(
+        "Two lines: first the clipped relative error `e` of the measured KL against the target, then the "
+        "multiplicative update of `beta`. Nothing is rounded.",
+        "`e = kl / target - 1`, then clip it to [-0.2, 0.2], with `np.clip` or with `min` and `max`. "
+        "Clip the error, not the new beta.",
+        "`e = float(np.clip(kl / target - 1, -0.2, 0.2))`; the new beta is `beta` times "
+        "`(1 + e * n_steps / horizon)`. Return it as a Python float (`np.clip` gives a NumPy scalar).",
+    ),
+    reference=adaptive_kl_update,
+    random_kwargs=_kl_random_kwargs,
+)
+
+# ----------------------------------------------------------------------------- GAE
+
+
+def _gae_case(rewards, values, gamma, lam, expected, why) -> Case:
+    return Case({"rewards": rewards, "values": values, "gamma": gamma, "lam": lam},
+                np.array(expected, dtype=float), why)
+
+
+def _gae_random_kwargs(rng: np.random.Generator) -> dict:
+    T = int(rng.integers(1, 9))
+    shape = (T,) if rng.random() < 0.5 else (int(rng.integers(1, 5)), T)
+    rewards = rng.normal(0, 1, shape)
+    values = rng.normal(0, 1, shape)
+    return {
+        "rewards": rewards.tolist() if rng.random() < 0.3 else rewards,
+        "values": values,
+        "gamma": float(rng.choice([1.0, 0.99, 0.9, 0.5])),
+        "lam": float(rng.choice([0.0, 0.5, 0.9, 0.95, 1.0])),
+    }
+
+
+GAE = Exercise(
+    name="gae",
+    chapter=6,
+    title="Generalized advantage estimation",
+    expect=ExpectArray(atol=1e-6, kind="numpy"),
+    cases=(
+        _gae_case([0.0, 0.0, 1.0], [0.5, 0.6, 0.8], 1.0, 1.0, [0.5, 0.4, 0.2],
+                  "lam = 1, gamma = 1: the return (1 from every token) minus the value"),
+        _gae_case([0.0, 0.0, 1.0], [0.5, 0.6, 0.8], 1.0, 0.0, [0.1, 0.2, 0.2],
+                  "lam = 0: the one-step TD errors r_t + V_(t+1) - V_t, with V = 0 after the end"),
+        _gae_case([0.0, 0.0, 1.0], [0.5, 0.6, 0.8], 1.0, 0.5, [0.25, 0.3, 0.2],
+                  "the worked example: A_2 = 0.2, A_1 = 0.2 + 0.5 * 0.2, A_0 = 0.1 + 0.5 * 0.3"),
+        _gae_case([0.0, 0.0, 1.0], [0.0, 0.0, 0.0], 0.5, 1.0, [0.25, 0.5, 1.0],
+                  "gamma = 0.5, no value: the discounted return, halved per token back from the end"),
+        _gae_case([2.0], [0.5], 1.0, 0.95, [1.5],
+                  "one token: r - V, whatever lam is"),
+        _gae_case([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], 1.0, 1.0, [6.0, 5.0, 3.0],
+                  "reward on every token (as with a per-token KL), V = 0: the return-to-go"),
+        _gae_case([-0.1, -0.1, 0.9], [0.4, 0.5, 0.6], 1.0, 0.9, [0.243, 0.27, 0.3],
+                  "KL-shaped rewards: deltas 0, 0, 0.3, then A_1 = 0.9 * 0.3, A_0 = 0.9 * 0.27"),
+        _gae_case([0.0, 0.0, 1.0], [1.0, 1.0, 1.0], 1.0, 0.95, [0.0, 0.0, 0.0],
+                  "a perfect value estimate of a sure reward: nothing is left to credit"),
+        _gae_case(np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), np.array([[0.5, 0.6, 0.8], [0.5, 0.5, 0.5]]),
+                  1.0, 0.0, [[0.1, 0.2, 0.2], [0.0, 0.0, -0.5]],
+                  "a batch of two completions (2, 3): each row on its own, along the last axis"),
+        _gae_case([0.0, 1.0], [0.0, 0.0], 0.9, 0.5, [0.45, 1.0],
+                  "gamma = 0.9, lam = 0.5: A_1 = 1, A_0 = 0 + 0.9 * 0 + 0.9 * 0.5 * 1 = 0.45"),
+    ),
+    hints=(
+        "Walk backwards, from the last token to the first. Each step needs the value of the next state "
+        "(0 after the last token: the episode ends there) and the advantage of the next token "
+        "(also 0 after the end).",
+        "At token t the TD error is `delta = r_t + gamma * V(s_(t+1)) - V(s_t)`, and the advantage is "
+        "`A_t = delta + gamma * lam * A_(t+1)`. Index with `[..., t]` instead of `[t]`: the same code then works "
+        "for one completion (T,) and for a batch (B, T).",
+        "Convert both inputs with `np.asarray(x, dtype=float)` and make the output with `np.zeros_like`. Keep two "
+        "running numbers, the next value and the next advantage, both 0 to start. Loop over "
+        "`reversed(range(rewards.shape[-1]))`: compute `delta` from `rewards[..., t]`, the next value and "
+        "`values[..., t]`; set the running advantage to `delta + gamma * lam * (its old value)` and store it at "
+        "`[..., t]`; then `values[..., t]` becomes the next value.",
+    ),
+    reference=gae,
+    random_kwargs=_gae_random_kwargs,
+)
+
+EXERCISES = [ADAPTIVE_KL_UPDATE, GAE]

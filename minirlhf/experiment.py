@@ -1,0 +1,255 @@
+"""The two-arm mini-RLHF experiment of chapter 5, over several seeds, with its table and figures.
+
+    python -m minirlhf.experiment --seeds 5 --iterations 25 --beta-rm 0.5 --beta-verifier 0.08
+
+loads (or trains) the partial-SFT policy and the reward model, runs ``ppo_train`` for both
+arms and every seed from the same starting policy, prints the results table beside the
+reference values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_kl.png`` and
+``results.json`` to ``--out`` (default: the project's ``outputs/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import paths
+from .pipeline import load_rm, load_sft
+from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
+
+__all__ = [
+    "ARMS", "REFERENCE", "COLORS", "mean_ci95", "run_arm", "run_experiment", "summarize",
+    "format_table", "plot_curves", "write_outputs", "main",
+]
+
+ARMS = ("rm", "verifier")
+DEFAULT_BETA = {"rm": 0.5, "verifier": 0.08}
+COLORS = {"rm": "#D55E00", "verifier": "#0072B2"}  # colour-blind-safe (Okabe-Ito)
+LABELS = {"rm": "reward-model arm", "verifier": "verifier arm"}
+# The reference run of the course specification (one seed), printed beside ours.
+REFERENCE = {
+    "rm": {"start": 0.360, "end": 0.298, "rm_score": 2.2, "kl": "0.02-0.04"},
+    "verifier": {"start": 0.360, "end": 0.583, "rm_score": 2.2, "kl": "about 0.1"},
+}
+
+# Two-sided 95% critical values of Student's t, by degrees of freedom (1..30).
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def mean_ci95(values) -> tuple[float, float]:
+    """Return (mean, half-width of the 95% t-interval) of ``values``; half-width NaN for one value."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("values is empty")
+    if x.size == 1:
+        return float(x[0]), float("nan")
+    t = _T95[x.size - 2] if x.size - 1 <= len(_T95) else 1.960
+    return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(x.size))
+
+
+def run_arm(arm: str, policy, rm, seed: int, beta: float, config: PPOConfig, evalset=None,
+            loss_fn=None, progress: bool = True) -> dict:
+    """Return the log of one PPO run of ``arm`` ('rm' or 'verifier') from ``policy``."""
+    if arm not in ARMS:
+        raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
+    reward_fn = rm_reward(rm) if arm == "rm" else verifier_reward
+    _, log = ppo_train(policy, policy, reward_fn, beta, replace(config, seed=seed), rm=rm,
+                       loss_fn=loss_fn, evalset=evalset, progress=progress, desc=f"{arm} arm, seed {seed}")
+    return log
+
+
+def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = 0.5, beta_verifier: float = 0.08,
+                   config: PPOConfig | None = None, progress: bool = True, verbose: bool = True) -> dict:
+    """Return the experiment's results: every arm and seed's per-iteration log, and the settings.
+
+    ``seeds`` is a count (seeds 0..n-1) or a list of seeds. See :func:`write_outputs` for
+    the layout, which is also the layout of ``results.json``.
+    """
+    seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    for name, b in (("beta_rm", beta_rm), ("beta_verifier", beta_verifier)):
+        if not (b >= 0 and math.isfinite(b)):
+            raise ValueError(f"{name} must be a finite number >= 0, got {b}")
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    policy, sft_metrics = load_sft(progress=progress, verbose=verbose)
+    rm, rm_metrics = load_rm(progress=progress, verbose=verbose)
+    cfg = replace(config or PPOConfig(), iterations=iterations)
+    betas = {"rm": beta_rm, "verifier": beta_verifier}
+    evalset = EvalSet()
+    arms = {arm: {} for arm in ARMS}
+    for seed in seeds:
+        for arm in ARMS:
+            log = run_arm(arm, policy, rm, seed, betas[arm], cfg, evalset, progress=progress)
+            arms[arm][str(seed)] = {
+                key: log[key] for key in ("accuracy", "rm_score", "kl", "kinds", "objective/scores",
+                                          "objective/kl", "objective/entropy", "policy/clipfrac_avg",
+                                          "policy/approxkl_avg", "val/completion_length")
+            }
+    return {
+        "settings": {"seeds": seeds, "iterations": iterations, "beta": betas, "ppo": asdict(cfg)},
+        "sft_accuracy": sft_metrics["accuracy"],
+        "rm_pair_accuracy": rm_metrics["pair_accuracy"],
+        "rm_near_miss_accuracy": rm_metrics["near_miss_accuracy"],
+        "arms": arms,
+        "wall_seconds": time.perf_counter() - start,
+    }
+
+
+def summarize(results: dict) -> dict:
+    """Return per arm: start, end (mean and 95% half-width over seeds), end RM score and KL."""
+    out = {}
+    for arm, runs in results["arms"].items():
+        logs = list(runs.values())
+        row = {}
+        for key, idx, name in (("accuracy", 0, "start"), ("accuracy", -1, "end"),
+                               ("rm_score", 0, "rm_score_start"), ("rm_score", -1, "rm_score_end"),
+                               ("kl", -1, "kl_end")):
+            row[name], row[name + "_ci"] = mean_ci95([log[key][idx] for log in logs])
+        gains = [log["accuracy"][-1] - log["accuracy"][0] for log in logs]
+        row["gain"], row["gain_ci"] = mean_ci95(gains)
+        row["kl_mean"], row["kl_mean_ci"] = mean_ci95([float(np.mean(log["kl"][1:])) for log in logs])
+        row["n_seeds"] = len(logs)
+        out[arm] = row
+    return out
+
+
+def _pm(mean: float, half: float, digits: int = 3) -> str:
+    return f"{mean:.{digits}f}" if math.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
+def format_table(results: dict) -> str:
+    """Return the results table (ours, mean ± 95% half-width over seeds, beside the reference)."""
+    s = summarize(results)
+    lines = [
+        f"{'arm':<9} {'start':>7} {'end (ours)':>16} {'gain (ours)':>16} {'end (ref)':>9} "
+        f"{'RM score end':>16} {'KL/token end':>16}",
+    ]
+    for arm in ARMS:
+        r = s[arm]
+        lines.append(
+            f"{arm:<9} {r['start']:>7.3f} {_pm(r['end'], r['end_ci']):>16} {_pm(r['gain'], r['gain_ci']):>16} "
+            f"{REFERENCE[arm]['end']:>9.3f} {_pm(r['rm_score_end'], r['rm_score_end_ci'], 2):>16} "
+            f"{_pm(r['kl_end'], r['kl_end_ci']):>16}"
+        )
+    n = s[ARMS[0]]["n_seeds"]
+    lines.append(f"(mean ± 95% interval over {n} seed{'s' if n > 1 else ''}; reference: one run, "
+                 f"start {REFERENCE['rm']['start']:.3f})")
+    return "\n".join(lines)
+
+
+def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None):
+    """Draw ``key`` per iteration for both arms (mean over seeds, band = 95% interval); return the axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.8))
+    for arm in ARMS:
+        runs = np.array([log[key] for log in results["arms"][arm].values()])  # (seeds, iterations + 1)
+        x = np.arange(runs.shape[1])
+        mean = runs.mean(0)
+        ax.plot(x, mean, color=COLORS[arm], lw=2, label=f"{LABELS[arm]} (beta {results['settings']['beta'][arm]:g})")
+        if len(runs) > 1:
+            half = np.array([mean_ci95(runs[:, i])[1] for i in range(runs.shape[1])])
+            ax.fill_between(x, mean - half, mean + half, color=COLORS[arm], alpha=0.2, lw=0)
+    ax.set_xlabel("PPO iteration (64 prompts each)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False)
+    return ax
+
+
+FIGURES = {
+    "ppo_accuracy.png": ("accuracy", "true accuracy (greedy, 400 eval prompts)", "What the verifier says"),
+    "ppo_rm_score.png": ("rm_score", "mean RM score of greedy answers", "What the reward model says"),
+    "ppo_kl.png": ("kl", "KL to reference (nats per token)", "How far each arm moved"),
+}
+
+
+def write_outputs(results: dict, out: Path) -> list[Path]:
+    """Write results.json and the three figures to ``out``; return the paths written.
+
+    results.json: ``settings``, ``sft_accuracy``, ``rm_pair_accuracy``,
+    ``rm_near_miss_accuracy``, ``arms[arm][seed]`` with per-iteration lists ``accuracy``,
+    ``rm_score``, ``kl`` (index 0 = before training) and the batch metrics, ``summary``,
+    ``wall_seconds``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (key, ylabel, title) in FIGURES.items():
+        ax = plot_curves(results, key, ylabel, title)
+        ax.figure.tight_layout()
+        ax.figure.savefig(out / name, dpi=120)
+        plt.close(ax.figure)
+        written.append(out / name)
+    payload = {**results, "summary": summarize(results), "reference": REFERENCE}
+    (out / "results.json").write_text(json.dumps(payload, indent=1))
+    written.append(out / "results.json")
+    return written
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _beta(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def main(argv=None) -> int:
+    """Run the experiment from the command line; return the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m minirlhf.experiment", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=_positive_int, default=5, help="number of seeds, 0..n-1 (default 5)")
+    parser.add_argument("--iterations", type=_positive_int, default=25, help="PPO iterations per run (default 25)")
+    parser.add_argument("--beta-rm", type=_beta, default=DEFAULT_BETA["rm"], help="KL coefficient, RM arm (default 0.5)")
+    parser.add_argument("--beta-verifier", type=_beta, default=DEFAULT_BETA["verifier"],
+                        help="KL coefficient, verifier arm (default 0.08)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the project's outputs/)")
+    args = parser.parse_args(argv)
+    out = args.out if args.out is not None else paths.OUTPUTS
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} exists and is not a folder")
+    results = run_experiment(args.seeds, args.iterations, args.beta_rm, args.beta_verifier)
+    print(f"SFT policy accuracy {results['sft_accuracy']:.3f} (reference 0.360); RM pair accuracy "
+          f"{results['rm_pair_accuracy']:.3f} (0.884), near-miss accuracy {results['rm_near_miss_accuracy']:.3f} (0.527)")
+    print(format_table(results))
+    for path in write_outputs(results, out):
+        print(f"wrote {path}")
+    print(f"wall time {results['wall_seconds']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The reward model: the same tiny network with a scalar head, trained on preference pairs.
+
+Each training pair holds a prompt, the correct answer (chosen) and a random wrong number
+(rejected), and the loss is Bradley-Terry's ``-log sigmoid(r_chosen - r_rejected)``. The
+rejected numbers are *garbage*: drawn at random from 0..198, never within 10 of the truth
+(see :func:`minirlhf.task.random_wrong_numbers`). To separate such pairs the model only has
+to judge the size of the answer: ``190;`` cannot be the sum of ``23+45=``. Nothing in its data
+asks it to tell ``68;`` from ``67;`` or ``78;``, and a short run (100 steps) learns size and
+length first. It ranks what it was shown, which is not what is true.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from . import task
+from .model import GPTConfig, TinyGPT, make_generator, reward_scores
+from .progress import progress_bar
+
+__all__ = [
+    "RMConfig", "bradley_terry_loss", "preference_batch", "train_reward_model",
+    "pair_margins", "margin_by_offset", "rm_report", "HELDOUT_SEED",
+]
+
+HELDOUT_SEED = 7  # draws the wrong answers of the held-out pairs (on the eval prompts)
+
+
+@dataclass
+class RMConfig:
+    """Settings of the reward model's training run."""
+
+    steps: int = 100
+    """Optimizer steps on fresh pairs. Short on purpose: see the module docstring."""
+    batch_size: int = 128
+    """Preference pairs per step; prompts come from the training pairs (eval pairs excluded)."""
+    lr: float = 1e-3
+    """AdamW learning rate, constant."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    seed: int = 0
+    """Seeds the initial weights and the pairs."""
+
+
+def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
+    """Return the mean of -log sigmoid(r_chosen - r_rejected) over the pairs (a scalar tensor).
+
+    Written with ``F.logsigmoid``, which stays finite for a margin of -100.
+    """
+    if r_chosen.shape != r_rejected.shape:
+        raise ValueError(f"r_chosen {tuple(r_chosen.shape)} and r_rejected {tuple(r_rejected.shape)} differ in shape")
+    return -F.logsigmoid(r_chosen - r_rejected).mean()
+
+
+def preference_batch(pairs: torch.Tensor, generator: torch.Generator, kind: str = "random"):
+    """Return (prompts (B, 6), chosen (B, 4), rejected (B, 4)): right answer vs a wrong one of ``kind``."""
+    return (
+        task.encode_prompts(pairs),
+        task.correct_completions(pairs),
+        task.wrong_answers(pairs, kind, generator),
+    )
+
+
+def train_reward_model(config: RMConfig | None = None, progress: bool = True) -> tuple[TinyGPT, dict]:
+    """Return (rm, log): a scalar-head TinyGPT trained with Bradley-Terry, and its loss per step."""
+    cfg = config or RMConfig()
+    if cfg.steps < 1 or cfg.batch_size < 1:
+        raise ValueError("config.steps and config.batch_size must be >= 1")
+    torch.manual_seed(cfg.seed)
+    rm = TinyGPT(GPTConfig(), scalar_head=True)
+    g = make_generator(cfg.seed)
+    pool = task.train_pairs()
+    opt = torch.optim.AdamW(rm.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    log = {"loss": [], "accuracy": []}
+    bar = progress_bar(total=cfg.steps, desc="reward model", enabled=progress)
+    for _ in range(cfg.steps):
+        prompts, chosen, rejected = preference_batch(task.sample_pairs(cfg.batch_size, g, pool), g)
+        scores = reward_scores(rm, prompts.repeat(2, 1), torch.cat([chosen, rejected]))  # (2B,): one pass
+        r_chosen, r_rejected = scores.chunk(2)  # (B,) each
+        loss = bradley_terry_loss(r_chosen, r_rejected)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        log["loss"].append(loss.item())
+        log["accuracy"].append((r_chosen > r_rejected).float().mean().item())
+        bar.update(1)
+    bar.close()
+    rm.eval()
+    return rm, log
+
+
+@torch.no_grad()
+def pair_margins(rm: TinyGPT, kind: str, pairs: torch.Tensor | None = None, seed: int = HELDOUT_SEED) -> torch.Tensor:
+    """Return r(correct) - r(wrong answer of ``kind``) for each held-out pair (N,).
+
+    The default pairs are the 400 eval prompts, which the RM never trained on.
+    """
+    pairs = task.eval_pairs() if pairs is None else pairs
+    prompts, chosen, rejected = preference_batch(pairs, make_generator(seed), kind)
+    return reward_scores(rm, prompts, chosen) - reward_scores(rm, prompts, rejected)
+
+
+@torch.no_grad()
+def margin_by_offset(rm: TinyGPT, offsets, pairs: torch.Tensor | None = None) -> dict:
+    """Return ``{offset: mean of r(truth) - r(truth + offset)}`` over the held-out prompts.
+
+    Prompts whose truth + offset would be negative or longer than 3 digits are left out of
+    that offset's mean. A margin near 0 means the RM cannot tell that answer from the truth.
+    """
+    pairs = task.eval_pairs() if pairs is None else pairs
+    prompts, truth = task.encode_prompts(pairs), pairs.sum(1)
+    r_truth = reward_scores(rm, prompts, task.encode_answers(truth.tolist()))  # (N,)
+    out = {}
+    for d in offsets:
+        wrong = truth + int(d)
+        ok = (wrong >= 0) & (wrong <= 999)
+        if not ok.any():
+            raise ValueError(f"offset {d} leaves no valid answer")
+        r_wrong = reward_scores(rm, prompts[ok], task.encode_answers(wrong[ok].tolist()))
+        out[int(d)] = (r_truth[ok] - r_wrong).double().mean().item()
+    return out
+
+
+def rm_report(rm: TinyGPT) -> dict:
+    """Return the RM's held-out numbers: pair and near-miss accuracy, and margins by kind.
+
+    ``{'pair_accuracy', 'near_miss_accuracy', 'margin': {kind: mean margin},
+    'accuracy': {kind: fraction ranked right}}`` for the kinds of
+    :data:`minirlhf.task.WRONG_KINDS`.
+    """
+    margins = {kind: pair_margins(rm, kind) for kind in task.WRONG_KINDS}
+    acc = {kind: (m > 0).double().mean().item() for kind, m in margins.items()}
+    return {
+        "pair_accuracy": acc["random"],
+        "near_miss_accuracy": acc["near_miss"],
+        "margin": {kind: m.double().mean().item() for kind, m in margins.items()},
+        "accuracy": acc,
+    }

@@ -1,0 +1,55 @@
+"""The reward model: the Bradley-Terry loss worked by hand, the pairs, and a short run."""
+
+import math
+
+import pytest
+import torch
+
+from minirlhf import task
+from minirlhf.model import make_generator
+from minirlhf.reward_model import (
+    RMConfig, bradley_terry_loss, margin_by_offset, preference_batch, rm_report, train_reward_model,
+)
+
+torch.set_num_threads(1)  # runs are bit-identical only at a fixed thread count
+
+
+def test_bradley_terry_by_hand():
+    # margin 0: -log sigmoid(0) = ln 2; margin +2: ln(1 + e^-2) = 0.1269; margin -2: 2.1269
+    assert math.isclose(bradley_terry_loss(torch.tensor([0.0]), torch.tensor([0.0])).item(), math.log(2), rel_tol=1e-6)
+    assert math.isclose(bradley_terry_loss(torch.tensor([3.0]), torch.tensor([1.0])).item(), 0.126928, rel_tol=1e-5)
+    assert math.isclose(bradley_terry_loss(torch.tensor([1.0]), torch.tensor([3.0])).item(), 2.126928, rel_tol=1e-5)
+    # the mean over pairs
+    both = bradley_terry_loss(torch.tensor([3.0, 1.0]), torch.tensor([1.0, 3.0])).item()
+    assert math.isclose(both, (0.126928 + 2.126928) / 2, rel_tol=1e-5)
+    # it stays finite far out
+    assert math.isclose(bradley_terry_loss(torch.tensor([-100.0]), torch.tensor([0.0])).item(), 100.0, rel_tol=1e-6)
+    with pytest.raises(ValueError, match="shape"):
+        bradley_terry_loss(torch.zeros(2), torch.zeros(3))
+
+
+def test_bradley_terry_only_sees_the_margin():
+    a = bradley_terry_loss(torch.tensor([1.0, 2.0]), torch.tensor([0.5, 0.0]))
+    b = bradley_terry_loss(torch.tensor([11.0, 12.0]), torch.tensor([10.5, 10.0]))
+    assert torch.allclose(a, b)
+
+
+def test_preference_pairs_never_hold_a_near_miss():
+    pairs = task.sample_pairs(500, make_generator(0))
+    prompts, chosen, rejected = preference_batch(pairs, make_generator(1))
+    truth = pairs.sum(1)
+    got = torch.tensor([task.parse_completion(t) for t in task.decode_completions(rejected)])
+    assert (got != truth).all() and not task.near_miss_mask(truth, got).any()
+    assert task.batch_verify(pairs, chosen).all()
+
+
+def test_short_run_learns_garbage_first():
+    rm, log = train_reward_model(RMConfig(steps=25, batch_size=32), progress=False)
+    assert log["loss"][-1] < log["loss"][0]
+    report = rm_report(rm)
+    assert set(report["margin"]) == set(task.WRONG_KINDS)
+    assert report["margin"]["wrong_length"] > report["margin"]["ones_off_by_one"]
+    # offset 0 compares the truth with itself: margin exactly 0
+    pairs = task.eval_pairs()[:50]
+    by_offset = margin_by_offset(rm, [0, 1], pairs)
+    assert by_offset[0] == 0.0 and set(by_offset) == {0, 1}
