@@ -12,9 +12,15 @@ import torch
 from .model import TinyGPT
 from .reward_model import RMConfig, rm_report, train_reward_model
 from .sft import SFTConfig, greedy_accuracy, train_sft
-from .store import load_or_train
+from .store import load_or_train, settings_hash
 
 __all__ = ["load_sft", "load_rm", "load_all"]
+
+
+def _file_name(name: str, cfg, default) -> str:
+    """Return the file stem for ``cfg``: the book's model keeps ``name``; any other settings
+    get their own file, so trying them never replaces the model the chapters use."""
+    return name if cfg == default else f"{name}-{settings_hash(cfg)}"
 
 
 def load_sft(config: SFTConfig | None = None, progress: bool = True, verbose: bool = True) -> tuple[TinyGPT, dict]:
@@ -29,7 +35,7 @@ def load_sft(config: SFTConfig | None = None, progress: bool = True, verbose: bo
         model, log = train_sft(cfg, progress=progress)
         return model, {"accuracy": greedy_accuracy(model), "final_loss": log["loss"][-1]}
 
-    return load_or_train("sft_policy", cfg, train, verbose=verbose)
+    return load_or_train(_file_name("sft_policy", cfg, SFTConfig()), cfg, train, verbose=verbose)
 
 
 def load_rm(config: RMConfig | None = None, progress: bool = True, verbose: bool = True) -> tuple[TinyGPT, dict]:
@@ -41,7 +47,7 @@ def load_rm(config: RMConfig | None = None, progress: bool = True, verbose: bool
         model, log = train_reward_model(cfg, progress=progress)
         return model, {**rm_report(model), "final_loss": log["loss"][-1]}
 
-    return load_or_train("reward_model", cfg, train, verbose=verbose)
+    return load_or_train(_file_name("reward_model", cfg, RMConfig()), cfg, train, verbose=verbose)
 
 
 def load_all(progress: bool = True, verbose: bool = True) -> dict:

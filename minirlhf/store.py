@@ -81,6 +81,7 @@ def save_model(model: TinyGPT, path: Path, settings, metrics: dict | None = None
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a model file is ordinary output
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -70,3 +70,13 @@ def test_notes_stay_quiet_when_a_machine_runs_the_notebook(tmp_path, monkeypatch
     monkeypatch.setenv("MINIRLHF_PROGRESS", "0")
     load_or_train("toy", {"seed": 1}, lambda: (small_model(), {}), directory=tmp_path)
     assert capsys.readouterr().err == ""
+
+
+def test_other_settings_never_replace_the_books_model():
+    from minirlhf.pipeline import _file_name
+    from minirlhf.sft import SFTConfig
+
+    assert _file_name("sft_policy", SFTConfig(), SFTConfig()) == "sft_policy"
+    other = _file_name("sft_policy", SFTConfig(steps=10), SFTConfig())
+    assert other.startswith("sft_policy-") and other != "sft_policy"
+    assert other != _file_name("sft_policy", SFTConfig(steps=11), SFTConfig())
