@@ -117,8 +117,8 @@ PPO_TOKEN_LOSS = Exercise(
         "the leash: `A = advantages[:, None] - beta * kl`, shape (B, T).",
         "The clipped surrogate per token is `torch.minimum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)`. "
         "Average it over the tokens the mask keeps, not over all B * T.",
-        "`surrogate = torch.minimum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)`, then "
-        "`return -(surrogate * mask).sum() / mask.sum()`: minus, because the optimizer minimises the loss.",
+        "Put together: `surrogate = torch.minimum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)`, and "
+        "the loss is `-(surrogate * mask).sum() / mask.sum()`, with a minus because the optimizer minimises it.",
     ),
     reference=ppo_token_loss,
     random_kwargs=_random_kwargs,
