@@ -22,7 +22,10 @@ import numpy as np
 import torch
 
 from . import paths
+from . import task
+from .model import make_generator, reward_scores
 from .pipeline import load_rm, load_sft
+from .reward_model import HELDOUT_SEED
 from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
 
 __all__ = [
@@ -90,6 +93,7 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = 0.5, beta_ver
     cfg = replace(config or PPOConfig(), iterations=iterations)
     betas = {"rm": beta_rm, "verifier": beta_verifier}
     evalset = EvalSet()
+    rm_landmarks = _rm_landmarks(rm, evalset)
     arms = {arm: {} for arm in ARMS}
     for seed in seeds:
         for arm in ARMS:
@@ -104,8 +108,21 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = 0.5, beta_ver
         "sft_accuracy": sft_metrics["accuracy"],
         "rm_pair_accuracy": rm_metrics["pair_accuracy"],
         "rm_near_miss_accuracy": rm_metrics["near_miss_accuracy"],
+        "rm_landmarks": rm_landmarks,
         "arms": arms,
         "wall_seconds": time.perf_counter() - start,
+    }
+
+
+@torch.no_grad()
+def _rm_landmarks(rm, evalset) -> dict:
+    # The RM's mean score of the right answers and of garbage on the eval prompts: the scale
+    # against which the arms' RM scores should be read.
+    right = task.correct_completions(evalset.pairs)
+    garbage = task.wrong_answers(evalset.pairs, "random", make_generator(HELDOUT_SEED))
+    return {
+        "right answers": reward_scores(rm, evalset.prompts, right).double().mean().item(),
+        "garbage answers": reward_scores(rm, evalset.prompts, garbage).double().mean().item(),
     }
 
 
@@ -151,12 +168,18 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None):
-    """Draw ``key`` per iteration for both arms (mean over seeds, band = 95% interval); return the axes."""
+def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landmarks: dict | None = None):
+    """Draw ``key`` per iteration for both arms (mean over seeds, band = 95% interval); return the axes.
+
+    ``landmarks`` ({label: value}) adds labelled dashed lines, e.g. the RM's score of right
+    answers and of garbage, so a small move can be read against the whole scale.
+    """
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.8))
+    for i, (label, value) in enumerate((landmarks or {}).items()):
+        ax.axhline(value, color="0.4", ls="--" if i == 0 else ":", lw=1.2, label=f"RM score of {label}")
     for arm in ARMS:
         runs = np.array([log[key] for log in results["arms"][arm].values()])  # (seeds, iterations + 1)
         x = np.arange(runs.shape[1])
@@ -184,20 +207,19 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     """Write results.json and the three figures to ``out``; return the paths written.
 
     results.json: ``settings``, ``sft_accuracy``, ``rm_pair_accuracy``,
-    ``rm_near_miss_accuracy``, ``arms[arm][seed]`` with per-iteration lists ``accuracy``,
+    ``rm_near_miss_accuracy``, ``rm_landmarks`` (the RM's mean score of right answers and
+    of garbage on the eval prompts), ``arms[arm][seed]`` with per-iteration lists ``accuracy``,
     ``rm_score``, ``kl`` (index 0 = before training) and the batch metrics, ``summary``,
     ``wall_seconds``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, (key, ylabel, title) in FIGURES.items():
-        ax = plot_curves(results, key, ylabel, title)
+        landmarks = results.get("rm_landmarks") if key == "rm_score" else None
+        ax = plot_curves(results, key, ylabel, title, landmarks=landmarks)
         ax.figure.tight_layout()
         ax.figure.savefig(out / name, dpi=120)
         plt.close(ax.figure)
@@ -238,6 +260,9 @@ def main(argv=None) -> int:
                         help="KL coefficient, verifier arm (default 0.08)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the project's outputs/)")
     args = parser.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; set here, not in write_outputs, which notebooks call too
     out = args.out if args.out is not None else paths.OUTPUTS
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out} exists and is not a folder")
