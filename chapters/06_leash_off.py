@@ -18,7 +18,7 @@
 # ```{admonition} What you need
 # :class: tip
 # Chapters 4 and 5: the reward model's blind spot, and `ppo_train`. The notebook trains
-# nine short PPO runs, each with a progress bar in JupyterLab; together they take about a
+# twelve short PPO runs, each with a progress bar in JupyterLab; together they take under a
 # minute on a CPU.
 # ```
 
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from minirlhf import pipeline, ppo, task, variance
+from minirlhf import reward_model as rmlib
 from minirlhf.exercises import check
 from minirlhf.explorer import show_figure
 from minirlhf.model import generate, reward_scores
@@ -59,20 +60,29 @@ SEEDS = (0, 1, 2)
 ITERATIONS = 40
 reward_fn = ppo.rm_reward(rm)
 evalset = ppo.EvalSet()  # the 400 eval prompts, encoded once for all runs
-runs = {}  # (beta, seed) -> (trained policy, log)
+runs = {}  # (arm, seed) -> (trained policy, log); arm: beta or "adaptive"
+
+
+def run(arm, beta, seed, **settings):
+    """Train one arm on the RM from the partial-SFT policy; keep the result."""
+    config = ppo.PPOConfig(iterations=ITERATIONS, seed=seed, **settings)
+    # The SFT policy is both the start and the frozen reference; ppo_train
+    # trains a copy and returns it with the log.
+    runs[arm, seed] = ppo.ppo_train(policy, policy, reward_fn, beta, config,
+                                    rm=rm, evalset=evalset)
+
+
 for beta in (0.0, 0.5):
     for seed in SEEDS:
-        config = ppo.PPOConfig(iterations=ITERATIONS, seed=seed)
-        # the SFT policy is both the start and the frozen reference;
-        # ppo_train trains a copy and returns it with the log
-        runs[beta, seed] = ppo.ppo_train(policy, policy, reward_fn, beta,
-                                         config, rm=rm, evalset=evalset)
+        run(beta, beta, seed)
 
 
 # %%
-def curve(beta, key):
-    """Return the per-iteration values of `key` for every seed: (seeds, 41)."""
-    return np.array([runs[beta, seed][1][key] for seed in SEEDS])
+def curve(arm, key):
+    """Return the per-iteration values of `key` for every seed: (seeds, n)."""
+    values = np.array([runs[arm, seed][1][key] for seed in SEEDS])
+    # The exact KL can come out a hair below 0 (float rounding); it is >= 0.
+    return values.clip(min=0.0) if key == "kl" else values
 
 
 print("beta  seed   accuracy          RM score         KL per token")
@@ -87,11 +97,15 @@ for beta in (0.0, 0.5):
     acc, score = curve(beta, "accuracy"), curve(beta, "rm_score")
     print(f"beta = {beta}, mean of {len(SEEDS)} seeds: accuracy "
           f"{acc[:, 0].mean():.3f} -> {acc[:, -1].mean():.3f} "
-          f"(seeds {acc[:, -1].min():.3f} to {acc[:, -1].max():.3f}), "
-          f"RM score {score[:, 0].mean():+.2f} -> {score[:, -1].mean():+.2f}")
+          f"(seeds {acc[:, -1].min():.3f} to {acc[:, -1].max():.3f}),\n"
+          f"{'':>26}RM score {score[:, 0].mean():+.2f} -> "
+          f"{score[:, -1].mean():+.2f}")
+mean_acc = curve(0.0, "accuracy").mean(0)
+print(f"beta = 0: the mean accuracy peaks at {mean_acc.max():.3f} "
+      f"(iteration {mean_acc.argmax()}), then falls")
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), constrained_layout=True)
+fig, axes = plt.subplots(1, 3, figsize=(9.6, 3.3), constrained_layout=True)
 its = np.arange(ITERATIONS + 1)
 panels = (("accuracy", "true accuracy (verifier, greedy)"),
           ("rm_score", "RM score of the greedy answers\n(reward-model units)"),
@@ -111,13 +125,13 @@ sc0 = curve(0.0, "rm_score")
 show_figure(
     fig,
     alt="Three panels against PPO iteration, 0 to 40, three seeds per arm. "
-        f"With beta = 0 the true accuracy falls from {acc0[:, 0].mean():.3f} "
-        f"to {acc0[:, -1].mean():.3f} while the RM score rises from "
-        f"{sc0[:, 0].mean():+.2f} to {sc0[:, -1].mean():+.2f} and the KL to "
-        f"the reference climbs to {curve(0.0, 'kl')[:, -1].mean():.2f} nats "
-        f"per token. With beta = 0.5 the accuracy ends at "
-        f"{acc5[:, -1].mean():.3f} and the KL stays below "
-        f"{curve(0.5, 'kl').max():.2f}.",
+        f"With beta = 0 the true accuracy rises to {mean_acc.max():.3f} in "
+        f"the first iterations, then falls to {acc0[:, -1].mean():.3f}, "
+        f"while the RM score rises from {sc0[:, 0].mean():+.2f} to "
+        f"{sc0[:, -1].mean():+.2f} and the KL to the reference climbs to "
+        f"{curve(0.0, 'kl')[:, -1].mean():.2f} nats per token. With beta = "
+        f"0.5 the accuracy ends at {acc5[:, -1].mean():.3f} and the KL stays "
+        f"below {curve(0.5, 'kl').max():.2f}.",
     caption="The leash off (β = 0, orange) against chapter 5's leash "
             "(β = 0.5, blue): thin lines are single seeds, thick lines their "
             "mean.",
@@ -125,19 +139,21 @@ show_figure(
 
 # %% [markdown]
 # This is reward over-optimization in miniature. With nothing tying it to the reference, the
-# policy does exactly what it is paid for: the RM's score of its answers goes up. The fraction
-# of answers that are actually right goes down, steadily, in every seed. The KL panel shows the
-# price in distance: the unleashed policy keeps walking away from the reference, while the
-# leashed one hardly moves.
+# policy does exactly what it is paid for: the RM's score of its answers goes up, all the way.
+# The true accuracy goes up too, for a few iterations, and then down, in every seed, until it
+# ends well below where it started. The KL panel shows the price in distance: the unleashed
+# policy keeps walking away from the reference, while the leashed one hardly moves.
 #
 # Nothing went wrong in the code. PPO was handed a number and made it larger. The number is a
-# learned proxy, and the proxy is wrong in a way the policy can find.
+# learned proxy: at first, making it larger also made the answers better, and then it no
+# longer did.
 #
 # ## Where the answers go
 #
 # The accuracy curve says *that* answers stop being right. The verifier can say more: every
-# greedy answer on the 400 evaluation prompts is correct, a near-miss (one digit off by one),
-# another wrong number, or malformed. `ppo_train` logs the four fractions every iteration.
+# greedy answer on the 400 evaluation prompts is correct, a near-miss (wrong, but within 10
+# of the truth: a slipped digit or a missed carry), another wrong number, or malformed.
+# `ppo_train` logs the four fractions every iteration.
 
 # %%
 kinds = {}  # beta -> kind -> fractions (seeds, 41)
@@ -152,10 +168,11 @@ for beta in (0.5, 0.0):
                         for k in task.KINDS).rstrip())
 
 # %% tags=["hide-input"]
-KIND_STYLE = {"correct": (GREEN, "correct"), "near_miss": (YELLOW, "near-miss"),
+KIND_STYLE = {"correct": (GREEN, "correct"),
+              "near_miss": (YELLOW, "near-miss (within 10)"),
               "other_wrong": (ORANGE, "other wrong number"),
               "malformed": (PINK, "malformed")}
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True,
+fig, axes = plt.subplots(1, 2, figsize=(9.2, 3.4), sharey=True,
                          constrained_layout=True)
 for ax, beta in zip(axes, (0.5, 0.0)):
     layers = [kinds[beta][k].mean(0) for k in task.KINDS]
@@ -168,154 +185,215 @@ for ax, beta in zip(axes, (0.5, 0.0)):
                                      " (the leash off)"))
 axes[0].set_ylabel("fraction of the 400 greedy answers")
 handles, names = axes[1].get_legend_handles_labels()
-fig.legend(handles[::-1], names[::-1], loc="outside right upper", frameon=False,
-           fontsize=8.5)
+fig.legend(handles[::-1], names[::-1], loc="outside right upper",
+           frameon=False, fontsize=8.5)
 show_figure(
     fig,
     alt="Two stacked area charts of the kinds of greedy answer against PPO "
         "iteration, mean of three seeds. With beta = 0.5 the layers hardly "
         f"move: correct {kinds[0.5]['correct'][:, 0].mean():.2f} to "
         f"{kinds[0.5]['correct'][:, -1].mean():.2f}. With beta = 0 the "
-        f"correct layer shrinks from {kinds[0.0]['correct'][:, 0].mean():.2f}"
-        f" to {kinds[0.0]['correct'][:, -1].mean():.2f}, the other-wrong "
-        f"layer grows from {kinds[0.0]['other_wrong'][:, 0].mean():.2f} to "
-        f"{kinds[0.0]['other_wrong'][:, -1].mean():.2f}, and near-misses go "
-        f"from {kinds[0.0]['near_miss'][:, 0].mean():.2f} to "
-        f"{kinds[0.0]['near_miss'][:, -1].mean():.2f}.",
+        f"correct layer ends at {kinds[0.0]['correct'][:, -1].mean():.2f}, "
+        f"near-misses go from {kinds[0.0]['near_miss'][:, 0].mean():.2f} to "
+        f"{kinds[0.0]['near_miss'][:, -1].mean():.2f}, and other wrong "
+        f"numbers from {kinds[0.0]['other_wrong'][:, 0].mean():.2f} to "
+        f"{kinds[0.0]['other_wrong'][:, -1].mean():.2f}; nothing is "
+        "malformed.",
     caption="What the greedy answers are, iteration by iteration (mean of "
             "three seeds).",
 )
 
 # %% [markdown]
-# The correct layer thins out and the wrong answers take its place. Almost none of them are
-# malformed: the policy still writes numbers, ends them with `;`, and the RM, which punishes
-# garbage hard, would not pay for anything else. The near-miss layer, the blind spot of
-# chapter 4 in its narrowest sense, does not swallow the lost answers on its own. The growth
-# is in *other* wrong numbers. What are they?
-#
-# Chapter 4 found that the RM reads the *size* of an answer: it dislikes a tens digit far from
-# the truth and hardly notices the ones digit at all. Its blind spot is therefore wider than
-# the near-misses: any answer of about the right size looks correct to it. The next cell
-# measures the whole picture. For every offset $d$ from $-25$ to $+25$ it scores the answer
-# "truth $+\,d$" on all 400 evaluation prompts, and reports the mean of
-# $r(\text{truth} + d) - r(\text{truth})$. Then it takes the greedy answers of the starting
-# policy and of the three $\beta = 0$ policies after 40 iterations and counts how far each is
-# from the truth.
+# The correct layer thins out, the other wrong numbers thicken, and the near-miss layer,
+# which already held most of the answers, stays about as thick as it was. Nothing becomes
+# malformed: the policy still writes numbers and ends them with `;`, because the RM punishes
+# garbage hard. The layers hide the traffic, though. A layer can keep its thickness while
+# answers flow through it, so follow each prompt's answer from the start to the end of the
+# unleashed runs:
 
 # %%
-eval_pairs = task.eval_pairs()  # (400, 2)
-eval_prompts = task.encode_prompts(eval_pairs)  # (400, 6)
-truth = eval_pairs.sum(1)  # (400,)
+eval_pairs, eval_prompts = evalset.pairs, evalset.prompts  # (400, 2), (400, 6)
+
+
+def greedy(model):
+    """Return the greedy completions (400, 4) of `model`, eval prompts."""
+    return generate(model, eval_prompts, greedy=True)
+
+
+start = greedy(policy)
+ends = [greedy(runs[0.0, seed][0]) for seed in SEEDS]
+start_kinds = task.batch_kinds(eval_pairs, start)
+moves = task.kind_transitions(
+    start_kinds * len(SEEDS),
+    [k for end in ends for k in task.batch_kinds(eval_pairs, end)])
+print("at the start         after 40 iterations at beta = 0 (3 seeds)")
+print("kind         count" + "".join(f"{k:>12}" for k in task.KINDS))
+for k, row in moves.items():
+    print(f"{k:<12} {start_kinds.count(k):>5}"
+          + "".join(f"{row[j]:>12.3f}" for j in task.KINDS))
+
+# %% [markdown]
+# Read the first row. Of the answers that were correct at the start, fewer than half are
+# still correct at the end; most of the others became near-misses. The second row runs the
+# other way: a share of the near-misses became correct. The policy is not walking away from
+# the truth in one direction. It is *stirring* the answers inside the region where the RM
+# cannot tell them apart, and because the truth is one answer among the twenty-one in that
+# region, stirring loses correct answers faster than it finds them.
+#
+# Chapter 4 showed why the region exists: the RM's rejected answers were random numbers, never
+# within 10 of the truth, so it learned the rough size of a sum and little more. The next cell
+# measures its blind spot as an offset curve. For every offset $d$ from $-25$ to $+25$ it
+# scores the answer "truth $+\,d$" on all 400 evaluation prompts and takes the mean of
+# $r(\text{truth} + d) - r(\text{truth})$
+# (`minirlhf.reward_model.margin_by_offset`, with the sign turned). It also counts how far
+# each greedy answer is from the truth, at the start and after the unleashed runs.
+
+# %%
 OFFSETS = np.arange(-25, 26)
 with torch.no_grad():
-    r_truth = reward_scores(rm, eval_prompts, task.correct_completions(eval_pairs))
-    preference = []  # mean r(truth + d) - r(truth) per offset d
-    for d in OFFSETS:
-        answer = truth + int(d)
-        ok = (answer >= 0) & (answer <= task.MAX_SUM)  # (400,)
-        r = reward_scores(rm, eval_prompts[ok],
-                          task.encode_answers(answer[ok].tolist()))
-        preference.append((r - r_truth[ok]).mean().item())
-preference = np.array(preference)
+    margin = rmlib.margin_by_offset(rm, OFFSETS)  # {d: r(truth) - r(truth+d)}
+relative = -np.array([margin[int(d)] for d in OFFSETS])  # r(truth+d)-r(truth)
+start_offsets = task.answer_offsets(eval_pairs, start).numpy()  # (400,)
+end_offsets = np.concatenate([task.answer_offsets(eval_pairs, end).numpy()
+                              for end in ends])  # (1200,)
+flat = OFFSETS[np.abs(relative) < 0.1]
+print(f"offsets the RM scores within 0.1 of the truth, on average: "
+      f"{flat.min():+d} to {flat.max():+d}")
+print(f"for scale: the RM's mean margin of the truth over garbage is "
+      f"{rm_metrics['margin']['random']:+.2f}")
 
 
-def offsets(model):
-    """Return answer - truth for each parsed greedy answer of `model`."""
-    with torch.no_grad():
-        texts = task.decode_completions(generate(model, eval_prompts, greedy=True))
-    answers = [task.parse_completion(t) for t in texts]
-    return np.array([a - int(t) for a, t in zip(answers, truth) if a is not None])
+def share(offsets, lo, hi):
+    """Return the fraction of answers whose distance to the truth is lo..hi."""
+    return np.mean((np.abs(offsets) >= lo) & (np.abs(offsets) <= hi))
 
 
-start_offsets = offsets(policy)
-end_offsets = np.concatenate([offsets(runs[0.0, s][0]) for s in SEEDS])
-best = OFFSETS[preference.argmax()]
-print(f"the RM's favourite offset: truth {best:+d} "
-      f"(r(truth {best:+d}) - r(truth) = {preference.max():+.2f} on average)")
-print(f"offsets the RM scores above the truth: {OFFSETS[preference > 0].min():+d} "
-      f"to {OFFSETS[preference > 0].max():+d}")
-print("\nanswer - truth           start (1 policy)   beta = 0, end (3 policies)")
-bins = (("0 (correct)", 0, 0), ("-9 to -1", -9, -1), ("+1 to +9", 1, 9),
-        ("+10 to +14", 10, 14), ("other", None, None))
-for label, lo, hi in bins:
-    if lo is None:
-        inside = lambda o: (o < -9) | (o > 14)
-    else:
-        inside = lambda o, lo=lo, hi=hi: (o >= lo) & (o <= hi)
-    print(f"{label:<24} {inside(start_offsets).mean():>10.3f}   "
-          f"{inside(end_offsets).mean():>16.3f}")
+print("\nanswer - truth     start (1 policy)   beta = 0, end (3 policies)")
+for label, lo, hi in (("0 (correct)", 0, 0), ("1 to 5 away", 1, 5),
+                      ("6 to 10 away", 6, 10), ("11 to 15 away", 11, 15),
+                      ("more than 15 away", 16, np.inf)):
+    print(f"{label:<18} {share(start_offsets, lo, hi):>14.3f}"
+          f"   {share(end_offsets, lo, hi):>22.3f}")
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(8.6, 4.4), constrained_layout=True)
 edges = np.arange(-25.5, 26.5)
+ax.axvspan(-10.5, 10.5, color=YELLOW, alpha=0.15, lw=0)
 for values, colour, label in (
         (start_offsets, BLUE, "partial-SFT policy (start)"),
-        (end_offsets, ORANGE, f"β = 0 after {ITERATIONS} iterations (3 seeds)")):
+        (end_offsets, ORANGE, f"β = 0, {ITERATIONS} iterations (3 seeds)")):
     ax.hist(values, bins=edges, density=True, histtype="stepfilled",
             alpha=0.35, color=colour, label=label)
     ax.hist(values, bins=edges, density=True, histtype="step", color=colour)
-ax.set_xlabel("answer − true sum")
+ax.set_xlabel("answer − true sum (the shaded band: near-misses)")
 ax.set_ylabel("fraction of greedy answers")
 ax.set_xlim(-25.5, 25.5)
 right = ax.twinx()
-right.plot(OFFSETS, preference, color="black", lw=2,
+right.plot(OFFSETS, relative, color="black", lw=2,
            label="RM: mean r(truth + d) − r(truth)")
 right.axhline(0, color="black", lw=0.8, ls=":")
 right.set_ylabel("RM score relative to the truth\n(reward-model units)")
-lines = ax.get_legend_handles_labels()
-more = right.get_legend_handles_labels()
+lines, more = ax.get_legend_handles_labels(), right.get_legend_handles_labels()
 fig.legend(lines[0] + more[0], lines[1] + more[1], frameon=False,
            loc="outside upper center", ncols=3, fontsize=8.5)
 show_figure(
     fig,
-    alt="Histogram of answer minus true sum for the greedy answers, with the "
-        "RM's mean score relative to the truth as a black curve on a second "
-        f"axis. The RM curve peaks at an offset of {best:+d}, "
-        f"{preference.max():+.2f} above the truth, and stays above zero from "
-        f"{OFFSETS[preference > 0].min():+d} to "
-        f"{OFFSETS[preference > 0].max():+d}. The starting policy's answers "
-        f"are exact {(start_offsets == 0).mean():.0%} of the time; after "
-        f"{ITERATIONS} iterations with beta = 0, "
-        f"{(end_offsets == 0).mean():.0%}, and "
-        f"{((end_offsets >= 1) & (end_offsets <= 14)).mean():.0%} of the "
-        "answers sit between +1 and +14, under the RM curve's hump.",
+    alt="Histogram of answer minus true sum for the greedy answers, before "
+        "and after 40 iterations with beta = 0, with the RM's mean score "
+        "relative to the truth as a black curve on a second axis. The RM "
+        f"curve is flat, within 0.1 of the truth, from {flat.min():+d} to "
+        f"{flat.max():+d}, and falls away outside. The exact answers drop "
+        f"from {np.mean(start_offsets == 0):.0%} to "
+        f"{np.mean(end_offsets == 0):.0%}; the answers spread over the flat "
+        "stretch and just beyond it.",
     caption="Where the answers go: how far each greedy answer is from the "
             "truth, before (blue) and after (orange) 40 iterations without a "
-            "leash, over the RM's preference for each offset (black).",
+            "leash, over the RM's average opinion of each offset (black).",
 )
 
 # %% [markdown]
-# There is the blind spot, and its shape. The RM's score does not peak at the truth. On
-# average it prefers answers somewhat *too large* (the printed range), and it marks answers
-# down only gently as they drift away from the truth in either direction, far more gently
-# than it marks down garbage. Nothing in its training pinned the peak to the truth: its
-# rejected answers were random numbers, usually dozens away, so "about the right size" was
-# all it ever had to learn, and where exactly inside that range it gives the most is an
-# accident of its weights. The policy, paid by exactly that accident, climbs the hump: the
-# exact answers thin out, and answers a few units to a dozen too large pile up. Few of those
-# are one digit off by one (for `68`, `77;` and `79;` are off in two digits, `72;` in the ones
-# digit by four), so the verifier files most of them as "other wrong numbers", not
-# near-misses: that is why the near-miss layer alone did not grow.
+# On average the RM cannot tell the truth from its close neighbours: its curve is flat around
+# the truth and only bends away a few units out, gently next to its verdict on garbage. The
+# policy's answers spread out: fewer exact answers and close neighbours, more answers toward
+# the edge of the near-miss band and just beyond it, where the RM's average still hardly
+# objects. But a flat *average* does not explain why the RM's score kept climbing. For that, look at single prompts. The next
+# cell scores, for each prompt, every answer within 10 of the truth, and asks how the greedy
+# answers compare with the truth *on the same prompt*.
+
+# %%
+window = np.arange(-10, 11)
+truth = eval_pairs.sum(1)  # (400,)
+with torch.no_grad():
+    correct = task.correct_completions(eval_pairs)
+    r_truth = reward_scores(rm, eval_prompts, correct)  # (400,)
+    r_window = torch.full((len(truth), len(window)), -np.inf)  # (400, 21)
+    for j, d in enumerate(window):
+        answer = truth + int(d)
+        ok = (answer >= 0) & (answer <= task.MAX_SUM)  # (400,)
+        answers = task.encode_answers(answer[ok].tolist())
+        r_window[ok, j] = reward_scores(rm, eval_prompts[ok], answers)
+favourite = window[r_window.argmax(1).numpy()]
+best_gap = (r_window.max(1).values - r_truth).mean()
+print(f"prompts whose truth is the RM's favourite within 10 of it: "
+      f"{np.mean(favourite == 0):.3f}\n(a random pick of 21 would give "
+      f"{1 / len(window):.3f}); on average the favourite scores "
+      f"{best_gap:+.2f}\nabove the truth\n")
+print("greedy answers          r(answer) - r(truth)   share above the truth")
+with torch.no_grad():
+    r_start = reward_scores(rm, eval_prompts, start)
+    print(f"{'start':<23} {(r_start - r_truth).mean():>+20.2f}"
+          f" {(r_start > r_truth).float().mean():>23.3f}")
+    lost, found = [], []  # r(new) - r(truth); r(old) - r(truth)
+    for seed, end in zip(SEEDS, ends):
+        r_end = reward_scores(rm, eval_prompts, end)
+        print(f"{f'beta = 0, seed {seed}, end':<23} "
+              f"{(r_end - r_truth).mean():>+20.2f}"
+              f" {(r_end > r_truth).float().mean():>23.3f}")
+        end_kinds = task.batch_kinds(eval_pairs, end)
+        for i, (was, now) in enumerate(zip(start_kinds, end_kinds)):
+            if was == "correct" and now != "correct":
+                lost.append((r_end[i] - r_truth[i]).item())
+            if was != "correct" and now == "correct":
+                found.append((r_start[i] - r_truth[i]).item())
+lost, found = np.array(lost), np.array(found)
+print(f"\nanswers that stopped being correct ({len(lost)}): the new answer "
+      f"scores {lost.mean():+.2f}\nagainst the truth, and higher in "
+      f"{np.mean(lost > 0):.0%} of them")
+print(f"answers that became correct ({len(found)}): the old answer had "
+      f"scored {found.mean():+.2f}\nagainst the truth, and higher in "
+      f"{np.mean(found > 0):.0%} of them")
+
+# %% [markdown]
+# There is the blind spot, prompt by prompt. Near the truth the RM's scores are not flat but
+# *noisy*: for almost every prompt some wrong neighbour scores higher than the truth, and
+# which one is an accident of the RM's weights. At the start the policy's answers score below
+# the truth on average; after the unleashed runs they score above it. The two last lines say
+# how. The correct answers the policy gave up were replaced, mostly, by neighbours that this
+# RM happens to score higher than the truth. The answers it made correct are a mix: on
+# average the old answer had scored well below the truth, so part of that traffic follows a
+# real signal (the RM does know a far-off answer from a close one, which is the early rise in
+# accuracy), and part is the same stirring, running the other way. The accuracy curve tells
+# which kind of traffic dominates when: the real signal first, then the stirring. By the end
+# the policy has learned the RM's accidents.
 #
 # Gao et al. measured this at scale {cite}`gao2023scaling`. They trained a large "gold" reward
 # model to play the part of the truth and optimized policies against smaller proxy RMs trained
 # on its labels: the proxy score kept rising, while the gold score first rose and then fell,
-# as a smooth function of how far (in KL) the policy had moved from its start. Our
-# verifier is a gold RM that cannot be wrong, and our proxy is so blind near the truth that
-# there is no rise at all, only the fall. The next figure plots it their way, against the
-# distance travelled.
+# as a smooth function of how far (in KL) the policy had moved from its start. Our verifier
+# plays the gold RM, and cannot be wrong. The next figure plots our runs their way, against
+# the distance travelled.
 
 # %%
 print("KL per token   mean accuracy of the beta = 0 runs at that distance")
-kl0, acc0 = curve(0.0, "kl").ravel(), curve(0.0, "accuracy").ravel()
-for lo, hi in ((0.0, 0.01), (0.01, 0.05), (0.05, 0.1), (0.1, 0.2), (0.2, 1.0)):
-    inside = (kl0 >= lo) & (kl0 < hi)
+kl_all, acc_all = curve(0.0, "kl").ravel(), curve(0.0, "accuracy").ravel()
+for lo, hi in ((0.0, 0.02), (0.02, 0.05), (0.05, 0.1), (0.1, 0.2), (0.2, 1.0)):
+    inside = (kl_all >= lo) & (kl_all < hi)
     if inside.any():
-        print(f"{lo:.2f} to {hi:.2f}   {acc0[inside].mean():.3f}  "
+        print(f"{lo:.2f} to {hi:.2f}   {acc_all[inside].mean():.3f}  "
               f"({inside.sum()} evaluations)")
 
 # %% tags=["hide-input"]
-fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6),
+fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5),
                                   constrained_layout=True, sharex=True)
 for beta, colour, marker in ((0.0, ORANGE, "o"), (0.5, BLUE, "s")):
     x = np.sqrt(curve(beta, "kl"))
@@ -323,35 +401,38 @@ for beta, colour, marker in ((0.0, ORANGE, "o"), (0.5, BLUE, "s")):
                  marker=marker, label=f"β = {beta:g}", lw=0)
     right.scatter(x, curve(beta, "rm_score"), s=10, alpha=0.6, color=colour,
                   marker=marker, label=f"β = {beta:g}", lw=0)
+left.axhline(curve(0.0, "accuracy")[0, 0], color="grey", lw=0.8, ls=":")
 left.set_ylabel("true accuracy (verifier, greedy)")
 right.set_ylabel("RM score of the greedy answers\n(reward-model units)")
 for ax in (left, right):
     ax.set_xlabel("√KL to the reference (√(nats per token))")
-left.legend(frameon=False, loc="upper right")
+left.legend(frameon=False, loc="lower left")
 show_figure(
     fig,
     alt="Two scatter plots against the square root of the per-token KL to "
         "the reference, one point per run and iteration. Left: the true "
-        "accuracy falls along one curve for both arms; the beta = 0.5 points "
-        "stay at its start, the beta = 0 points run down it. Right: the RM "
-        "score rises along the same distance.",
+        "accuracy of the beta = 0 runs rises a little at small distances, "
+        "then falls steadily; the beta = 0.5 points stay at small distances "
+        "and are no more accurate than the beta = 0 points there. Right: the "
+        "RM score rises with distance for both arms.",
     caption="Over-optimization against distance, as Gao et al. plot it: true "
-            "accuracy (left) and the proxy's score (right) for every "
-            "evaluation of every run, against the square root of the KL.",
+            "accuracy (left, the dotted line is the start) and the proxy's "
+            "score (right) for every evaluation of every run, against the "
+            "square root of the KL.",
 )
 
 # %% [markdown]
-# In the left panel both arms lie close to one road. The leashed runs stop near its start,
-# the unleashed runs walk down it, and where a run is on the road, much more than which
-# $\beta$ took it there, decides its accuracy. On the right the leashed runs buy RM score
-# more cheaply per unit of distance, which is what a KL penalty is for, yet that buys them no
-# accuracy at a given distance. Gao et al. report the same of their KL penalty: it acted
-# much like stopping early, not like a better path. That is the lesson of the leash in one
-# picture. **The leash buys time; it cannot
-# create signal.** It limits how far the policy can travel in a given number of updates, and
-# so how much damage a blind proxy can do, but the direction of travel comes from the reward
-# alone. Against this RM every direction the policy can find leads down; a stronger leash only
-# walks it more slowly. Against the verifier (chapter 5) the same leash slows a walk uphill.
+# The unleashed runs trace Gao's curve in miniature: the true accuracy rises a little while
+# the policy is close to the reference, where following the RM means fixing answers that were
+# far off, and then falls the further the policy goes, while the proxy's score keeps rising.
+#
+# The leashed runs stay near the start of that curve, and they are no more accurate there than
+# the unleashed runs were when they passed through the same distance. That is the lesson of
+# the leash. **The leash buys time; it cannot create signal.** It limits how far the policy
+# can travel in a given number of updates, and so how much damage a blind proxy can do, but
+# what the policy finds on the way comes from the reward alone. Against this RM a stronger
+# leash only makes the walk slower; against the verifier (chapter 5) the same leash slows a
+# walk uphill.
 #
 # ## Exercise 6.1: the adaptive KL controller
 #
@@ -413,69 +494,60 @@ check("adaptive_kl_update", adaptive_kl_update);
 #
 # ## The adaptive leash in the loop
 #
-# Two settings to choose, and both have to fit *this* run, not Ziegler's:
+# The use case: a leash set too loose. We start from $\beta = 0.1$, light enough to let the
+# policy drift (the common defaults are of that size: TRL's `kl_coef` is 0.05, chapter 5's
+# verifier arm used 0.08), and compare a fixed $\beta = 0.1$ with the controller starting
+# from the same value. Two settings to choose, and both have to fit *this* run, not
+# Ziegler's:
 #
-# - **The target.** A distance we are willing to pay for. In a real run it would come from a
-#   measurement like the first half of this chapter: the largest KL at which the policy still
-#   gets better on a check it cannot game. Against this RM there is no such distance, since
-#   every step costs accuracy, so here the target only has to make the controller work: we
-#   pick 0.05 nats per token, more than the fixed $\beta = 0.5$ leash settles at, so $\beta$
-#   has to fall. The cell prints what the unleashed runs had lost by the time they were that
-#   far out. (These are the evaluations' exact KLs. The controller sees the k1 estimate from
-#   each training batch, a noisier measurement of nearly the same distance.)
+# - **The target.** The distance we are willing to let the policy travel. The accuracy-by-KL
+#   table of the unleashed runs is the price list: up to about 0.05 nats per token they had
+#   lost no accuracy, and beyond about 0.1 they lose more and more. We take the cautious end,
+#   0.05. (The
+#   controller measures the KL with the k1 estimate of each training batch, a noisier reading
+#   of nearly the same distance as the evaluations' exact KL.)
 # - **The horizon.** Ziegler et al. used a horizon of 10,000 samples (and a target of 6 nats
 #   per *completion*; ours is per token), in runs many horizons long. Our whole run is
 #   $40 \times 64 = 2{,}560$ samples: with a horizon of 10,000, $\beta$ could change by at
-#   most about 5% in the entire run, and the controller would do nothing. `HORIZON`
-#   below lets $\beta$ move by up to 5% per iteration, a factor of about seven over 40
-#   iterations, while one noisy batch still moves it by no more than 5%.
-#
-# The adaptive runs start from $\beta = 0.5$, chapter 5's leash, on the same three seeds.
+#   most about 5% in the entire run, and the controller would do nothing. A horizon of 256
+#   samples lets $\beta$ move by up to 5% per iteration, a factor of about seven over the
+#   run, while one noisy batch still moves it by no more than 5%.
 
 # %%
-TARGET = 0.05  # nats per token
-HORIZON = 256  # samples: 4 iterations of 64, so beta moves by <= 5% per iteration
+TARGET = 0.05  # nats per token, where the beta = 0 runs had not lost accuracy
+HORIZON = 256  # samples, 4 iterations of 64: beta moves <= 5% per iteration
 step = 0.2 * ppo.PPOConfig().batch_size / HORIZON
-print(f"target {TARGET} nats per token, horizon {HORIZON} samples: beta moves "
-      f"by at most {step:.0%} per iteration, a factor of "
+print(f"target {TARGET} nats per token, horizon {HORIZON} samples: beta "
+      f"moves by at most\n{step:.0%} per iteration, a factor of "
       f"{(1 + step) ** ITERATIONS:.1f} up or {(1 - step) ** ITERATIONS:.2f} "
       f"down over {ITERATIONS} iterations")
-for seed, kl, acc in zip(SEEDS, curve(0.0, "kl"), curve(0.0, "accuracy")):
-    if (kl >= TARGET).any():
-        it = int(np.argmax(kl >= TARGET))  # first evaluation at or past the target
-        print(f"beta = 0, seed {seed}: KL first reached {TARGET} at iteration "
-              f"{it}, accuracy {acc[0]:.3f} -> {acc[it]:.3f}")
-    else:
-        print(f"beta = 0, seed {seed}: KL never reached {TARGET}")
-print(f"the beta = 0.5 runs settle at KL "
-      f"{curve(0.5, 'kl')[:, -10:].mean():.3f} (mean of their last 10 "
-      f"evaluations)")
-
 for seed in SEEDS:
-    config = ppo.PPOConfig(iterations=ITERATIONS, seed=seed, kl_target=TARGET,
-                           kl_horizon=HORIZON)
-    runs["adaptive", seed] = ppo.ppo_train(policy, policy, reward_fn, 0.5,
-                                           config, rm=rm, evalset=evalset)
+    run(0.1, 0.1, seed)
+    run("adaptive", 0.1, seed, kl_target=TARGET, kl_horizon=HORIZON)
 
-print("\narm          seed   accuracy end   KL end   beta end")
-for arm in (0.5, "adaptive", 0.0):
+print("\narm                 seed   accuracy end   KL end   beta end")
+for arm in (0.1, "adaptive", 0.5):
     for seed in SEEDS:
         log = runs[arm, seed][1]
-        beta_end = log["beta"][-1] if arm == "adaptive" else arm
-        print(f"{str(arm):<12} {seed:>4}   {log['accuracy'][-1]:>12.3f}"
-              f"   {log['kl'][-1]:>6.3f}   {beta_end:>8.3f}")
+        name = "adaptive from 0.1" if arm == "adaptive" else f"fixed {arm}"
+        print(f"{name:<19} {seed:>4}   {log['accuracy'][-1]:>12.3f}"
+              f"   {log['kl'][-1]:>6.3f}   {log['beta'][-1]:>8.3f}")
+for arm in (0.1, "adaptive", 0.5):
+    name = "adaptive from 0.1" if arm == "adaptive" else f"fixed {arm}"
+    print(f"{name:<19} mean   {curve(arm, 'accuracy')[:, -1].mean():>12.3f}"
+          f"   {curve(arm, 'kl')[:, -1].mean():>6.3f}")
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), constrained_layout=True)
-arms = ((0.5, BLUE, "fixed β = 0.5"), ("adaptive", GREEN, "adaptive, from β = 0.5"),
-        (0.0, ORANGE, "fixed β = 0"))
+fig, axes = plt.subplots(1, 3, figsize=(9.6, 3.3), constrained_layout=True)
+arms = ((0.1, ORANGE, "fixed β = 0.1"),
+        ("adaptive", GREEN, "adaptive, from β = 0.1"),
+        (0.5, BLUE, "fixed β = 0.5"))
 train_its = np.arange(1, ITERATIONS + 1)
 for arm, colour, label in arms:
-    kl = curve(arm, "objective/kl")  # training batches, k1, (seeds, 40)
-    betas = np.array([runs[arm, s][1]["beta"] for s in SEEDS])
-    acc = curve(arm, "accuracy")
-    for ax, x, values in ((axes[0], train_its, kl), (axes[1], train_its, betas),
-                          (axes[2], its, acc)):
+    for ax, x, key in ((axes[0], train_its, "objective/kl"),
+                       (axes[1], train_its, "beta"),
+                       (axes[2], its, "accuracy")):
+        values = curve(arm, key)
         for row in values:
             ax.plot(x, row, color=colour, lw=0.7, alpha=0.3)
         ax.plot(x, values.mean(0), color=colour, lw=2.2, label=label)
@@ -486,40 +558,44 @@ axes[1].set_ylabel("β used in the iteration")
 axes[2].set_ylabel("true accuracy (verifier, greedy)")
 for ax in axes:
     ax.set_xlabel("PPO iteration")
-axes[2].legend(frameon=False, loc="lower left", fontsize=8.5)
-ad = np.array([runs["adaptive", s][1]["beta"] for s in SEEDS])  # (seeds, 40)
+fig.legend(*axes[1].get_legend_handles_labels(), frameon=False,
+           loc="outside upper center", ncols=3, fontsize=8.5)
+beta_end = curve("adaptive", "beta")[:, -1]
 show_figure(
     fig,
     alt="Three panels against PPO iteration for three arms with three seeds "
-        "each: fixed beta 0.5, the adaptive controller starting at 0.5 with "
-        f"target {TARGET} and horizon {HORIZON}, and fixed beta 0. Left: the "
-        "training-batch KL; the adaptive arm rises toward the dashed target "
-        "line. Middle: beta; the adaptive arm's beta falls from 0.5 to "
-        f"{ad[:, -1].mean():.2f} on average. Right: true accuracy; the "
-        "adaptive arm ends between the two fixed arms.",
+        "each: fixed beta 0.1, the adaptive controller starting at 0.1 with "
+        f"target {TARGET} and horizon {HORIZON}, and fixed beta 0.5. Left: "
+        "the training-batch KL; the fixed 0.1 arm climbs well past the dashed "
+        "target, the adaptive arm climbs past it more slowly and levels off. "
+        "Middle: beta; the adaptive arm's beta dips, then rises to between "
+        f"{beta_end.min():.2f} and {beta_end.max():.2f}. Right: true "
+        "accuracy.",
     caption="The adaptive leash against two fixed ones: the KL of each "
             "training batch (left), β (middle), true accuracy (right); thin "
             "lines are seeds, thick lines their mean.",
 )
 
 # %% [markdown]
-# The controller does what it promises: it loosens the leash while the policy is closer to
-# the reference than the target allows, and the KL climbs toward the target. It does not
-# promise anything about accuracy, and against this RM it cannot. It buys exactly the
-# distance it was told to buy, and on this road distance costs accuracy. An adaptive leash is
-# a way to *choose* how much you trust the reward model, in nats, instead of in units of a
-# coefficient whose meaning changes with every run. Which target is safe still has to be
-# measured against something the policy cannot game, the way the first part of this chapter
-# did.
+# The controller does what it promises, with a delay. While the policy is still close to the
+# reference, the KL is below the target and $\beta$ drifts *down*; once the KL passes the
+# target, $\beta$ climbs by up to 5% an iteration and keeps climbing as long as the KL stays
+# above it. The adaptive runs end with a leash several times tighter than where they started
+# and travel less far than the fixed $\beta = 0.1$ runs, but they overshoot the target and do
+# not come back to it within the run. Two reasons, both general:
 #
-# Two details from the figure are worth a second look. The controller reacts to the
-# *training* batch's k1 estimate, which is noisy from one batch to the next; the clip at 20%
-# and the horizon keep that noise from shaking $\beta$. And $\beta$ only changes by a few
-# percent per iteration, so the KL lags behind: by the time the KL reaches the target,
-# $\beta$ is already lower than the value that would hold it there, and the KL overshoots
-# before $\beta$ turns around. A proportional controller on $\log\beta$ with a slow horizon
-# behaves like this everywhere; Ziegler et al. tuned the horizon so the lag is small next to
-# the length of a run.
+# - **The controller acts on distance already travelled.** A KL above the target only says the
+#   policy has gone too far; raising $\beta$ slows further travel, and pulls the policy back
+#   only slowly, against a reward that keeps pushing. Here the learning rate also anneals to 0
+#   over the run, so late corrections have little left to act on.
+# - **The leash is small next to the reward.** The standardized advantages are of order 1; a
+#   per-token penalty $\beta\,\mathrm{kl}_t$ with $\beta = 0.3$ and a KL of 0.1 is 0.03. It
+#   takes a large $\beta$, or a long time, for the leash to win.
+#
+# An adaptive leash is a way to *choose* how far you trust the reward model, in nats, instead
+# of in units of a coefficient whose meaning changes with every run. It does not know which
+# distance is safe: that has to be measured against something the policy cannot game, the way
+# the first part of this chapter did.
 #
 # ## What the batch baseline left out
 #
@@ -631,7 +707,8 @@ r_shaped = -beta * kl_t + np.array([0.0, 0.0, R])  # reward on every token
 V = np.array([0.5, 0.6, 0.8])
 print("shaped rewards r_t   ", np.round(r_shaped, 3))
 for lam in (0.0, 0.95, 1.0):
-    print(f"advantages, lam = {lam:<4}", np.round(ppo.gae(r_shaped, V, 1.0, lam), 3))
+    adv = ppo.gae(r_shaped, V, 1.0, lam)
+    print(f"advantages, lam = {lam:<4}", np.round(adv, 3))
 
 # %% [markdown]
 # With $\lambda = 0$ the first token's advantage is its own step only: its KL cost plus the
@@ -661,7 +738,8 @@ for lam in (0.0, 0.95, 1.0):
 # %%
 study = variance.study(lengths=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
 print("T     " + "".join(f"{m:>22}" for m in variance.METHODS))
-print("      " + "".join(f"{'measured   exact':>22}" for m in variance.METHODS))
+print("      " + "".join(f"{'measured   exact':>22}"
+                        for m in variance.METHODS))
 for i, T in enumerate(study["T"]):
     print(f"{T:<5} " + "".join(
         f"{study['measured'][m][i]:>12.2f}{study['exact'][m][i]:>10.2f}"
@@ -701,7 +779,8 @@ show_figure(
     alt="Log-log plot of the noise-to-signal ratio of one token's policy "
         "gradient against completion length, 1 to 512 tokens; markers are "
         "measured, dashed lines exact. The batch-mean baseline grows in "
-        f"proportion to the length, from {study['exact']['batch mean'][2]:.1f} "
+        "proportion to the length, from "
+        f"{study['exact']['batch mean'][2]:.1f} "
         f"at 4 tokens to {study['exact']['batch mean'][-1]:.0f} at 512. The "
         "per-state value with lambda = 1 grows half as fast. With GAE at "
         "lambda 0.95 it levels off below "
@@ -781,23 +860,25 @@ grads = {
     "grad KL(pi || ref), exact": exact_gradient((p * (logp - logp_ref)).sum()),
     "k1 in the reward": exact_gradient((p.detach() * logp * k1).sum()),
     "k3 in the reward": exact_gradient((p.detach() * logp * k3).sum()),
-    "grad KL(ref || pi), exact": exact_gradient((p_ref * (logp_ref - logp)).sum()),
-    "k3 in the loss (GRPO)": exact_gradient(
-        (p.detach() * (torch.exp(logp_ref - logp) - 1 - (logp_ref - logp))).sum()),
+    "grad KL(ref || pi), exact": exact_gradient(
+        (p_ref * (logp_ref - logp)).sum()),
+    "k3 in the loss (GRPO)": exact_gradient(  # differentiated, samples fixed
+        (p.detach() * (torch.exp(logp_ref - logp) - 1
+                       - (logp_ref - logp))).sum()),
 }
-grads["difference of the two exact"] = (grads["grad KL(pi || ref), exact"]
+grads["difference of the exact two"] = (grads["grad KL(pi || ref), exact"]
                                        - grads["grad KL(ref || pi), exact"])
 exact = grads["grad KL(pi || ref), exact"]
-print(f"{'gradient with respect to the 5 logits':<66}{'norm':>6}"
-      f"{'cosine with the first row':>27}")
+print(f"{'gradient (5 logits)':<67}{'norm':>7}{'cos':>6}")
 for name, g in grads.items():
     cosine = torch.dot(g, exact) / (g.norm() * exact.norm())
-    print(f"{name:<30}", " ".join(f"{v:+.4f}" for v in g.tolist()),
-          f"{g.norm().item():7.4f}{cosine.item():+12.2f}")
+    print(f"{name:<27}", " ".join(f"{v:+.4f}" for v in g.tolist()),
+          f"{g.norm().item():6.4f}{cosine.item():+6.2f}")
 
 # %% [markdown]
 # The k1 row equals the exact gradient of $\mathrm{KL}(\pi\,\|\,\pi_\text{ref})$, and the GRPO
-# row the exact gradient of the reverse KL, which points the same way (a positive cosine).
+# row the exact gradient of the reverse KL, which points the same way (a positive cosine
+# with the first row).
 # The k3-in-the-reward row equals the difference of the two, the last row: it is small next
 # to either, and here it even points away from the exact gradient (a negative cosine). As a
 # reward, k3 is a number with the right mean and the wrong gradient.
@@ -825,11 +906,19 @@ logp_policy = torch.tensor(np.log(0.95), dtype=torch.float32)
 logp_reference = torch.tensor(np.log(1e-13), dtype=torch.float32)
 kl_t = logp_policy - logp_reference
 clamp = ppo.PPOConfig().kl_clamp
-print(f"kl_t = {kl_t.item():.2f} nats; beta * kl_t = {beta * kl_t.item():.2f}; "
-      f"clamped to +-{clamp:g}: {beta * kl_t.clamp(-clamp, clamp).item():.2f}")
+print(f"kl_t = {kl_t.item():.2f} nats; beta * kl_t = "
+      f"{beta * kl_t.item():.2f}; clamped to +-{clamp:g}: "
+      f"{beta * kl_t.clamp(-clamp, clamp).item():.2f}")
+
+
+def k3_of(kl):
+    """Return the k3 estimate exp(-kl) - 1 + kl, elementwise."""
+    return torch.exp(-kl) - 1 + kl
+
+
 kl_neg = torch.tensor(-100.0)  # float32
-print(f"k3 at kl = -100 in float32: {(torch.exp(-kl_neg) - 1 + kl_neg).item()}; "
-      f"clamped: {(torch.exp(-kl_neg.clamp(-clamp, clamp)) - 1 + kl_neg.clamp(-clamp, clamp)).item():.1f}")
+print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
+      f"{k3_of(kl_neg.clamp(-clamp, clamp)).item():.1f}")
 
 # %% [markdown]
 # <details class="answer">
@@ -862,14 +951,17 @@ print(f"k3 at kl = -100 in float32: {(torch.exp(-kl_neg) - 1 + kl_neg).item()}; 
 #
 # ## Summary
 #
-# - Without a leash, PPO against a reward model with a blind spot raises the RM's score and
-#   lowers the true accuracy, steadily, in every seed. The answers do not become garbage:
-#   they move to where the RM's preference peaks, a little off the truth.
-# - Plotted against the distance travelled (KL to the reference), leashed and unleashed runs
-#   lie on one curve. The leash buys time; it cannot create signal.
+# - Without a leash, PPO against a reward model with a blind spot raises the RM's score all
+#   the way, while the true accuracy rises a little and then falls, in every seed: Gao et
+#   al.'s over-optimization curve in miniature. The answers do not become garbage; they are
+#   stirred inside the blind spot, toward neighbours of the truth that the RM happens to
+#   score higher than the truth.
+# - At a given distance from the reference, the leashed runs are no more accurate than the
+#   unleashed ones. The leash buys time; it cannot create signal.
 # - The adaptive KL controller, $\beta \leftarrow \beta\,(1 + \operatorname{clip}(\mathrm{KL}/
 #   \mathrm{KL}_\text{target} - 1, \pm 0.2)\, n/\text{horizon})$, turns the choice of $\beta$
-#   into a choice of distance. Its horizon must fit the run.
+#   into a choice of distance. Its horizon must fit the run, and it corrects only after the
+#   KL has moved, so it overshoots.
 # - GAE builds each token's advantage from the critic's temporal-difference errors. With a
 #   batch-mean baseline the noise of a token's gradient grows in proportion to the length of
 #   the answer; with a value head and $\lambda < 1$ it stays bounded, and the critic carries

@@ -33,7 +33,7 @@ __all__ = [
     "all_pairs", "eval_pairs", "train_pairs", "sample_pairs",
     "parse_completion", "verify", "answer_kind", "is_near_miss",
     "correct_completions", "wrong_answers", "WRONG_KINDS",
-    "decode_completions", "batch_verify", "batch_kinds", "answer_offsets", "encode_answers",
+    "decode_completions", "batch_verify", "batch_kinds", "answer_offsets", "kind_transitions", "encode_answers",
     "near_miss_mask", "random_wrong_numbers", "near_misses", "MAX_SUM", "NEAR_MISS_WINDOW",
 ]
 
@@ -199,6 +199,22 @@ def batch_kinds(pairs: torch.Tensor, completions: torch.Tensor) -> list[str]:
     return [answer_kind(a, b, t) for (a, b), t in zip(pairs.tolist(), texts)]
 
 
+def kind_transitions(before: list[str], after: list[str]) -> dict:
+    """Return ``{kind_before: {kind_after: fraction}}``: where each kind of answer went.
+
+    ``before`` and ``after`` are the kinds of the same prompts' answers at two times (see
+    :func:`batch_kinds`); each row sums to 1 (kinds that never occur before are left out).
+    """
+    if len(before) != len(after):
+        raise ValueError(f"before has {len(before)} kinds but after has {len(after)}")
+    out = {}
+    for k in KINDS:
+        went = [b for a, b in zip(before, after) if a == k]
+        if went:
+            out[k] = {j: went.count(j) / len(went) for j in KINDS}
+    return out
+
+
 # ----------------------------------------------------------------------------- wrong answers
 
 WRONG_KINDS = ("random", "ones_off_by_one", "tens_off_by_one", "wrong_length", "near_miss")
@@ -245,6 +261,8 @@ def _wrong_answer(truth: int, kind: str, g: torch.Generator) -> int:
         s = str(truth)
         if len(s) > 1 and (len(s) == MAX_ANSWER_DIGITS or int(torch.randint(2, (1,), generator=g)) == 0):
             return int(s[:-1])  # drop the last digit: 168 -> 16, 68 -> 6
+        if truth == 0:
+            return 10 * _pick(list(range(1, 10)), g)  # "00" is not a number: 0 -> 10, 20, ...
         return int(s + str(int(torch.randint(10, (1,), generator=g))))  # append one: 68 -> 683
     raise ValueError(f"kind must be one of {WRONG_KINDS}, got {kind!r}")
 

@@ -124,6 +124,9 @@ def test_wrong_answers_have_their_kind():
     assert garbage_gap.min() > task.NEAR_MISS_WINDOW
     length = numbers("wrong_length")
     assert (task._n_digits(length) != task._n_digits(truth)).all()
+    edge = torch.tensor([[0, 0], [0, 5], [99, 99]])  # sums 0, 5, 198
+    got = task.decode_completions(task.wrong_answers(edge, "wrong_length", g))
+    assert all(len(t) - 1 != len(str(s)) for t, s in zip(got, [0, 5, 198]))  # "-1": the `;`
     with pytest.raises(ValueError, match="kind"):
         task.wrong_answers(pairs, "nonsense", g)
 
@@ -133,3 +136,14 @@ def test_near_miss_mask_agrees_with_is_near_miss():
     answer = torch.arange(220).repeat(199)
     slow = torch.tensor([task.is_near_miss(t, a) for t, a in zip(truth.tolist(), answer.tolist())])
     assert torch.equal(task.near_miss_mask(truth, answer), slow)
+
+
+def test_kind_transitions_by_hand():
+    before = ["correct", "correct", "correct", "near_miss"]
+    after = ["correct", "near_miss", "near_miss", "other_wrong"]
+    got = task.kind_transitions(before, after)
+    assert set(got) == {"correct", "near_miss"}
+    assert got["correct"] == {"correct": 1 / 3, "near_miss": 2 / 3, "other_wrong": 0.0, "malformed": 0.0}
+    assert got["near_miss"]["other_wrong"] == 1.0
+    with pytest.raises(ValueError, match="before"):
+        task.kind_transitions(before, after[:2])
