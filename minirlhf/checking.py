@@ -31,7 +31,7 @@ import numpy as np
 
 __all__ = [
     "Case", "Exercise", "Call", "CaseResult", "Report",
-    "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat",
+    "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat", "ExpectScalarTensor",
     "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
     "describe", "describe_kwargs", "failure_lines",
 ]
@@ -388,6 +388,40 @@ class ExpectArray(Expect):
             worst = int(np.argmax(np.abs(arr - want)))
             return f"the values differ (largest gap {np.abs(arr - want).flat[worst]:.3g} at flat index {worst})"
         return None
+
+
+class ExpectScalarTensor(ExpectArray):
+    """A 0-d torch tensor (a loss that can be backpropagated) close to the expected number.
+
+    Says in plain words what the usual slips look like: a Python float from ``.item()``, one
+    value per ``per`` instead of their mean, an infinity (``why_inf`` says where it comes
+    from) and, with ``sign_hint``, the objective returned in place of the loss.
+    """
+
+    def __init__(self, atol: float = 1e-4, per: str = "position", why_inf: str = "",
+                 sign_hint: str = ""):
+        super().__init__(atol=atol, kind="torch")
+        self.per, self.why_inf, self.sign_hint = per, why_inf, sign_hint
+
+    def problem(self, got, expected) -> str | None:
+        if isinstance(got, (float, int, np.generic)) and not isinstance(got, bool):
+            return (f"the result is a {type(got).__name__}; return the loss as a torch tensor "
+                    "(no .item() or float(): the tensor carries the gradient that training needs)")
+        if not (type(got).__module__.startswith("torch") and hasattr(got, "detach")):
+            return super().problem(got, expected)
+        if tuple(got.shape) != ():
+            return (f"the result has shape {tuple(got.shape)}, expected a single number (a 0-d tensor): "
+                    f"one value per {self.per} still has to be averaged")
+        value, want = float(got.detach().double()), float(expected)
+        if math.isinf(value):
+            return "the result is infinite" + (f": {self.why_inf}" if self.why_inf else "")
+        if math.isnan(value):
+            return "the result is NaN: look for a 0/0 (an empty mask?) or a log of a negative number"
+        if abs(value - want) <= self.atol:
+            return None
+        if self.sign_hint and abs(value + want) <= self.atol:
+            return f"the result has the wrong sign: {self.sign_hint}"
+        return f"the value is off by {abs(value - want):.4g}"
 
 
 # --------------------------------------------------------------------------- running

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from minirlhf import nbgen
 from minirlhf.checking import run_cases
 from minirlhf.exercises import check, get
-from minirlhf.exercises.ch03 import ExpectScalarTensor
+from minirlhf.checking import ExpectScalarTensor
 from minirlhf.reward_model import bradley_terry_loss
 from minirlhf.sft import masked_sft_loss
 

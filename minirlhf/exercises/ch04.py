@@ -5,9 +5,9 @@ import math
 import numpy as np
 import torch
 
-from ..checking import Case, Exercise
+from ..checking import Case, Exercise, ExpectScalarTensor
 from ..reward_model import bradley_terry_loss
-from .ch03 import ExpectScalarTensor
+from .ch03 import STAY_IN_LOG_SPACE
 
 
 def _softplus(x: float) -> float:
@@ -33,7 +33,7 @@ BRADLEY_TERRY_LOSS = Exercise(
     name="bradley_terry_loss",
     chapter=4,
     title="The Bradley-Terry loss",
-    expect=ExpectScalarTensor(atol=1e-4, per="pair"),
+    expect=ExpectScalarTensor(atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE),
     cases=(
         _case([0.0], [0.0], math.log(2), "equal scores: the model is unsure, -log(1/2) = log 2"),
         _case([2.0], [0.0], _softplus(-2.0), "margin +2: log(1 + e^-2)"),

@@ -5,41 +5,8 @@ import math
 import numpy as np
 import torch
 
-from ..checking import Case, Exercise, ExpectArray
+from ..checking import Case, Exercise, ExpectScalarTensor
 from ..ppo import ppo_token_loss
-
-
-class ExpectLoss(ExpectArray):
-    """A 0-d torch tensor (a loss that can be backpropagated) close to the expected number.
-
-    Names the usual slips in plain words: a Python float from ``.item()``, one value per
-    token instead of their mean, the objective returned instead of the loss (the sign).
-    """
-
-    def __init__(self, atol: float = 1e-4):
-        super().__init__(atol=atol, kind="torch")
-
-    def problem(self, got, expected) -> str | None:
-        want = float(expected)
-        if isinstance(got, (float, int, np.generic)) and not isinstance(got, bool):
-            return (f"the result is a {type(got).__name__}; return the loss as a torch tensor "
-                    "(no .item() or float(): ppo_train calls .backward() on it)")
-        if not type(got).__module__.startswith("torch") or not hasattr(got, "detach"):
-            return super().problem(got, expected)
-        if tuple(got.shape) != ():
-            return (f"the result has shape {tuple(got.shape)}, expected a single number (a 0-d tensor): "
-                    "one value per token still has to be averaged over the tokens the mask keeps")
-        value = float(got.detach().double())
-        if math.isnan(value):
-            return "the result is NaN: look for a 0/0 (an empty mask?) or an exp of a huge log-ratio"
-        if math.isinf(value):
-            return "the result is infinite: look for an exp of a huge number (is the log-ratio clamped?)"
-        if abs(value - want) <= self.atol:
-            return None
-        if abs(value + want) <= self.atol:
-            return ("the result has the wrong sign: the loss is minus the clipped objective, "
-                    "because the optimizer minimises it")
-        return f"the value is off by {abs(value - want):.4g}"
 
 
 def _t(values) -> torch.Tensor:
@@ -79,7 +46,10 @@ PPO_TOKEN_LOSS = Exercise(
     name="ppo_token_loss",
     chapter=5,
     title="The per-token PPO-RLHF loss",
-    expect=ExpectLoss(atol=1e-4),
+    expect=ExpectScalarTensor(
+        atol=1e-4, per="token (over the tokens the mask keeps)",
+        why_inf="look for an exp of a huge number (is the log-ratio clamped?)",
+        sign_hint="the loss is minus the clipped objective, because the optimizer minimises it"),
     cases=(
         _case([[-1.0], [-2.0]], [[-1.0], [-2.0]], [[-1.0], [-2.0]], [1.0, -0.5], [[1.0], [1.0]], 0.2, 0.1,
               -(1.0 - 0.5) / 2, "on-policy, no KL: ratio 1, so the loss is -mean(A) = -(1 - 0.5) / 2"),
