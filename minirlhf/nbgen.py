@@ -52,6 +52,8 @@ _KIND = re.compile(r"^\s*\[(?P<kind>\w+)\]\s*(?P<arg>[\w.]*)")
 _TAGS = re.compile(r"tags\s*=\s*(\[[^\]]*\])")
 _BEGIN, _END = "# BEGIN SOLUTION", "# END SOLUTION"
 PLACEHOLDER = 'raise NotImplementedError("your code here")'
+# The book's toggle over a solution cell says what it hides (myst-nb's cell-level setting).
+SOLUTION_PROMPTS = {"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 
@@ -161,6 +163,8 @@ def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
                 if has_solution and "hide-input" not in tags:
                     tags.append("hide-input")
             new = nbformat.v4.new_code_cell(source)
+            if has_solution and not learner:
+                new.metadata["mystnb"] = dict(SOLUTION_PROMPTS)
         if tags:
             new.metadata["tags"] = tags
         nb.cells.append(new)

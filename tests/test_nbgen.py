@@ -12,7 +12,8 @@ SOURCES = nbgen.sources()
 
 
 def _cells(nb):
-    return [(c.cell_type, c.source, sorted(c.metadata.get("tags", []))) for c in nb.cells]
+    return [(c.cell_type, c.source, sorted(c.metadata.get("tags", [])), c.metadata.get("mystnb"))
+            for c in nb.cells]
 
 
 def _committed(folder, source):
@@ -115,6 +116,8 @@ def test_strip_and_keep_solutions():
     assert "y = x + 1" in solution.cells[1].source and "BEGIN" not in solution.cells[1].source
     assert "hide-input" in solution.cells[1].metadata["tags"]
     assert "hide-input" not in learner.cells[1].metadata["tags"]
+    assert solution.cells[1].metadata["mystnb"]["code_prompt_show"] == "Show the solution"
+    assert "mystnb" not in learner.cells[1].metadata
     assert learner.cells[2].source.count("<details") == len(EXERCISES["kl_penalty"].hints)
 
 
