@@ -27,7 +27,6 @@
 
 # %%
 import base64
-import hashlib
 import inspect
 import json
 from dataclasses import asdict
@@ -291,7 +290,8 @@ for arm, log in runs.items():
 # `python -m minirlhf.experiment` does the same from a terminal. The next cell reads the
 # results from `outputs/results.json` when they were made by the package's current code
 # with these settings and from the same starting policy, and otherwise runs the experiment
-# now (under a minute) and writes them there, with the three figures.
+# now (under a minute) and writes them there, with the three figures
+# (`experiment.load_or_run` does that bookkeeping for every stored run of this chapter).
 #
 # The experiment uses the reference loss, and its seed 0 is the pair of runs above. The last
 # line of the cell says whether the two agree to the last digit. They do when your loss
@@ -299,37 +299,6 @@ for arm, log in runs.items():
 # rounds differently (the ratio as `new_logp.exp() / old_logp.exp()`, say) gives curves that
 # differ in their last digits: every sample depends on all the updates before it, so a
 # difference, once made, is carried along.
-
-# %% tags=["hide-input"]
-def same_curves(a, b, upto=None):
-    """Return True when two run logs hold the same eval curves (the first
-    `upto` points, or all), to the last digit."""
-    return all(list(a[k])[:upto] == list(b[k])[:upto]
-               for k in ("accuracy", "rm_score", "kl"))
-
-
-# The code that makes the runs: stored results made by other code are stale.
-CODE = hashlib.sha256("".join(inspect.getsource(m) for m in (
-    task, model, ppo, experiment)).encode()).hexdigest()[:16]
-
-
-def load_or_run(path, settings, starts, run):
-    """Return the results stored at `path` if they were made by this code
-    with `settings`, from the same starting point as the runs in `starts`
-    ({(arm, key): log}); otherwise call run(), which writes them there."""
-    settings = json.loads(json.dumps({**settings, "code": CODE}))
-    try:
-        stored = json.loads(path.read_text())
-        if stored["settings"] == settings and all(
-                same_curves(stored["arms"][arm][key], log, upto=1)
-                for (arm, key), log in starts.items()):
-            return stored
-    except (OSError, ValueError, KeyError):
-        pass
-    stored = {**run(), "settings": settings}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stored, indent=1))
-    return json.loads(path.read_text())  # exactly what a later load returns
 
 # %%
 SEEDS = [0, 1, 2, 3, 4]
@@ -345,7 +314,7 @@ def run_experiment():
     return json.loads((OUTPUTS / "results.json").read_text())
 
 
-results = load_or_run(
+results = experiment.load_or_run(
     OUTPUTS / "results.json",
     {"seeds": SEEDS, "iterations": cfg.iterations, "beta": BETA,
      "ppo": asdict(cfg)},
@@ -354,7 +323,7 @@ logs = {arm: [results["arms"][arm][str(s)] for s in SEEDS] for arm in ARMS}
 curves = {arm: {key: np.array([log[key] for log in logs[arm]])  # (5, 26)
                 for key in ("accuracy", "rm_score", "kl")} for arm in ARMS}
 print("Seed 0 of the experiment and the runs above agree to the last digit:",
-      all(same_curves(logs[arm][0], runs[arm]) for arm in ARMS))
+      all(experiment.same_curves(logs[arm][0], runs[arm]) for arm in ARMS))
 
 # %% [markdown]
 # Before the figures, three yardsticks for the RM's scale, which means nothing by itself
@@ -570,11 +539,10 @@ def run_starts():
     return {"arms": out}
 
 
-starts_code = hashlib.sha256(inspect.getsource(sft).encode()).hexdigest()[:16]
-by_start = load_or_run(OUTPUTS / "sft_starts.json",
-                       {"sft_seeds": SFT_SEEDS, "ppo_seeds": PPO_SEEDS, "beta": BETA,
-                        "sft_code": starts_code, "ppo": asdict(cfg)},
-                       {}, run_starts)["arms"]
+by_start = experiment.load_or_run(
+    OUTPUTS / "sft_starts.json",
+    {"sft_seeds": SFT_SEEDS, "ppo_seeds": PPO_SEEDS, "beta": BETA, "ppo": asdict(cfg)},
+    {}, run_starts)["arms"]
 book_seed = str(sft.SFTConfig().seed)
 print(f"mean gain over PPO seeds {PPO_SEEDS}")
 print("SFT seed  steps  start   rm arm   verifier arm")
@@ -658,7 +626,7 @@ def run_centred():
     return {"arms": {"rm": out}}
 
 
-centred = load_or_run(
+centred = experiment.load_or_run(
     OUTPUTS / "rm_prompt_baseline.json",
     {"seeds": SEEDS, "beta": BETA["rm"], "ppo": asdict(cfg)},
     {("rm", "0"): runs["rm"]}, run_centred)["arms"]["rm"]
@@ -772,7 +740,7 @@ def run_sweep():
     return {"arms": out}
 
 
-sweep = load_or_run(
+sweep = experiment.load_or_run(
     OUTPUTS / "beta_sweep.json", {"betas": BETAS, "seed": 0, "ppo": asdict(cfg)},
     {(arm, str(beta)): runs[arm] for arm, (_, beta) in ARMS.items()},
     run_sweep)["arms"]

@@ -11,6 +11,8 @@ reference values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_k
 from __future__ import annotations
 
 import argparse
+import hashlib
+import inspect
 import json
 import math
 import sys
@@ -228,6 +230,45 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     (out / "results.json").write_text(json.dumps(payload, indent=1))
     written.append(out / "results.json")
     return written
+
+
+def code_fingerprint() -> str:
+    """Return a short digest of the code that makes the runs (task, model, sft, ppo, this module)."""
+    from . import model, ppo, sft
+
+    modules = (task, model, sft, ppo, sys.modules[__name__])
+    return hashlib.sha256("".join(inspect.getsource(m) for m in modules).encode()).hexdigest()[:16]
+
+
+def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
+    """Return True when two run logs hold the same eval curves (the first ``upto`` points, or
+    all), to the last digit."""
+    return all(list(a[k])[:upto] == list(b[k])[:upto] for k in ("accuracy", "rm_score", "kl"))
+
+
+def load_or_run(path: Path, settings: dict, starts: dict, run) -> dict:
+    """Return the results stored at ``path`` if this code made them with ``settings`` from the
+    same starting point as the runs in ``starts`` (``{(arm, seed_key): log}``, may be empty);
+    otherwise call ``run()``, store what it returns with the settings, and return that.
+
+    Lets a notebook show a minute of runs without repeating them on every execution, and
+    never show results made by other code or settings.
+    """
+    path = Path(path)
+    settings = json.loads(json.dumps({**settings, "code": code_fingerprint()}, default=str))
+    try:
+        stored = json.loads(path.read_text())
+        if stored["settings"] == settings and all(
+                same_curves(stored["arms"][arm][key], log, upto=1) for (arm, key), log in starts.items()):
+            return stored
+    except (OSError, ValueError, KeyError):
+        pass
+    stored = {**run(), "settings": settings}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(stored, indent=1))
+    tmp.replace(path)
+    return json.loads(path.read_text())  # exactly what a later load returns
 
 
 def _positive_int(text: str) -> int:

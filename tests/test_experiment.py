@@ -72,3 +72,26 @@ def test_cli_writes_the_figures_and_results(tiny_models, tmp_path, capsys):
     assert len(run["accuracy"]) == len(run["rm_score"]) == len(run["kl"]) == 3
     assert results["summary"]["rm"]["n_seeds"] == 2 and results["wall_seconds"] > 0
     assert "rm_pair_accuracy" in results and "rm_near_miss_accuracy" in results
+
+
+def test_load_or_run_reuses_only_what_this_code_made_with_these_settings(tmp_path):
+    from minirlhf import experiment
+
+    calls = []
+
+    def run():
+        calls.append(1)
+        return {"arms": {"rm": {"0": {"accuracy": [0.5, 0.6], "rm_score": [1.0, 1.1], "kl": [0.0, 0.1]}}}}
+
+    path = tmp_path / "stored.json"
+    first = experiment.load_or_run(path, {"beta": 0.5}, {}, run)
+    again = experiment.load_or_run(path, {"beta": 0.5}, {}, run)
+    assert first == again and len(calls) == 1
+    experiment.load_or_run(path, {"beta": 0.2}, {}, run)  # other settings: run again
+    assert len(calls) == 2
+    start = {("rm", "0"): {"accuracy": [0.4], "rm_score": [1.0], "kl": [0.0]}}  # other start
+    experiment.load_or_run(path, {"beta": 0.2}, start, run)
+    assert len(calls) == 3
+    path.write_text("{not json")  # corrupt: run again
+    experiment.load_or_run(path, {"beta": 0.2}, {}, run)
+    assert len(calls) == 4
