@@ -11,8 +11,6 @@ reference values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_k
 from __future__ import annotations
 
 import argparse
-import hashlib
-import inspect
 import json
 import math
 import sys
@@ -23,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import paths
+from . import paths, store
 from . import task
 from .model import make_generator, reward_scores
 from .pipeline import load_rm, load_sft
@@ -232,12 +230,8 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     return written
 
 
-def code_fingerprint() -> str:
-    """Return a short digest of the code that makes the runs (task, model, sft, ppo, this module)."""
-    from . import model, ppo, sft
-
-    modules = (task, model, sft, ppo, sys.modules[__name__])
-    return hashlib.sha256("".join(inspect.getsource(m) for m in modules).encode()).hexdigest()[:16]
+# The modules whose code makes the runs: results stored by other code are stale.
+RUN_CODE = ("task.py", "model.py", "sft.py", "ppo.py", "experiment.py")
 
 
 def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
@@ -255,7 +249,7 @@ def load_or_run(path: Path, settings: dict, starts: dict, run) -> dict:
     never show results made by other code or settings.
     """
     path = Path(path)
-    settings = json.loads(json.dumps({**settings, "code": code_fingerprint()}, default=str))
+    settings = json.loads(json.dumps({**settings, "code": store.code_fingerprint(RUN_CODE)}, default=str))
     try:
         stored = json.loads(path.read_text())
         if stored["settings"] == settings and all(

@@ -43,10 +43,10 @@ def _plain(settings) -> dict:
 TRAINING_CODE = ("task.py", "model.py", "sft.py", "reward_model.py")
 
 
-def code_fingerprint() -> str:
-    """Return a short digest of the source of the modules in ``TRAINING_CODE``."""
+def code_fingerprint(names=TRAINING_CODE) -> str:
+    """Return a short digest of the source of the package modules ``names`` (file names)."""
     h = hashlib.sha256()
-    for name in TRAINING_CODE:
+    for name in names:
         h.update((Path(__file__).parent / name).read_bytes())
     return h.hexdigest()[:16]
 
