@@ -33,7 +33,7 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 book: $(STAMP)
-	MINIRLHF_BOOK=1 $(JB) build . -W -n --keep-going
+	MINIRLHF_BUILDING_BOOK=1 $(JB) build . -W -n --keep-going
 	@echo "Open $(CURDIR)/_build/html/index.html in a browser."
 
 book-strict: book
@@ -64,14 +64,14 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 notebooks: $(STAMP)
-	$(PY) -m minirlhf.nbgen
+	$(PY) -m minirlhf.course.nbgen
 
 bench: $(STAMP)
 	$(PY) -m minirlhf.bench
 
 # Exits non-zero unless every exercise of every notebook passes.
 check: $(STAMP)
-	$(PY) -m minirlhf.check notebooks/[0-9][0-9]_*.ipynb
+	$(PY) -m minirlhf.course.grader notebooks/[0-9][0-9]_*.ipynb
 
 clean:
 	rm -rf _build outputs

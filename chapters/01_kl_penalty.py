@@ -24,12 +24,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minirlhf
-from minirlhf import estimators
-from minirlhf.exercises import check
-from minirlhf.explorer import explore, show_figure
-
-# A colour-blind-safe palette (Okabe and Ito).
-BLUE, ORANGE, GREEN, YELLOW = "#0072B2", "#D55E00", "#009E73", "#E69F00"
+from minirlhf.course.exercises import check
+from minirlhf.course.explorer import explore, show_figure
+from minirlhf.palette import BLUE, GREEN, ORANGE, YELLOW  # safe for color blindness
+from minirlhf.studies import estimators
 
 # %% [markdown]
 # ## Why a leash
@@ -331,10 +329,10 @@ for ax, mu, span in zip(axes, (0.1, 1.0), ((-60, 60), (-6, 10))):
     logq, logp = estimators.gaussian_logps(mu, 100_000, hist_rng)
     kl_true = estimators.true_kl(mu)
     bins = np.linspace(*span, 121)
-    colours = (BLUE, YELLOW, GREEN)
-    for (name, k), colour in zip(estimators.ESTIMATORS.items(), colours):
+    colors = (BLUE, YELLOW, GREEN)
+    for (name, k), color in zip(estimators.ESTIMATORS.items(), colors):
         values = np.clip(k(logq, logp) / kl_true, *span)
-        ax.hist(values, bins=bins, histtype="step", lw=1.6, color=colour,
+        ax.hist(values, bins=bins, histtype="step", lw=1.6, color=color,
                 label=name, density=True)
     ax.axvline(1.0, color="black", ls=":", lw=1.2, label="true KL")
     ax.set_title(f"q = N(0, 1), p = N({mu:g}, 1), KL = {kl_true:g}")

@@ -18,13 +18,12 @@ import numpy as np
 import torch
 
 import minirlhf
-from minirlhf import estimators
-from minirlhf.exercises import check
-from minirlhf.explorer import explore, show_figure
+from minirlhf.course.exercises import check
+from minirlhf.course.explorer import explore, show_figure
+from minirlhf.palette import BLUE, GREEN, ORANGE, PINK  # safe for color blindness
+from minirlhf.studies import estimators
 
-torch.set_num_threads(1)
-# A colour-blind-safe palette (Okabe and Ito).
-BLUE, ORANGE, GREEN, PINK = "#0072B2", "#D55E00", "#009E73", "#CC79A7"
+torch.set_num_threads(1)  # one thread: runs are bit-identical
 
 # %% [markdown]
 # ## From the policy gradient to the clipped surrogate
@@ -275,7 +274,7 @@ print_table(epsilon=0.2, beta=0.1)
 # back down, because the leash has made it a bad token.
 
 # %% tags=["hide-input"]
-STATE_COLOURS = (BLUE, PINK, ORANGE)
+STATE_COLORS = (BLUE, PINK, ORANGE)
 
 
 def draw_batch(epsilon, beta):
@@ -287,13 +286,13 @@ def draw_batch(epsilon, beta):
     # Fixed margins: a constrained layout would triple the drawing time.
     fig.subplots_adjust(left=0.09, right=0.99, top=0.93, bottom=0.07,
                         hspace=0.08)
-    # Top: each ratio as a bar from 1, coloured by its state.
+    # Top: each ratio as a bar from 1, colored by its state.
     top.axhspan(1 - epsilon, 1 + epsilon, color=GREEN, alpha=0.15, lw=0,
                 label="clip band 1 ± ε")
-    colours = [STATE_COLOURS[s] for s in state]
-    top.bar(x, ratio - 1, bottom=1, color=colours, width=0.6)
+    colors = [STATE_COLORS[s] for s in state]
+    top.bar(x, ratio - 1, bottom=1, color=colors, width=0.6)
     for s, name in enumerate(STATES):  # legend entries only
-        top.bar([0], [0], bottom=1, color=STATE_COLOURS[s], label=name)
+        top.bar([0], [0], bottom=1, color=STATE_COLORS[s], label=name)
     top.axhline(1, color="grey", lw=0.8)
     top.set_ylim(0.45, 1.65)
     top.set_ylabel(r"ratio $\pi_\theta / \pi_{old}$")
@@ -323,7 +322,7 @@ explore(
     default={"epsilon": 0.2, "beta": 0.1},
     labels={"epsilon": "ε", "beta": "β"},
     alt="Batch of six tokens at epsilon = {epsilon}, beta = {beta}: top, "
-        "each token's ratio against the clip band, coloured by whether "
+        "each token's ratio against the clip band, colored by whether "
         "it is clipped; bottom, rewards, shaped advantages and surrogate "
         "terms.",
 )

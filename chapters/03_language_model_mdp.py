@@ -24,14 +24,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minirlhf import pipeline, sft, task
-from minirlhf.exercises import check
-from minirlhf.explorer import show_figure
+from minirlhf import sft, store, task
+from minirlhf.course.exercises import check
+from minirlhf.course.explorer import show_figure
+from minirlhf.course.frontend import someone_watching
+from minirlhf.experiment import REFERENCE
 from minirlhf.model import completion_mask, generate, make_generator, n_params
+from minirlhf.palette import BLUE, ORANGE  # safe for color blindness
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
-# A colour-blind-safe palette (Okabe and Ito).
-BLUE, ORANGE, GREEN, PINK = "#0072B2", "#D55E00", "#009E73", "#CC79A7"
+# Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
+PROGRESS = someone_watching()
 
 # %% [markdown]
 # ## The task: sums, by example
@@ -112,7 +115,7 @@ print("\n".join(rows))
 # `minirlhf.model.generate` does; the last line checks that both draw the same tokens.
 
 # %%
-policy, sft_metrics = pipeline.load_sft()
+policy, sft_metrics = store.load_sft(progress=PROGRESS)
 policy.eval()
 
 pairs = torch.tensor([[23, 45], [7, 5]])
@@ -300,7 +303,7 @@ print("\n".join(rows))
 
 # %%
 config = sft.SFTConfig()
-curve = sft.sft_learning_curve(steps=300, every=10, config=config)
+curve = sft.sft_learning_curve(steps=300, every=10, config=config, progress=PROGRESS)
 steps = np.array(curve["steps"])  # every 10 steps
 accuracy = np.array(curve["accuracy"])
 stop = curve["stop"]  # where the book's policy stopped
@@ -339,7 +342,7 @@ show_figure(
 )
 
 # %%
-reference = 0.360  # the book's reference run
+reference = REFERENCE["sft_accuracy"]  # the book's reference run
 print(f"greedy accuracy on the 400 eval prompts after {stop} steps\n"
       f"  the partial-SFT policy     {at_stop:.3f}\n"
       f"  the book's reference run   {reference:.3f}")

@@ -25,17 +25,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minirlhf import pipeline, task
+from minirlhf import store, task
 from minirlhf import reward_model as rmlib
-from minirlhf.exercises import check
-from minirlhf.explorer import show_figure
+from minirlhf.course.exercises import check
+from minirlhf.course.explorer import show_figure
+from minirlhf.course.frontend import someone_watching
+from minirlhf.experiment import REFERENCE
 from minirlhf.model import (GPTConfig, TinyGPT, generate, make_generator,
                             reward_scores)
+from minirlhf.palette import BLUE, GREEN, ORANGE, PINK  # safe for color blindness
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
-# A colour-blind-safe palette (Okabe and Ito).
-BLUE, ORANGE, GREEN, PINK, YELLOW = ("#0072B2", "#D55E00", "#009E73",
-                                     "#CC79A7", "#E69F00")
+# Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
+PROGRESS = someone_watching()
 
 
 def signed(x, width=0):
@@ -169,9 +171,10 @@ print("\n".join(rows))
 #   `78;`, a kind of pair the RM was never shown.
 
 # %%
-rm, _ = pipeline.load_rm()
+rm, _ = store.load_rm(progress=PROGRESS)
 report = rmlib.rm_report(rm)
-reference = {"pair accuracy": 0.884, "near-miss accuracy": 0.527}
+reference = {"pair accuracy": REFERENCE["rm_pair_accuracy"],
+             "near-miss accuracy": REFERENCE["rm_near_miss_accuracy"]}
 rows = [str(rmlib.RMConfig()), "",
         "                       this run   book's reference run"]
 for name, key in (("pair accuracy", "pair_accuracy"),
@@ -214,10 +217,10 @@ print("\n".join(rows))
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(8, 4.2), constrained_layout=True)
 rng = np.random.default_rng(0)  # horizontal jitter only
-colours = [BLUE, ORANGE, PINK, GREEN]
-for x, ((kind, m), colour) in enumerate(zip(by_kind.items(), colours)):
+colors = [BLUE, ORANGE, PINK, GREEN]
+for x, ((kind, m), color) in enumerate(zip(by_kind.items(), colors)):
     ax.scatter(x + rng.uniform(-0.28, 0.28, len(m)), m, s=7, alpha=0.35,
-               color=colour, lw=0)
+               color=color, lw=0)
     ax.boxplot(m, positions=[x], widths=0.62, showfliers=False,
                medianprops={"color": "black"}, whiskerprops={"color": "grey"},
                capprops={"color": "grey"}, boxprops={"color": "grey"})
@@ -367,11 +370,11 @@ print("\n".join(rows))
 # %% tags=["hide-input"]
 fig, (left, right) = plt.subplots(1, 2, figsize=(8.4, 3.4),
                                   constrained_layout=True, sharex=True)
-for place, name, colour, marker in ((10, "tens digit", BLUE, "o"),
+for place, name, color, marker in ((10, "tens digit", BLUE, "o"),
                                     (1, "ones digit", ORANGE, "s")):
-    left.plot(ks, moved[place][:, 0], color=colour, marker=marker,
+    left.plot(ks, moved[place][:, 0], color=color, marker=marker,
               label=f"{name} moved by k")
-    right.plot(ks, moved[place][:, 1], color=colour, marker=marker,
+    right.plot(ks, moved[place][:, 1], color=color, marker=marker,
                label=f"{name} moved by k")
 left.axhline(0, color="black", lw=0.9, ls="--")
 right.axhline(0.5, color="black", lw=0.9, ls="--")
@@ -422,7 +425,7 @@ show_figure(
 # by what the verifier says they are.
 
 # %%
-policy, _ = pipeline.load_sft()
+policy, _ = store.load_sft(progress=PROGRESS)
 greedy = generate(policy, eval_prompts, greedy=True)  # (400, 4)
 kinds = task.batch_kinds(eval_pairs, greedy)
 with torch.no_grad():

@@ -26,7 +26,6 @@
 # ```
 
 # %%
-import base64
 import inspect
 import json
 from dataclasses import asdict
@@ -34,20 +33,21 @@ from dataclasses import asdict
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from IPython.display import display
 
-from minirlhf import experiment, model, pipeline, ppo, sft, task
-from minirlhf.checking import run_cases
-from minirlhf.exercises import check, get
-from minirlhf.explorer import explore, figure_png, show_figure
+from minirlhf import experiment, ppo, sft, store, task
+from minirlhf.course.cases import run_cases
+from minirlhf.course.exercises import check, get
+from minirlhf.course.explorer import explore, show_figure
+from minirlhf.course.frontend import building_book, someone_watching
+from minirlhf.course.runs import load_or_run, same_curves
 from minirlhf.model import (completion_logprobs, completion_mask, generate,
                             make_generator, n_params, reward_scores)
-from minirlhf.paths import OUTPUTS, book_mode
+from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
+from minirlhf.paths import OUTPUTS
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
-# One colour per arm, from the colour-blind-safe Okabe-Ito palette, as in
-# the experiment's own figures.
-COLOURS = experiment.COLORS
+# Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
+PROGRESS = someone_watching()
 
 # %% [markdown]
 # ## RLHF is PPO with text as the environment
@@ -72,7 +72,7 @@ COLOURS = experiment.COLORS
 # the SFT loss of chapter 3.
 
 # %%
-models = pipeline.load_all()
+models = store.load_all(progress=PROGRESS)
 policy, rm = models["policy"], models["rm"]
 reference = policy  # ppo_train trains a copy: this network stays the frozen reference
 cfg = ppo.PPOConfig()
@@ -271,7 +271,7 @@ runs = {}
 for arm, (reward_fn, beta) in ARMS.items():
     _, runs[arm] = ppo.ppo_train(policy, reference, reward_fn, beta,
                                  ppo.PPOConfig(seed=0), rm=rm,
-                                 loss_fn=loss_fn)
+                                 loss_fn=loss_fn, progress=PROGRESS)
 print("arm (beta)        true accuracy     RM score of greedy   KL per token")
 for arm, log in runs.items():
     print(f"{arm + f' ({ARMS[arm][1]:g})':<16}"
@@ -291,7 +291,7 @@ for arm, log in runs.items():
 # results from `outputs/results.json` when they were made by the package's current code
 # with these settings and from the same starting policy, and otherwise runs the experiment
 # now (under a minute) and writes them there, with the three figures
-# (`experiment.load_or_run` does that bookkeeping for every stored run of this chapter).
+# (`minirlhf.course.runs.load_or_run` does that bookkeeping for every stored run of this chapter).
 #
 # The experiment uses the reference loss, and its seed 0 is the pair of runs above. The last
 # line of the cell says whether the two agree to the last digit. They do when your loss
@@ -309,12 +309,12 @@ def run_experiment():
     """Return the results of both arms for every seed, laid out as
     `python -m minirlhf.experiment` writes them (it also draws the figures)."""
     done = experiment.run_experiment(SEEDS, cfg.iterations, BETA["rm"],
-                                     BETA["verifier"], cfg, verbose=False)
+                                     BETA["verifier"], cfg, progress=PROGRESS)
     experiment.write_outputs(done, OUTPUTS)
     return json.loads((OUTPUTS / "results.json").read_text())
 
 
-results = experiment.load_or_run(
+results = load_or_run(
     OUTPUTS / "results.json",
     {"seeds": SEEDS, "iterations": cfg.iterations, "beta": BETA,
      "ppo": asdict(cfg)},
@@ -323,7 +323,7 @@ logs = {arm: [results["arms"][arm][str(s)] for s in SEEDS] for arm in ARMS}
 curves = {arm: {key: np.array([log[key] for log in logs[arm]])  # (5, 26)
                 for key in ("accuracy", "rm_score", "kl")} for arm in ARMS}
 print("Seed 0 of the experiment and the runs above agree to the last digit:",
-      all(experiment.same_curves(logs[arm][0], runs[arm]) for arm in ARMS))
+      all(same_curves(logs[arm][0], runs[arm]) for arm in ARMS))
 
 # %% [markdown]
 # Before the figures, three yardsticks for the RM's scale, which means nothing by itself
@@ -370,7 +370,7 @@ def draw_metric(key):
         for arm in ARMS:
             ref = experiment.REFERENCE[arm]
             ax.plot([0, cfg.iterations], [ref["start"], ref["end"]], ls="none",
-                    marker="o", mfc="white", mec=experiment.COLORS[arm], ms=8,
+                    marker="o", mfc="white", mec=experiment.ARM_COLORS[arm], ms=8,
                     mew=1.6, label=f"reference run, {arm} arm")
         ax.legend(frameon=False, fontsize=8, ncol=2)
         return fig
@@ -518,9 +518,9 @@ def partial_policy(seed):
     """Return (policy, steps): SFT with `seed`, stopped at the first multiple of
     5 steps whose greedy eval accuracy is at least 1/3 (at most 300 steps)."""
     _, curve = sft.train_sft(sft.SFTConfig(seed=seed, steps=300), eval_every=5,
-                             progress=False)
+                             progress=PROGRESS)
     steps = next(s for s, a in zip(curve["steps"], curve["accuracy"]) if a >= 1 / 3)
-    policy_s, _ = sft.train_sft(sft.SFTConfig(seed=seed, steps=steps), progress=False)
+    policy_s, _ = sft.train_sft(sft.SFTConfig(seed=seed, steps=steps), progress=PROGRESS)
     return policy_s, steps
 
 
@@ -533,13 +533,13 @@ def run_starts():
         row = {"steps": steps, "start": sft.greedy_accuracy(start)}
         for arm in ARMS:
             row[arm] = [(lambda a: a[-1] - a[0])(experiment.run_arm(
-                arm, start, rm, s, BETA[arm], cfg, progress=False)["accuracy"])
+                arm, start, rm, s, BETA[arm], cfg, progress=PROGRESS)[1]["accuracy"])
                 for s in PPO_SEEDS]
         out[str(seed)] = row
     return {"arms": out}
 
 
-by_start = experiment.load_or_run(
+by_start = load_or_run(
     OUTPUTS / "sft_starts.json",
     {"sft_seeds": SFT_SEEDS, "ppo_seeds": PPO_SEEDS, "beta": BETA, "ppo": asdict(cfg)},
     {}, run_starts)["arms"]
@@ -621,12 +621,13 @@ def run_centred():
     out = {}
     for seed in SEEDS:
         _, log = ppo.ppo_train(policy, reference, rm_minus_prompt_baseline,
-                               BETA["rm"], ppo.PPOConfig(seed=seed), rm=rm)
+                               BETA["rm"], ppo.PPOConfig(seed=seed), rm=rm,
+                               progress=PROGRESS)
         out[str(seed)] = {k: log[k] for k in ("accuracy", "rm_score", "kl")}
     return {"arms": {"rm": out}}
 
 
-centred = experiment.load_or_run(
+centred = load_or_run(
     OUTPUTS / "rm_prompt_baseline.json",
     {"seeds": SEEDS, "beta": BETA["rm"], "ppo": asdict(cfg)},
     {("rm", "0"): runs["rm"]}, run_centred)["arms"]["rm"]
@@ -674,7 +675,7 @@ fig, axes = plt.subplots(2, 4, figsize=(10, 4.8), constrained_layout=True)
 it = np.arange(1, cfg.iterations + 1)
 for ax, (key, unit) in zip(axes.flat, STATS):
     for arm in ARMS:
-        ax.plot(it, runs[arm][key], color=COLOURS[arm], lw=1.6, label=f"{arm} arm")
+        ax.plot(it, runs[arm][key], color=ARM_COLORS[arm], lw=1.6, label=f"{arm} arm")
     ax.set_title(key, fontsize=9.5)
     ax.set_ylabel(unit, fontsize=8.5)
     ax.tick_params(labelsize=8)
@@ -729,18 +730,18 @@ def run_sweep():
     """Return both arms' runs at every beta (seed 0), reusing the two runs
     made above."""
     out = {arm: {} for arm in ARMS}
-    for arm, (reward_fn, arm_beta) in ARMS.items():
+    for arm, (_, arm_beta) in ARMS.items():
         for beta in BETAS:
             if beta == arm_beta:
                 log = runs[arm]
             else:
-                _, log = ppo.ppo_train(policy, reference, reward_fn, beta,
-                                       ppo.PPOConfig(seed=0), rm=rm)
+                _, log = experiment.run_arm(arm, policy, rm, 0, beta, cfg,
+                                            progress=PROGRESS)
             out[arm][str(beta)] = {k: log[k] for k in ("accuracy", "rm_score", "kl")}
     return {"arms": out}
 
 
-sweep = experiment.load_or_run(
+sweep = load_or_run(
     OUTPUTS / "beta_sweep.json", {"betas": BETAS, "seed": 0, "ppo": asdict(cfg)},
     {(arm, str(beta)): runs[arm] for arm, (_, beta) in ARMS.items()},
     run_sweep)["arms"]
@@ -752,10 +753,11 @@ for beta in BETAS:
         for log in (sweep["rm"][str(beta)], sweep["verifier"][str(beta)])))
 
 # %% [markdown]
-# The slider shows the curves behind each row. In JupyterLab it does more: pick an arm and a
-# $\beta$ (values between the seven above too), release the slider, and that arm is trained
-# from scratch at that $\beta$, in a few seconds, with a progress bar; runs already made are
-# kept, so going back is instant. In the book, the seven precomputed settings stand in.
+# The slider shows the curves behind each row. In JupyterLab it does more: it also offers
+# values between the seven above, and when you release it at a $\beta$ not run yet, both arms
+# are trained from scratch at that $\beta$ (seed 0), in a few seconds, with a progress bar;
+# runs already made are kept, so going back is instant. In the book, the seven precomputed
+# settings stand in.
 
 # %% tags=["hide-input"]
 LIVE_BETAS = [0.0, 0.01, 0.02, 0.05, 0.08, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0]
@@ -772,9 +774,9 @@ def draw_leash(beta, found):
     start = runs["rm"]["accuracy"][0]
     for arm, log in found.items():
         x = np.arange(len(log["accuracy"]))
-        left.plot(x, log["accuracy"], color=COLOURS[arm], lw=1.8,
+        left.plot(x, log["accuracy"], color=ARM_COLORS[arm], lw=1.8,
                   label=f"{arm} arm")
-        right.plot(x, log["kl"], color=COLOURS[arm], lw=1.8, label=f"{arm} arm")
+        right.plot(x, log["kl"], color=ARM_COLORS[arm], lw=1.8, label=f"{arm} arm")
     left.axhline(start, color="grey", ls=":", lw=1)
     left.text(0.5, start, " start", va="bottom", fontsize=8, color="grey")
     left.set_ylim(*ACC_LIM)
@@ -796,59 +798,22 @@ def leash_alt(beta, found):
         f"KL {log['kl'][-1]:.3f} per token" for arm, log in found.items()) + "."
 
 
-class LiveLeash:
-    """JupyterLab only: arm buttons, a beta slider and a training status;
-    releasing the slider (or picking an arm) trains that arm at that beta."""
-
-    def __init__(self):
-        import ipywidgets as widgets
-        self.done = {(arm, float(b)): log for arm in ARMS
-                     for b, log in sweep[arm].items()}
-        self.arm = widgets.ToggleButtons(options=list(ARMS), value="rm",
-                                         description="arm")
-        self.beta = widgets.SelectionSlider(
-            options=LIVE_BETAS, value=0.5, description="β",
-            continuous_update=False, layout=widgets.Layout(width="28em"))
-        self.status = widgets.Label()
-        self.out = widgets.Output()
-        self.widget = widgets.VBox([self.arm, self.beta, self.status, self.out])
-        self.arm.observe(self.update, names="value")
-        self.beta.observe(self.update, names="value")
-        self.update()
-
-    def update(self, change=None):
-        arm, beta = self.arm.value, float(self.beta.value)
-        fresh = (arm, beta) not in self.done
-        if fresh:
-            self.status.value = f"training the {arm} arm at β = {beta:g} ..."
-            with self.out:  # the engine's progress bar shows up here
-                _, self.done[arm, beta] = ppo.ppo_train(
-                    policy, reference, ARMS[arm][0], beta,
-                    ppo.PPOConfig(seed=0), rm=rm, progress=True,
-                    desc=f"{arm} arm, β = {beta:g}")
-        found = {a: self.done[a, beta] for a in ARMS if (a, beta) in self.done}
-        self.status.value = f"β = {beta:g}: " + ", ".join(
-            f"{a} arm {'trained just now' if fresh and a == arm else 'from earlier'}"
-            for a in found)
-        png = base64.b64encode(figure_png(draw_leash(beta, found))).decode()
-        self.out.outputs = ({"output_type": "display_data", "metadata": {},
-                             "data": {"image/png": png,
-                                      "text/plain": leash_alt(beta, found)}},)
-
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = self.widget._repr_mimebundle_(**kwargs)
-        bundle["text/plain"] = (f"Live β slider over {len(LIVE_BETAS)} values "
-                                f"from {LIVE_BETAS[0]:g} to {LIVE_BETAS[-1]:g}, "
-                                "both arms.")
-        return bundle
+leash_runs = {(arm, float(b)): log for arm in ARMS for b, log in sweep[arm].items()}
 
 
-if book_mode():
-    explore(lambda beta: draw_leash(beta, {a: sweep[a][str(beta)] for a in ARMS}),
-            {"beta": BETAS}, default={"beta": 0.5}, labels={"beta": "β"},
-            alt=lambda beta: leash_alt(beta, {a: sweep[a][str(beta)] for a in ARMS}))
-else:
-    display(LiveLeash())
+def leash_at(beta):
+    """Return {arm: log} at this beta (seed 0), training an arm not run yet."""
+    for arm in ARMS:
+        if (arm, beta) not in leash_runs:
+            _, leash_runs[arm, beta] = experiment.run_arm(
+                arm, policy, rm, 0, beta, cfg, progress=PROGRESS)
+    return {arm: leash_runs[arm, beta] for arm in ARMS}
+
+
+explore(lambda beta: draw_leash(beta, leash_at(beta)),
+        {"beta": BETAS if building_book() else LIVE_BETAS}, default={"beta": 0.5},
+        labels={"beta": "β"}, alt=lambda beta: leash_alt(beta, leash_at(beta)),
+        continuous_update=False)
 
 
 # %% [markdown]

@@ -27,16 +27,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from minirlhf import pipeline, ppo, task, variance
+from minirlhf import experiment, ppo, store, task
 from minirlhf import reward_model as rmlib
-from minirlhf.exercises import check
-from minirlhf.explorer import show_figure
+from minirlhf.course.exercises import check
+from minirlhf.course.explorer import show_figure
+from minirlhf.course.frontend import someone_watching
 from minirlhf.model import generate, reward_scores
+from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY, YELLOW  # safe for color blindness
+from minirlhf.studies import variance
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
-# A colour-blind-safe palette (Okabe and Ito).
-BLUE, ORANGE, GREEN, PINK, YELLOW, SKY = ("#0072B2", "#D55E00", "#009E73",
-                                          "#CC79A7", "#E69F00", "#56B4E9")
+# Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
+PROGRESS = someone_watching()
 
 # %% [markdown]
 # ## The leash off
@@ -49,8 +51,8 @@ BLUE, ORANGE, GREEN, PINK, YELLOW, SKY = ("#0072B2", "#D55E00", "#009E73",
 # run is an anecdote.
 
 # %%
-policy, sft_metrics = pipeline.load_sft()
-rm, rm_metrics = pipeline.load_rm()
+policy, sft_metrics = store.load_sft(progress=PROGRESS)
+rm, rm_metrics = store.load_rm(progress=PROGRESS)
 print(f"partial-SFT policy: greedy accuracy {sft_metrics['accuracy']:.3f}")
 print(f"reward model: pair accuracy {rm_metrics['pair_accuracy']:.3f}, "
       f"near-miss accuracy {rm_metrics['near_miss_accuracy']:.3f}")
@@ -58,18 +60,16 @@ print(f"reward model: pair accuracy {rm_metrics['pair_accuracy']:.3f}, "
 # %%
 SEEDS = (0, 1, 2)
 ITERATIONS = 40
-reward_fn = ppo.rm_reward(rm)
 evalset = ppo.EvalSet()  # the 400 eval prompts, encoded once for all runs
 runs = {}  # (arm, seed) -> (trained policy, log); arm: beta or "adaptive"
 
 
 def run(arm, beta, seed, **settings):
-    """Train one arm on the RM from the partial-SFT policy; keep the result."""
-    config = ppo.PPOConfig(iterations=ITERATIONS, seed=seed, **settings)
-    # The SFT policy is both the start and the frozen reference; ppo_train
-    # trains a copy and returns it with the log.
-    runs[arm, seed] = ppo.ppo_train(policy, policy, reward_fn, beta, config,
-                                    rm=rm, evalset=evalset)
+    """Train chapter 5's rm arm at this beta from the partial-SFT policy (both
+    the start and the frozen reference); keep the trained copy and its log."""
+    config = ppo.PPOConfig(iterations=ITERATIONS, **settings)
+    runs[arm, seed] = experiment.run_arm("rm", policy, rm, seed, beta, config,
+                                         evalset, progress=PROGRESS)
 
 
 for beta in (0.0, 0.5):
@@ -111,11 +111,11 @@ panels = (("accuracy", "true accuracy (verifier, greedy)"),
           ("rm_score", "RM score of the greedy answers\n(reward-model units)"),
           ("kl", "KL to the reference\n(nats per token)"))
 for ax, (key, label) in zip(axes, panels):
-    for beta, colour in ((0.0, ORANGE), (0.5, BLUE)):
+    for beta, color in ((0.0, ORANGE), (0.5, BLUE)):
         values = curve(beta, key)
         for row in values:
-            ax.plot(its, row, color=colour, lw=0.8, alpha=0.35)
-        ax.plot(its, values.mean(0), color=colour, lw=2.2,
+            ax.plot(its, row, color=color, lw=0.8, alpha=0.35)
+        ax.plot(its, values.mean(0), color=color, lw=2.2,
                 label=f"β = {beta:g} (mean of {len(SEEDS)} seeds)")
     ax.set_xlabel("PPO iteration")
     ax.set_ylabel(label)
@@ -279,12 +279,12 @@ for label, lo, hi in (("0 (correct)", 0, 0), ("1 to 5 away", 1, 5),
 fig, ax = plt.subplots(figsize=(8.6, 4.4), constrained_layout=True)
 edges = np.arange(-25.5, 26.5)
 ax.axvspan(-10.5, 10.5, color=YELLOW, alpha=0.15, lw=0)
-for values, colour, label in (
+for values, color, label in (
         (start_offsets, BLUE, "partial-SFT policy (start)"),
         (end_offsets, ORANGE, f"β = 0, {ITERATIONS} iterations (3 seeds)")):
     ax.hist(values, bins=edges, density=True, histtype="stepfilled",
-            alpha=0.35, color=colour, label=label)
-    ax.hist(values, bins=edges, density=True, histtype="step", color=colour)
+            alpha=0.35, color=color, label=label)
+    ax.hist(values, bins=edges, density=True, histtype="step", color=color)
 ax.set_xlabel("answer − true sum (the shaded band: near-misses)")
 ax.set_ylabel("fraction of greedy answers")
 ax.set_xlim(-25.5, 25.5)
@@ -395,11 +395,11 @@ for lo, hi in ((0.0, 0.02), (0.02, 0.05), (0.05, 0.1), (0.1, 0.2), (0.2, 1.0)):
 # %% tags=["hide-input"]
 fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5),
                                   constrained_layout=True, sharex=True)
-for beta, colour, marker in ((0.0, ORANGE, "o"), (0.5, BLUE, "s")):
+for beta, color, marker in ((0.0, ORANGE, "o"), (0.5, BLUE, "s")):
     x = np.sqrt(curve(beta, "kl"))
-    left.scatter(x, curve(beta, "accuracy"), s=10, alpha=0.6, color=colour,
+    left.scatter(x, curve(beta, "accuracy"), s=10, alpha=0.6, color=color,
                  marker=marker, label=f"β = {beta:g}", lw=0)
-    right.scatter(x, curve(beta, "rm_score"), s=10, alpha=0.6, color=colour,
+    right.scatter(x, curve(beta, "rm_score"), s=10, alpha=0.6, color=color,
                   marker=marker, label=f"β = {beta:g}", lw=0)
 left.axhline(curve(0.0, "accuracy")[0, 0], color="grey", lw=0.8, ls=":")
 left.set_ylabel("true accuracy (verifier, greedy)")
@@ -543,14 +543,14 @@ arms = ((0.1, ORANGE, "fixed β = 0.1"),
         ("adaptive", GREEN, "adaptive, from β = 0.1"),
         (0.5, BLUE, "fixed β = 0.5"))
 train_its = np.arange(1, ITERATIONS + 1)
-for arm, colour, label in arms:
+for arm, color, label in arms:
     for ax, x, key in ((axes[0], train_its, "objective/kl"),
                        (axes[1], train_its, "beta"),
                        (axes[2], its, "accuracy")):
         values = curve(arm, key)
         for row in values:
-            ax.plot(x, row, color=colour, lw=0.7, alpha=0.3)
-        ax.plot(x, values.mean(0), color=colour, lw=2.2, label=label)
+            ax.plot(x, row, color=color, lw=0.7, alpha=0.3)
+        ax.plot(x, values.mean(0), color=color, lw=2.2, label=label)
 axes[0].axhline(TARGET, color="black", ls="--", lw=1)
 axes[0].text(1, TARGET, " target", va="bottom", fontsize=8.5)
 axes[0].set_ylabel("KL of the training batch\n(k1, nats per token)")
@@ -718,7 +718,7 @@ for lam in (0.0, 0.95, 1.0):
 # ## Why the value head becomes load-bearing
 #
 # How much does the batch baseline lose, and when? A measurement on a model simple enough to
-# solve exactly (`minirlhf.variance`): a completion of $T$ tokens, each independently "good"
+# solve exactly (`minirlhf.studies.variance`): a completion of $T$ tokens, each independently "good"
 # with probability $p = 0.3$, and a reward, paid at the end, equal to the number of good
 # tokens. Every token matters, and equally. Each token's policy is a coin with its own logit,
 # so the exact gradient of the expected reward with respect to that logit is $p(1-p)$, and one
@@ -754,9 +754,9 @@ labels = {"batch mean": "batch-mean baseline (chapter 5)",
           "value, lam = 1": "per-state value, λ = 1",
           "value + GAE": "per-state value + GAE, λ = 0.95"}
 for m in variance.METHODS:
-    colour, marker = styles[m]
-    ax.plot(T_all, study["exact"][m], color=colour, lw=1, ls="--")
-    ax.plot(T_all, study["measured"][m], color=colour, marker=marker, lw=0,
+    color, marker = styles[m]
+    ax.plot(T_all, study["exact"][m], color=color, lw=1, ls="--")
+    ax.plot(T_all, study["measured"][m], color=color, marker=marker, lw=0,
             label=labels[m])
 B = study["settings"]["batch_size"]
 ax.axhline(B, color="grey", lw=1, ls=":")
@@ -982,7 +982,7 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 # 4. **Adaptive on the verifier.** Run the adaptive controller on the verifier arm of
 #    chapter 5 with the same target. Does the verifier arm need more or less distance than
 #    the target allows, and what happens to its accuracy?
-# 5. **A wrong critic.** In `minirlhf.variance.measure`, add Gaussian noise of standard
+# 5. **A wrong critic.** In `minirlhf.studies.variance.measure`, add Gaussian noise of standard
 #    deviation 0.5 to `values` before calling `gae`. How do the noise-to-signal ratio and the
 #    *mean* of $g_t$ (its bias) change for $\lambda = 0.95$ and for $\lambda = 1$?
 # 6. **One token decides.** Change the toy so that only the first token matters (the reward

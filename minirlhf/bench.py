@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import paths
 
-__all__ = ["STAGES", "run_stage", "main"]
+__all__ = ["STAGES", "MEMORY_BUDGET_MB", "run_stage", "judge", "format_table", "main"]
 
 # name -> (what it does, budget in seconds)
 STAGES = {
@@ -36,17 +36,17 @@ MEMORY_BUDGET_MB = 1536.0
 def _work(stage: str) -> None:
     import torch
 
-    from .pipeline import load_rm, load_sft
     from .experiment import run_experiment
+    from .store import load_rm, load_sft
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # the benchmark is an entry point: it chooses the thread count
     if stage in ("sft_and_rm", "pipeline"):
-        load_sft(progress=False, verbose=False)
-        load_rm(progress=False, verbose=False)
+        load_sft(progress=False)
+        load_rm(progress=False)
     if stage in ("one_seed_both_arms", "pipeline"):
-        run_experiment(seeds=1, progress=False, verbose=False)
+        run_experiment(seeds=1, progress=False)
     if stage == "five_seeds_both_arms":
-        run_experiment(seeds=5, progress=False, verbose=False)
+        run_experiment(seeds=5, progress=False)
 
 
 def _child(stage: str) -> None:
@@ -63,12 +63,33 @@ def run_stage(stage: str, outputs: Path) -> dict:
     whose models live under ``outputs``."""
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
-    env = {**os.environ, "MINIRLHF_OUTPUTS": str(outputs), "OMP_NUM_THREADS": "1", "MINIRLHF_PROGRESS": "0"}
+    env = {**os.environ, "MINIRLHF_OUTPUTS": str(outputs), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "minirlhf.bench", "--child", stage], env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"stage {stage} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def judge(rows: list[dict]) -> bool:
+    """Add ``what``, ``budget_seconds`` and ``within_budget`` to each row of :func:`run_stage`;
+    return True when every stage kept within its time budget and the memory budget."""
+    for row in rows:
+        what, budget = STAGES[row["stage"]]
+        row.update(what=what, budget_seconds=budget,
+                   within_budget=row["seconds"] <= budget and row["peak_mb"] < MEMORY_BUDGET_MB)
+    return all(row["within_budget"] for row in rows)
+
+
+def format_table(rows: list[dict]) -> str:
+    """Return the table of judged rows: stage, wall time, budget, peak memory, what it does;
+    a stage over budget is marked ``OVER``."""
+    lines = [f"{'stage':<22} {'wall time':>10} {'budget':>8} {'peak memory':>12}  what"]
+    for row in rows:
+        mark = "" if row["within_budget"] else "  OVER"
+        lines.append(f"{row['stage']:<22} {row['seconds']:>8.1f} s {row['budget_seconds']:>6.0f} s "
+                     f"{row['peak_mb']:>9.0f} MB  {row['what']}{mark}")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -86,19 +107,12 @@ def main(argv=None) -> int:
         for stage in ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms"):
             rows.append(run_stage(stage, fresh))  # the arms reuse the models trained just before
         rows.append(run_stage("pipeline", Path(tmp) / "pipeline"))
-    print(f"{'stage':<22} {'wall time':>10} {'budget':>8} {'peak memory':>12}  what")
-    ok = True
-    for row in rows:
-        what, budget = STAGES[row["stage"]]
-        row.update(what=what, budget_seconds=budget, within_budget=row["seconds"] <= budget and row["peak_mb"] < MEMORY_BUDGET_MB)
-        ok &= row["within_budget"]
-        print(f"{row['stage']:<22} {row['seconds']:>8.1f} s {budget:>6.0f} s {row['peak_mb']:>9.0f} MB  {what}")
+    ok = judge(rows)
+    print(format_table(rows))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"peak memory budget {MEMORY_BUDGET_MB:.0f} MB; load average at the end {load:.2f} "
           f"on {os.cpu_count()} cores (other work on the machine slows every stage)")
-    out = paths.OUTPUTS / "bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
+    out = paths.write_atomic(paths.OUTPUTS / "bench.json", json.dumps({
         "stages": rows, "memory_budget_mb": MEMORY_BUDGET_MB, "all_within_budget": ok,
         "machine": {"cpus": os.cpu_count(), "load_average_1min": load, "python": platform.python_version(),
                     "platform": platform.platform()},

@@ -21,24 +21,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import paths, store
-from . import task
+from . import paths, task
 from .model import make_generator, reward_scores
-from .pipeline import load_rm, load_sft
-from .reward_model import HELDOUT_SEED
+from .palette import ARM_COLORS
 from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
+from .reward_model import HELDOUT_SEED
+from .store import load_rm, load_sft
 
 __all__ = [
-    "ARMS", "REFERENCE", "COLORS", "mean_ci95", "run_arm", "run_experiment", "summarize",
+    "ARMS", "DEFAULT_BETA", "REFERENCE", "mean_ci95", "run_arm", "run_experiment", "summarize",
     "format_table", "plot_curves", "write_outputs", "main",
 ]
 
 ARMS = ("rm", "verifier")
 DEFAULT_BETA = {"rm": 0.5, "verifier": 0.08}
-COLORS = {"rm": "#D55E00", "verifier": "#0072B2"}  # colour-blind-safe (Okabe-Ito)
 LABELS = {"rm": "reward-model arm", "verifier": "verifier arm"}
 # The reference run of the course specification (one seed), printed beside ours.
 REFERENCE = {
+    "sft_accuracy": 0.360, "rm_pair_accuracy": 0.884, "rm_near_miss_accuracy": 0.527,
     "rm": {"start": 0.360, "end": 0.298, "rm_score": 2.2, "kl": "0.02-0.04"},
     "verifier": {"start": 0.360, "end": 0.583, "rm_score": 2.2, "kl": "about 0.1"},
 }
@@ -50,7 +50,10 @@ _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 
 
 def mean_ci95(values) -> tuple[float, float]:
-    """Return (mean, half-width of the 95% t-interval) of ``values``; half-width NaN for one value."""
+    """Return (mean, half-width of the 95% t-interval) of ``values``; half-width NaN for one value.
+
+    Defined in chapter 5.
+    """
     x = np.asarray(values, dtype=float)
     if x.size == 0:
         raise ValueError("values is empty")
@@ -61,22 +64,30 @@ def mean_ci95(values) -> tuple[float, float]:
 
 
 def run_arm(arm: str, policy, rm, seed: int, beta: float, config: PPOConfig, evalset=None,
-            loss_fn=None, progress: bool = True) -> dict:
-    """Return the log of one PPO run of ``arm`` ('rm' or 'verifier') from ``policy``."""
+            loss_fn=None, progress: bool = True):
+    """Return (trained policy, log) of one PPO run of ``arm`` ('rm' or 'verifier').
+
+    ``policy`` is both the start and the frozen reference; ``config.seed`` is replaced by
+    ``seed``; ``rm`` scores the rm arm and is logged for both.
+
+    Defined in chapter 5.
+    """
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
     reward_fn = rm_reward(rm) if arm == "rm" else verifier_reward
-    _, log = ppo_train(policy, policy, reward_fn, beta, replace(config, seed=seed), rm=rm,
-                       loss_fn=loss_fn, evalset=evalset, progress=progress, desc=f"{arm} arm, seed {seed}")
-    return log
+    return ppo_train(policy, policy, reward_fn, beta, replace(config, seed=seed), rm=rm,
+                     loss_fn=loss_fn, evalset=evalset, progress=progress, desc=f"{arm} arm, seed {seed}")
 
 
-def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = 0.5, beta_verifier: float = 0.08,
-                   config: PPOConfig | None = None, progress: bool = True, verbose: bool = True) -> dict:
+def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA["rm"],
+                   beta_verifier: float = DEFAULT_BETA["verifier"], config: PPOConfig | None = None,
+                   progress: bool = True) -> dict:
     """Return the experiment's results: every arm and seed's per-iteration log, and the settings.
 
     ``seeds`` is a count (seeds 0..n-1) or a list of seeds. See :func:`write_outputs` for
     the layout, which is also the layout of ``results.json``.
+
+    Defined in chapter 5.
     """
     seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     if not seeds:
@@ -86,10 +97,9 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = 0.5, beta_ver
     for name, b in (("beta_rm", beta_rm), ("beta_verifier", beta_verifier)):
         if not (b >= 0 and math.isfinite(b)):
             raise ValueError(f"{name} must be a finite number >= 0, got {b}")
-    torch.set_num_threads(1)
     start = time.perf_counter()
-    policy, sft_metrics = load_sft(progress=progress, verbose=verbose)
-    rm, rm_metrics = load_rm(progress=progress, verbose=verbose)
+    policy, sft_metrics = load_sft(progress=progress)
+    rm, rm_metrics = load_rm(progress=progress)
     cfg = replace(config or PPOConfig(), iterations=iterations)
     betas = {"rm": beta_rm, "verifier": beta_verifier}
     evalset = EvalSet()
@@ -97,7 +107,7 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = 0.5, beta_ver
     arms = {arm: {} for arm in ARMS}
     for seed in seeds:
         for arm in ARMS:
-            log = run_arm(arm, policy, rm, seed, betas[arm], cfg, evalset, progress=progress)
+            _, log = run_arm(arm, policy, rm, seed, betas[arm], cfg, evalset, progress=progress)
             arms[arm][str(seed)] = {
                 key: log[key] for key in ("accuracy", "rm_score", "kl", "kinds", "objective/scores",
                                           "objective/kl", "objective/entropy", "policy/clipfrac_avg",
@@ -127,7 +137,10 @@ def _rm_landmarks(rm, evalset) -> dict:
 
 
 def summarize(results: dict) -> dict:
-    """Return per arm: start, end (mean and 95% half-width over seeds), end RM score and KL."""
+    """Return per arm: start, end (mean and 95% half-width over seeds), end RM score and KL.
+
+    Defined in chapter 5.
+    """
     out = {}
     for arm, runs in results["arms"].items():
         logs = list(runs.values())
@@ -149,7 +162,10 @@ def _pm(mean: float, half: float, digits: int = 3) -> str:
 
 
 def format_table(results: dict) -> str:
-    """Return the results table (ours, mean ± 95% half-width over seeds, beside the reference)."""
+    """Return the results table (ours, mean ± 95% half-width over seeds, beside the reference).
+
+    Defined in chapter 5.
+    """
     s = summarize(results)
     lines = [
         f"{'arm':<9} {'start':>7} {'end (ours)':>16} {'gain (ours)':>16} {'end (ref)':>9} "
@@ -173,6 +189,8 @@ def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landm
 
     ``landmarks`` ({label: value}) adds labelled dashed lines, e.g. the RM's score of right
     answers and of garbage, so a small move can be read against the whole scale.
+
+    Defined in chapter 5.
     """
     import matplotlib.pyplot as plt
 
@@ -184,10 +202,10 @@ def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landm
         runs = np.array([log[key] for log in results["arms"][arm].values()])  # (seeds, iterations + 1)
         x = np.arange(runs.shape[1])
         mean = runs.mean(0)
-        ax.plot(x, mean, color=COLORS[arm], lw=2, label=f"{LABELS[arm]} (beta {results['settings']['beta'][arm]:g})")
+        ax.plot(x, mean, color=ARM_COLORS[arm], lw=2, label=f"{LABELS[arm]} (beta {results['settings']['beta'][arm]:g})")
         if len(runs) > 1:
             half = np.array([mean_ci95(runs[:, i])[1] for i in range(runs.shape[1])])
-            ax.fill_between(x, mean - half, mean + half, color=COLORS[arm], alpha=0.2, lw=0)
+            ax.fill_between(x, mean - half, mean + half, color=ARM_COLORS[arm], alpha=0.2, lw=0)
     ax.set_xlabel("PPO iteration (64 prompts each)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -211,6 +229,8 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     of garbage on the eval prompts), ``arms[arm][seed]`` with per-iteration lists ``accuracy``,
     ``rm_score``, ``kl`` (index 0 = before training) and the batch metrics, ``summary``,
     ``wall_seconds``.
+
+    Defined in chapter 5.
     """
     import matplotlib.pyplot as plt
 
@@ -225,44 +245,9 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
         plt.close(ax.figure)
         written.append(out / name)
     payload = {**results, "summary": summarize(results), "reference": REFERENCE}
-    (out / "results.json").write_text(json.dumps(payload, indent=1))
+    paths.write_atomic(out / "results.json", json.dumps(payload, indent=1))
     written.append(out / "results.json")
     return written
-
-
-# The modules whose code makes the runs: results stored by other code are stale.
-RUN_CODE = ("task.py", "model.py", "sft.py", "ppo.py", "experiment.py")
-
-
-def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
-    """Return True when two run logs hold the same eval curves (the first ``upto`` points, or
-    all), to the last digit."""
-    return all(list(a[k])[:upto] == list(b[k])[:upto] for k in ("accuracy", "rm_score", "kl"))
-
-
-def load_or_run(path: Path, settings: dict, starts: dict, run) -> dict:
-    """Return the results stored at ``path`` if this code made them with ``settings`` from the
-    same starting point as the runs in ``starts`` (``{(arm, seed_key): log}``, may be empty);
-    otherwise call ``run()``, store what it returns with the settings, and return that.
-
-    Lets a notebook show a minute of runs without repeating them on every execution, and
-    never show results made by other code or settings.
-    """
-    path = Path(path)
-    settings = json.loads(json.dumps({**settings, "code": store.code_fingerprint(RUN_CODE)}, default=str))
-    try:
-        stored = json.loads(path.read_text())
-        if stored["settings"] == settings and all(
-                same_curves(stored["arms"][arm][key], log, upto=1) for (arm, key), log in starts.items()):
-            return stored
-    except (OSError, ValueError, KeyError):
-        pass
-    stored = {**run(), "settings": settings}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(stored, indent=1))
-    tmp.replace(path)
-    return json.loads(path.read_text())  # exactly what a later load returns
 
 
 def _positive_int(text: str) -> int:
@@ -286,24 +271,29 @@ def _beta(text: str) -> float:
 
 
 def main(argv=None) -> int:
-    """Run the experiment from the command line; return the exit status."""
+    """Run the experiment from the command line; return the exit status.
+
+    Defined in chapter 5.
+    """
     parser = argparse.ArgumentParser(prog="python -m minirlhf.experiment", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=_positive_int, default=5, help="number of seeds, 0..n-1 (default 5)")
     parser.add_argument("--iterations", type=_positive_int, default=25, help="PPO iterations per run (default 25)")
-    parser.add_argument("--beta-rm", type=_beta, default=DEFAULT_BETA["rm"], help="KL coefficient, RM arm (default 0.5)")
-    parser.add_argument("--beta-verifier", type=_beta, default=DEFAULT_BETA["verifier"],
-                        help="KL coefficient, verifier arm (default 0.08)")
+    for arm in ARMS:
+        parser.add_argument(f"--beta-{arm}", type=_beta, default=DEFAULT_BETA[arm],
+                            help=f"KL coefficient of the {LABELS[arm]} (default {DEFAULT_BETA[arm]:g})")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the project's outputs/)")
     args = parser.parse_args(argv)
     import matplotlib
 
     matplotlib.use("Agg")  # files only; set here, not in write_outputs, which notebooks call too
+    torch.set_num_threads(1)  # an entry point's choice: runs are bit-identical at a fixed count
     out = args.out if args.out is not None else paths.OUTPUTS
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out} exists and is not a folder")
     results = run_experiment(args.seeds, args.iterations, args.beta_rm, args.beta_verifier)
-    print(f"SFT policy accuracy {results['sft_accuracy']:.3f} (reference 0.360); RM pair accuracy "
-          f"{results['rm_pair_accuracy']:.3f} (0.884), near-miss accuracy {results['rm_near_miss_accuracy']:.3f} (0.527)")
+    print(f"SFT policy accuracy {results['sft_accuracy']:.3f} (reference {REFERENCE['sft_accuracy']:.3f}); "
+          f"RM pair accuracy {results['rm_pair_accuracy']:.3f} ({REFERENCE['rm_pair_accuracy']:.3f}), "
+          f"near-miss accuracy {results['rm_near_miss_accuracy']:.3f} ({REFERENCE['rm_near_miss_accuracy']:.3f})")
     print(format_table(results))
     for path in write_outputs(results, out):
         print(f"wrote {path}")

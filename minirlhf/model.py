@@ -31,7 +31,10 @@ __all__ = [
 
 @dataclass
 class GPTConfig:
-    """Shape of the network. The defaults are the book's policy and reward model."""
+    """Shape of the network. The defaults are the book's policy and reward model.
+
+    Defined in chapter 3.
+    """
 
     vocab_size: int = len(VOCAB)  # 13 characters
     block_size: int = CONTEXT_LEN  # 10 tokens: a 6-token prompt and a 4-token completion
@@ -85,6 +88,8 @@ class TinyGPT(nn.Module):
 
     ``forward(idx, cache)`` with a list of one dict per block (empty at first) also keeps each
     block's keys and values, so that generation can feed one new token at a time.
+
+    Defined in chapter 3.
     """
 
     def __init__(self, cfg: GPTConfig | None = None, scalar_head: bool = False):
@@ -112,12 +117,18 @@ class TinyGPT(nn.Module):
 
 
 def n_params(model: nn.Module) -> int:
-    """Return the number of parameters of ``model``."""
+    """Return the number of parameters of ``model``.
+
+    Defined in chapter 3.
+    """
     return sum(p.numel() for p in model.parameters())
 
 
 def make_generator(seed: int) -> torch.Generator:
-    """Return a CPU ``torch.Generator`` seeded with ``seed`` (all sampling takes one)."""
+    """Return a CPU ``torch.Generator`` seeded with ``seed`` (all sampling takes one).
+
+    Defined in chapter 3.
+    """
     return torch.Generator().manual_seed(int(seed))
 
 
@@ -128,6 +139,8 @@ def completion_mask(completions: torch.Tensor) -> torch.Tensor:
     """Return a float mask (B, 4): 1 on the tokens up to and including the first `;`, else 0.
 
     A completion without any `;` keeps all 4 tokens (it is malformed, and is judged whole).
+
+    Defined in chapter 3.
     """
     is_end = (completions == SEMI).long()  # (B, 4)
     ends_before = torch.cumsum(is_end, dim=1) - is_end  # number of `;` strictly before t
@@ -155,6 +168,8 @@ def generate(
     logits (B, 4, 13)): the logits that predicted each token (equal to what
     :func:`completion_logits` recomputes, up to float rounding). The prompt is read once and
     each new token costs one position, thanks to the key-value cache.
+
+    Defined in chapter 3.
     """
     _check_prompts(prompts)
     if not greedy and not temperature > 0:
@@ -179,20 +194,29 @@ def generate(
 
 
 def completion_logits(model: TinyGPT, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """Return the logits (B, 4, 13) that predicted each completion token, in one forward pass."""
+    """Return the logits (B, 4, 13) that predicted each completion token, in one forward pass.
+
+    Defined in chapter 3.
+    """
     _check_prompts(prompts)
     x = torch.cat([prompts, completions], dim=1)[:, :-1]  # (B, 9): the last token predicts nothing
     return model(x)[:, PROMPT_LEN - 1 :, :]  # (B, 4, 13): positions 5..8 predict tokens 6..9
 
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Return log p(token) under softmax(logits / temperature), shape of ``tokens``."""
+    """Return log p(token) under softmax(logits / temperature), shape of ``tokens``.
+
+    Defined in chapter 3.
+    """
     logp = F.log_softmax(logits / temperature, dim=-1)
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Return the entropy (nats) of softmax(logits / temperature) at each position."""
+    """Return the entropy (nats) of softmax(logits / temperature) at each position.
+
+    Defined in chapter 3.
+    """
     logp = F.log_softmax(logits / temperature, dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
@@ -203,12 +227,17 @@ def completion_logprobs(
     """Return the per-token log-probs (B, 4) of the given completions under ``model``.
 
     Positions after the first `;` get numbers too; multiply by :func:`completion_mask`.
+
+    Defined in chapter 3.
     """
     return logprobs_from_logits(completion_logits(model, prompts, completions), completions, temperature)
 
 
 def exact_kl(logits_p: torch.Tensor, logits_q: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Return KL(p || q) in nats at each position, summed over the whole vocabulary."""
+    """Return KL(p || q) in nats at each position, summed over the whole vocabulary.
+
+    Defined in chapter 3.
+    """
     logp = F.log_softmax(logits_p / temperature, dim=-1)
     logq = F.log_softmax(logits_q / temperature, dim=-1)
     return (logp.exp() * (logp - logq)).sum(-1)
@@ -221,13 +250,18 @@ def score_positions(completions: torch.Tensor) -> torch.Tensor:
     """Return, per completion, the index in the full sequence where the RM is read (B,).
 
     That is the first `;` of the completion, or its last token when it has none.
+
+    Defined in chapter 3.
     """
     n_tokens = completion_mask(completions).sum(1).long()  # (B,) tokens up to the first `;`
     return PROMPT_LEN + n_tokens - 1
 
 
 def reward_scores(rm: TinyGPT, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """Return the reward model's scalar score (B,) for each prompt + completion."""
+    """Return the reward model's scalar score (B,) for each prompt + completion.
+
+    Defined in chapter 3.
+    """
     if not rm.scalar_head:
         raise ValueError("rm must be built with scalar_head=True")
     _check_prompts(prompts)

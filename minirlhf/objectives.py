@@ -13,7 +13,10 @@ __all__ = ["kl_penalty", "ppo_rlhf_objective", "as_logps", "round2"]
 
 
 def as_logps(values, name: str) -> np.ndarray:
-    """Return ``values`` as a 1-D float array of finite numbers, or raise naming ``name``."""
+    """Return ``values`` as a 1-D float array of finite numbers, or raise naming ``name``.
+
+    Defined in chapter 1.
+    """
     try:
         arr = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as err:
@@ -40,7 +43,10 @@ def _check_same_length(**arrays: np.ndarray) -> None:
 
 
 def round2(x) -> float:
-    """Return ``x`` as a Python float rounded to 2 decimals, with -0.0 written as 0.0."""
+    """Return ``x`` as a Python float rounded to 2 decimals, with -0.0 written as 0.0.
+
+    Defined in chapter 1.
+    """
     return round(float(x), 2) + 0.0
 
 
@@ -56,6 +62,8 @@ def kl_penalty(logp_policy, logp_reference, beta) -> float:
 
     The per-token term is the k1 estimator of KL(policy || reference) on sampled tokens. It
     keeps its sign: a single token, or a mean over a few, can be negative.
+
+    Defined in chapter 1.
     """
     logp_policy = as_logps(logp_policy, "logp_policy")
     logp_reference = as_logps(logp_reference, "logp_reference")
@@ -71,6 +79,8 @@ def ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon, beta) -> 
     ``{'objective': J, 'policy_loss': J, 'kl_penalty': beta * mean(kl)}``: the KL sits inside
     the advantage, so the clipped term is the whole objective and ``kl_penalty`` is only
     reported for monitoring (subtracting it again would count the leash twice).
+
+    Defined in chapter 2.
     """
     old_logp = as_logps(old_logp, "old_logp")
     new_logp = as_logps(new_logp, "new_logp")

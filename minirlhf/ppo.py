@@ -1,5 +1,7 @@
 """PPO for RLHF on the arithmetic task: one function, ``ppo_train``, for every arm of the book.
 
+Defined in chapter 5 (``ppo_train``, ``ppo_token_loss``) and chapter 6 (``adaptive_kl_update``, ``gae``).
+
 The arms differ in one argument, ``reward_fn``: the reward model's score, or the verifier.
 One iteration does what every RLHF trainer does, at toy scale:
 
@@ -43,37 +45,54 @@ __all__ = [
 
 @dataclass
 class PPOConfig:
-    """Settings of one PPO run. The defaults are the book's chapter 5 recipe."""
+    """Settings of one PPO run. The defaults are the book's chapter 5 recipe.
+
+    Each setting's docstring names its counterpart in TRL's PPO trainer
+    (``trl/experimental/ppo/ppo_config.py``, TRL 1.9), or says there is none, so that a
+    reader can later read TRL's configuration with this one as a glossary. The KL
+    coefficient is ``ppo_train``'s ``beta`` argument, TRL's ``kl_coef``.
+
+    Defined in chapter 5.
+    """
 
     iterations: int = 25
-    """Rollout-and-update rounds."""
+    """Rollout-and-update rounds. TRL: ``num_total_batches``, derived from ``total_episodes``."""
     batch_size: int = 64
-    """Prompts per rollout, drawn from the training pairs (never the eval pairs)."""
+    """Prompts per rollout, drawn from the training pairs (never the eval pairs). TRL:
+    ``batch_size``, derived from ``per_device_train_batch_size`` and the gradient accumulation."""
     temperature: float = 0.7
-    """Sampling temperature; log-probs for the ratio and the KL use the same temperature."""
+    """Sampling temperature; log-probs for the ratio and the KL use the same temperature.
+    TRL: ``temperature`` (also 0.7)."""
     lr: float = 2e-4
     """Adam's initial learning rate. Five times larger and the noisy gradients of 64 samples
-    undo more than they teach: accuracy falls after the first updates."""
+    undo more than they teach: accuracy falls after the first updates. TRL: ``learning_rate``."""
     anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over the run (as cleanrl's PPO does)."""
+    """Decay the learning rate linearly to 0 over the run (as cleanrl's PPO does). TRL: the
+    trainer's ``lr_scheduler_type``."""
     epsilon: float = 0.2
-    """PPO clip range: the ratio is clipped to [1 - epsilon, 1 + epsilon]."""
+    """PPO clip range: the ratio is clipped to [1 - epsilon, 1 + epsilon]. TRL: ``cliprange``."""
     updates_per_batch: int = 2
-    """Gradient steps on each rollout batch (full batch each), then resample."""
+    """Gradient steps on each rollout batch (full batch each), then resample. TRL:
+    ``num_ppo_epochs``, each epoch split into ``num_mini_batches`` minibatches."""
     adv_clip: float = 3.0
-    """Standardized advantages are clipped to [-adv_clip, adv_clip]."""
+    """Standardized advantages are clipped to [-adv_clip, adv_clip]. No TRL counterpart:
+    TRL whitens the advantages and does not clip them."""
     adv_eps: float = 1e-4
-    """Added to the batch std before dividing: a batch with equal rewards gives advantage 0."""
+    """Added to the batch std before dividing: a batch with equal rewards gives advantage 0.
+    No TRL counterpart (its whitening adds 1e-8 to the variance)."""
     kl_clamp: float = 10.0
-    """Per-token log-ratio to the reference is clamped to [-kl_clamp, kl_clamp]."""
+    """Per-token log-ratio to the reference is clamped to [-kl_clamp, kl_clamp]. No TRL
+    counterpart."""
     max_grad_norm: float = 0.5
-    """Gradient-norm clipping before each Adam step."""
+    """Gradient-norm clipping before each Adam step. TRL: the trainer's ``max_grad_norm``."""
     kl_target: float | None = None
-    """Per-token KL target for the adaptive controller; None keeps beta fixed."""
+    """Per-token KL target for the adaptive controller; None keeps beta fixed. No
+    counterpart in TRL's PPO trainer, whose ``kl_coef`` is fixed."""
     kl_horizon: int = 10_000
-    """Horizon of the adaptive controller, in samples (Ziegler et al. 2019)."""
+    """Horizon of the adaptive controller, in samples (Ziegler et al. 2019). No TRL counterpart."""
     seed: int = 0
-    """Seeds the prompts and the sampling of this run (the starting policy is given)."""
+    """Seeds the prompts and the sampling of this run (the starting policy is given). TRL:
+    the trainer's ``seed``."""
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -83,6 +102,8 @@ def normalized_advantages(rewards: torch.Tensor, clip: float = 3.0, eps: float =
     """Return ``clip((r - mean) / (std + eps), -clip, clip)`` for a batch of rewards (B,).
 
     ``std`` is the population std (divide by B). With every reward equal, all advantages are 0.
+
+    Defined in chapter 5.
     """
     if rewards.dim() != 1 or rewards.numel() < 1:
         raise ValueError(f"rewards must be a non-empty 1-D tensor, got shape {tuple(rewards.shape)}")
@@ -108,6 +129,8 @@ def ppo_token_loss(
     new_logp, old_logp, ref_logp, mask: (B, T); advantages: (B,), one per completion.
     ``ratio = exp(new_logp - old_logp)``; ``kl = clamp(old_logp - ref_logp, -kl_clamp, kl_clamp)``
     is the leash, fixed at rollout time; ``A = advantages - beta * kl`` per token.
+
+    Defined in chapter 5.
     """
     ratio = torch.exp(new_logp - old_logp)  # (B, T)
     kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)  # (B, T), a constant: no gradient
@@ -121,6 +144,8 @@ def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, hori
 
     ``e = clip(kl / target - 1, -0.2, 0.2)``; ``beta * (1 + e * n_steps / horizon)``: beta
     grows when the KL runs above target and shrinks below it, by at most 20% per horizon.
+
+    Defined in chapter 6.
     """
     if target <= 0 or horizon <= 0 or n_steps < 0 or beta < 0:
         raise ValueError(
@@ -138,6 +163,8 @@ def gae(rewards, values, gamma: float = 1.0, lam: float = 0.95) -> np.ndarray:
     token (its next value is 0). ``delta_t = r_t + gamma * V_{t+1} - V_t`` and
     ``A_t = delta_t + gamma * lam * A_{t+1}``. With lam = 1 this is the return minus V_t;
     with lam = 0 it is the one-step TD error.
+
+    Defined in chapter 6.
     """
     rewards = np.asarray(rewards, dtype=float)
     values = np.asarray(values, dtype=float)
@@ -161,12 +188,18 @@ def gae(rewards, values, gamma: float = 1.0, lam: float = 0.95) -> np.ndarray:
 
 
 def verifier_reward(pairs: torch.Tensor, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """Return 1.0 for each completion that states the right sum, else 0.0 (B,)."""
+    """Return 1.0 for each completion that states the right sum, else 0.0 (B,).
+
+    Defined in chapter 5.
+    """
     return task.batch_verify(pairs, completions)
 
 
 def rm_reward(rm: TinyGPT) -> Callable:
-    """Return a reward function (pairs, prompts, completions) -> (B,) scores of ``rm``."""
+    """Return a reward function (pairs, prompts, completions) -> (B,) scores of ``rm``.
+
+    Defined in chapter 5.
+    """
 
     @torch.no_grad()
     def reward(pairs, prompts, completions):
@@ -179,7 +212,10 @@ def rm_reward(rm: TinyGPT) -> Callable:
 
 
 class EvalSet:
-    """The 400 fixed eval prompts, encoded once, with the reference's answers cached lazily."""
+    """The 400 fixed eval prompts, encoded once, with the reference's answers cached lazily.
+
+    Defined in chapter 5.
+    """
 
     def __init__(self, pairs: torch.Tensor | None = None):
         self.pairs = task.eval_pairs() if pairs is None else pairs  # (N, 2)
@@ -215,6 +251,8 @@ def evaluate(policy: TinyGPT, reference: TinyGPT, rm: TinyGPT | None, evalset: E
     completion position of the greedy answer, averaged over those tokens: per token, and
     deterministic (no sampling noise). ``cache`` (a dict kept across calls with the same
     reference and rm) saves recomputing their outputs for answers that did not change.
+
+    Defined in chapter 5.
     """
     evalset = evalset or EvalSet()
     completions, logits = generate(policy, evalset.prompts, greedy=True, return_logits=True)  # (N, 4), (N, 4, 13)
@@ -270,6 +308,8 @@ def ppo_train(
     The log holds per-iteration eval lists with the start at index 0 (length iterations + 1):
     ``accuracy``, ``rm_score``, ``kl``, ``kinds`` (dict of lists); the training-batch
     metrics of :data:`TRAIN_METRICS` (length iterations); and ``config``, ``beta0``.
+
+    Defined in chapter 5.
     """
     cfg = config or PPOConfig()
     if beta < 0:

@@ -1,48 +1,32 @@
-"""Progress bars and status messages that show up for a person and stay out of recorded notebooks.
+"""Progress of long runs, shown in the form that suits where the output goes.
 
-A learner in JupyterLab gets a widget bar (``tqdm.auto``); a terminal gets a short text line
-on stderr. A notebook executed by a machine (the book build, nbval, the notebook generator)
-gets nothing, so the recorded outputs do not depend on timing or on whether a trained model
-was already on disk. Set ``MINIRLHF_PROGRESS=0`` or ``=1`` to force either way.
+The caller decides *whether* to show progress (every training function takes ``progress``);
+this module decides *how*:
+
+* standard error is a terminal: a text bar that redraws itself in place;
+* inside a Jupyter kernel: a widget bar (``tqdm.auto``);
+* anything else (a log file, CI): one line per stage when it ends, never the hundreds of
+  carriage-return refreshes a bar would write into a file.
+
+Status lines (``loaded ...``, ``training it now``) are ordinary output and go to standard
+output, so JupyterLab does not paint them as errors.
 """
 
 from __future__ import annotations
 
-import os
 import sys
+import time
 
-from .paths import book_mode
-
-__all__ = ["show_progress", "progress_bar", "notify"]
-
-
-def _kernel():
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
-    return getattr(shell, "kernel", None) if shell is not None else None
+__all__ = ["progress_bar", "status", "in_notebook"]
 
 
-def show_progress() -> bool:
-    """Return True when someone is watching: a terminal, or a notebook run by hand in Jupyter.
-
-    A Jupyter front end run by a person sends ``allow_stdin`` with each cell; the notebook
-    executors used for the book and for nbval do not, and so they get no bars and no notes.
-    """
-    forced = os.environ.get("MINIRLHF_PROGRESS")
-    if forced in ("0", "1"):
-        return forced == "1"
-    if book_mode():
-        return False
-    kernel = _kernel()
-    if kernel is not None:
-        return bool(getattr(kernel, "_allow_stdin", False))
-    return True
+def in_notebook() -> bool:
+    """Return True inside a Jupyter kernel (JupyterLab, nbclient, nbval)."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return getattr(shell, "kernel", None) is not None
 
 
-class _NoBar:
+class _Silent:
     def update(self, n: int = 1) -> None:
         pass
 
@@ -53,24 +37,47 @@ class _NoBar:
         pass
 
 
-def progress_bar(total: int, desc: str, enabled: bool | None = True):
-    """Return a progress bar over ``total`` steps (a silent stand-in when nobody is watching).
+class _OneLine(_Silent):
+    """Counts silently and prints ``desc: n/total steps in s (postfix)`` once, at the end."""
 
-    ``enabled=False`` silences it; ``True`` (the default) shows it when :func:`show_progress`.
+    def __init__(self, total: int, desc: str, stream):
+        self.total, self.desc, self.stream = total, desc, stream
+        self.n, self.postfix, self.start = 0, "", time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix_str(self, s: str) -> None:
+        self.postfix = s
+
+    def close(self) -> None:
+        seconds = time.perf_counter() - self.start
+        tail = f" ({self.postfix})" if self.postfix else ""
+        print(f"{self.desc}: {self.n}/{self.total} steps in {seconds:.1f} s{tail}", file=self.stream, flush=True)
+
+
+def progress_bar(total: int, desc: str, enabled: bool = True, stream=None):
+    """Return a bar over ``total`` steps with ``update``, ``set_postfix_str`` and ``close``.
+
+    ``enabled=False`` gives a silent stand-in. Otherwise the form follows ``stream``
+    (standard error by default): see the module's docstring.
     """
-    if not enabled or not show_progress():
-        return _NoBar()
-    if _kernel() is not None:
+    if not enabled:
+        return _Silent()
+    stream = stream or sys.stderr
+    if in_notebook():
         from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=desc, leave=False)
-    from tqdm import tqdm
+    if getattr(stream, "isatty", lambda: False)():
+        from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, leave=False, file=sys.stderr, ncols=72,
-                bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}")
+        return tqdm(total=total, desc=desc, leave=False, file=stream, ncols=72,
+                    bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}")
+    return _OneLine(total, desc, stream)
 
 
-def notify(message: str, enabled: bool | None = True) -> None:
-    """Print a one-line status ``message`` on stderr when :func:`show_progress` (else nothing)."""
-    if enabled and show_progress():
-        print(message, file=sys.stderr, flush=True)
+def status(message: str, enabled: bool = True) -> None:
+    """Print a one-line status ``message`` on standard output when ``enabled``."""
+    if enabled:
+        print(message, flush=True)

@@ -30,7 +30,10 @@ HELDOUT_SEED = 7  # draws the wrong answers of the held-out pairs (on the eval p
 
 @dataclass
 class RMConfig:
-    """Settings of the reward model's training run."""
+    """Settings of the reward model's training run.
+
+    Defined in chapter 4.
+    """
 
     steps: int = 100
     """Optimizer steps on fresh pairs. Short on purpose: see the module docstring."""
@@ -48,6 +51,8 @@ def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torc
     """Return the mean of -log sigmoid(r_chosen - r_rejected) over the pairs (a scalar tensor).
 
     Written with ``F.logsigmoid``, which stays finite for a margin of -100.
+
+    Defined in chapter 4.
     """
     if r_chosen.shape != r_rejected.shape:
         raise ValueError(f"r_chosen {tuple(r_chosen.shape)} and r_rejected {tuple(r_rejected.shape)} differ in shape")
@@ -55,7 +60,10 @@ def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torc
 
 
 def preference_batch(pairs: torch.Tensor, generator: torch.Generator, kind: str = "random"):
-    """Return (prompts (B, 6), chosen (B, 4), rejected (B, 4)): right answer vs a wrong one of ``kind``."""
+    """Return (prompts (B, 6), chosen (B, 4), rejected (B, 4)): right answer vs a wrong one of ``kind``.
+
+    Defined in chapter 4.
+    """
     return (
         task.encode_prompts(pairs),
         task.correct_completions(pairs),
@@ -64,7 +72,10 @@ def preference_batch(pairs: torch.Tensor, generator: torch.Generator, kind: str 
 
 
 def train_reward_model(config: RMConfig | None = None, progress: bool = True) -> tuple[TinyGPT, dict]:
-    """Return (rm, log): a scalar-head TinyGPT trained with Bradley-Terry, and its loss per step."""
+    """Return (rm, log): a scalar-head TinyGPT trained with Bradley-Terry, and its loss per step.
+
+    Defined in chapter 4.
+    """
     cfg = config or RMConfig()
     if cfg.steps < 1 or cfg.batch_size < 1:
         raise ValueError("config.steps and config.batch_size must be >= 1")
@@ -96,6 +107,8 @@ def pair_margins(rm: TinyGPT, kind: str, pairs: torch.Tensor | None = None, seed
     """Return r(correct) - r(wrong answer of ``kind``) for each held-out pair (N,).
 
     The default pairs are the 400 eval prompts, which the RM never trained on.
+
+    Defined in chapter 4.
     """
     pairs = task.eval_pairs() if pairs is None else pairs
     prompts, chosen, rejected = preference_batch(pairs, make_generator(seed), kind)
@@ -108,6 +121,8 @@ def margin_by_offset(rm: TinyGPT, offsets, pairs: torch.Tensor | None = None) ->
 
     Prompts whose truth + offset would be negative or longer than 3 digits are left out of
     that offset's mean. A margin near 0 means the RM cannot tell that answer from the truth.
+
+    Defined in chapter 4.
     """
     pairs = task.eval_pairs() if pairs is None else pairs
     prompts, truth = task.encode_prompts(pairs), pairs.sum(1)
@@ -129,6 +144,8 @@ def rm_report(rm: TinyGPT) -> dict:
     ``{'pair_accuracy', 'near_miss_accuracy', 'margin': {kind: mean margin},
     'accuracy': {kind: fraction ranked right}}`` for the kinds of
     :data:`minirlhf.task.WRONG_KINDS`.
+
+    Defined in chapter 4.
     """
     margins = {kind: pair_margins(rm, kind) for kind in task.WRONG_KINDS}
     acc = {kind: (m > 0).double().mean().item() for kind, m in margins.items()}

@@ -21,7 +21,10 @@ __all__ = ["SFTConfig", "masked_sft_loss", "sft_batch", "greedy_accuracy", "trai
 
 @dataclass
 class SFTConfig:
-    """Settings of the supervised fine-tuning run (the partial-SFT policy)."""
+    """Settings of the supervised fine-tuning run (the partial-SFT policy).
+
+    Defined in chapter 3.
+    """
 
     steps: int = 165
     """Optimizer steps. Few on purpose: the policy must stay partial (accuracy about 1/3)."""
@@ -40,6 +43,8 @@ def masked_sft_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
 
     logits (B, T, V), targets (B, T) token ids, mask (B, T) of 0/1. Prompt positions have
     mask 0 and so give no gradient: the model is taught to answer, not to write prompts.
+
+    Defined in chapter 3.
     """
     if logits.shape[:2] != targets.shape or targets.shape != mask.shape:
         raise ValueError(
@@ -58,6 +63,8 @@ def sft_batch(pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
     ``inputs`` is prompt + answer without its last token, ``targets`` the same shifted by
     one, and ``mask`` is 1 exactly where the target is an answer token up to its first `;`.
+
+    Defined in chapter 3.
     """
     prompts = task.encode_prompts(pairs)  # (B, 6)
     answers = task.correct_completions(pairs)  # (B, 4)
@@ -70,7 +77,10 @@ def sft_batch(pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 @torch.no_grad()
 def greedy_accuracy(model: TinyGPT, pairs: torch.Tensor | None = None) -> float:
-    """Return the fraction of ``pairs`` (default: the 400 eval pairs) answered right, greedy."""
+    """Return the fraction of ``pairs`` (default: the 400 eval pairs) answered right, greedy.
+
+    Defined in chapter 3.
+    """
     pairs = task.eval_pairs() if pairs is None else pairs
     completions = generate(model, task.encode_prompts(pairs), greedy=True)
     return task.batch_verify(pairs, completions).double().mean().item()
@@ -85,6 +95,8 @@ def train_sft(
 
     ``log`` holds ``steps``, ``accuracy`` (greedy, eval set; every ``eval_every`` steps
     and at the end, when ``eval_every`` > 0; else only at the end) and ``loss`` per step.
+
+    Defined in chapter 3.
     """
     cfg = config or SFTConfig()
     if cfg.steps < 1 or cfg.batch_size < 1:
@@ -124,6 +136,8 @@ def sft_learning_curve(steps: int = 400, every: int = 10, config: SFTConfig | No
 
     Training is deterministic, so the first ``config.steps`` steps of this run are exactly the
     run that made the partial-SFT policy; ``stop`` is that step count, where we stopped.
+
+    Defined in chapter 3.
     """
     cfg = config or SFTConfig()
     if every < 1:

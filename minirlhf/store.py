@@ -1,37 +1,51 @@
-"""Trained models on disk: written atomically, loaded safely, retrained when they do not fit.
+"""Trained models on disk, and the two the book starts from: ``load_sft`` and ``load_rm``.
 
 A model file holds the weights, the network's shape, the settings it was trained with, a
-hash of those settings, and a few measured numbers. :func:`load_or_train` uses the file when
-its hash matches the settings asked for (and the training code, see ``TRAINING_CODE``), and
-otherwise trains anew, saying why: the file is *missing*, *stale* (trained under other
-settings or code) or *corrupt* (unreadable). Files are read
-with ``torch.load(weights_only=True)``, which unpickles tensors and plain containers only.
+hash of those settings and of the code that trains, and a few measured numbers.
+:func:`load_or_train` uses the file when its hash matches, and otherwise trains anew, saying
+why: the file is *missing*, *stale* (other settings or other training code) or *corrupt*
+(unreadable). Files are read with ``torch.load(weights_only=True)``, which unpickles tensors
+and plain containers only.
+
+Defined in chapters 3 and 4, used by every chapter after them.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib
+import importlib.util
+import io
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 import torch
 
 from . import paths
 from .model import GPTConfig, TinyGPT
-from .progress import notify
+from .progress import status
+from .reward_model import RMConfig, rm_report, train_reward_model
+from .sft import SFTConfig, greedy_accuracy, train_sft
 
-__all__ = ["MODELS_DIR", "FORMAT", "TRAINING_CODE", "code_fingerprint", "settings_hash", "save_model", "load_model", "load_or_train"]
+__all__ = [
+    "FORMAT", "models_dir", "package_modules", "code_fingerprint", "settings_hash", "save_model", "load_model",
+    "load_or_train", "load_sft", "load_rm", "load_all",
+]
 
-FORMAT = 1  # bump when the file layout or the training code changes what a setting means
+FORMAT = 1  # bump when the file layout changes what a stored setting means
+PACKAGE = __name__.rpartition(".")[0]
 
 
-def MODELS_DIR() -> Path:
-    """Return the folder of trained models, ``OUTPUTS / "models"`` (created on first save)."""
+def models_dir() -> Path:
+    """Return the folder of trained models, ``OUTPUTS / "models"`` (created on first save).
+
+    Defined in chapter 3.
+    """
     return paths.OUTPUTS / "models"
 
 
@@ -39,33 +53,58 @@ def _plain(settings) -> dict:
     return asdict(settings) if is_dataclass(settings) else dict(settings)
 
 
-# The modules whose code decides what a trained model is: edit one and old files are stale.
-TRAINING_CODE = ("task.py", "model.py", "sft.py", "reward_model.py")
+def _package_imports(module: ModuleType) -> set[str]:
+    """Return the names of the package modules that ``module`` imports (its relative imports)."""
+    found = set()
+    for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), module.__package__)
+            # `from .model import TinyGPT` names a module; `from . import task` names modules in it
+            found.update([base] if node.module else [f"{base}.{alias.name}" for alias in node.names])
+    return found
 
 
-def code_fingerprint(names=TRAINING_CODE) -> str:
-    """Return a short digest of the source of the package modules ``names`` (file names)."""
+def package_modules(*modules: ModuleType) -> dict[str, ModuleType]:
+    """Return ``{name: module}`` for ``modules`` and every package module they import,
+    directly or not."""
+    seen: dict[str, ModuleType] = {}
+    todo = list(modules)
+    while todo:
+        module = todo.pop()
+        if module.__name__ not in seen:
+            seen[module.__name__] = module
+            todo += [importlib.import_module(name) for name in _package_imports(module)]
+    return seen
+
+
+def code_fingerprint(*modules: ModuleType) -> str:
+    """Return a short digest of the source of ``modules`` and of every package module they
+    import (:func:`package_modules`): edit any of that code and the fingerprint changes."""
     h = hashlib.sha256()
-    for name in names:
-        h.update((Path(__file__).parent / name).read_bytes())
+    for name, module in sorted(package_modules(*modules).items()):
+        h.update(name.encode())
+        h.update(Path(module.__file__).read_bytes())
     return h.hexdigest()[:16]
 
 
 def settings_hash(settings) -> str:
-    """Return a short hex digest of ``settings`` (a dataclass or dict), the training code and
-    the file format."""
-    text = json.dumps({"format": FORMAT, "code": code_fingerprint(), **_plain(settings)},
+    """Return a short hex digest of ``settings`` (a dataclass or dict), the code that trains
+    the models and the file format.
+
+    Defined in chapter 3.
+    """
+    from . import reward_model, sft
+
+    text = json.dumps({"format": FORMAT, "code": code_fingerprint(sft, reward_model), **_plain(settings)},
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def save_model(model: TinyGPT, path: Path, settings, metrics: dict | None = None) -> None:
-    """Write ``model`` with its settings and metrics to ``path``: to a temporary file, then rename.
+    """Write ``model`` with its settings and metrics to ``path``, atomically.
 
-    A crash mid-write leaves the old file (or none), never half a file.
+    Defined in chapter 3.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": FORMAT,
         "gpt_config": asdict(model.cfg),
@@ -75,23 +114,17 @@ def save_model(model: TinyGPT, path: Path, settings, metrics: dict | None = None
         "settings_hash": settings_hash(settings),
         "metrics": metrics or {},
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a model file is ordinary output
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    paths.write_atomic(path, buf.getvalue())
 
 
 def load_model(path: Path, settings) -> tuple[TinyGPT | None, dict, str]:
     """Return (model, metrics, status); status is 'ok', 'missing', 'stale' or 'corrupt'.
 
     The model is None unless the status is 'ok'.
+
+    Defined in chapter 3.
     """
     path = Path(path)
     if not path.exists():
@@ -120,23 +153,74 @@ def load_or_train(
     settings,
     train: Callable[[], tuple[TinyGPT, dict]],
     directory: Path | None = None,
-    verbose: bool = True,
+    progress: bool = True,
 ) -> tuple[TinyGPT, dict]:
     """Return (model, metrics) from ``directory / f"{name}.pt"``, training it first if needed.
 
     ``train()`` must return (model, metrics) for exactly ``settings``. When the file is
-    missing, stale or corrupt, a one-line note says which, the model is trained, and the
-    file is replaced. ``metrics`` gains ``train_seconds`` when training ran here.
+    missing, stale or corrupt, the model is trained and the file replaced; with ``progress``
+    a status line says which. ``metrics`` gains ``train_seconds`` when training ran here.
+
+    Defined in chapter 3.
     """
-    path = Path(directory or MODELS_DIR()) / f"{name}.pt"
-    model, metrics, status = load_model(path, settings)
-    if status == "ok":
-        notify(f"{name}: loaded {path.name} (settings {settings_hash(settings)})", verbose)
+    path = Path(directory or models_dir()) / f"{name}.pt"
+    model, metrics, found = load_model(path, settings)
+    if found == "ok":
+        status(f"{name}: loaded {path.name} (settings {settings_hash(settings)})", progress)
         return model, metrics
-    notify(f"{name}: {_REASONS[status]} ({status}); training it now", verbose)
+    status(f"{name}: {_REASONS[found]} ({found}); training it now", progress)
     start = time.perf_counter()
     model, metrics = train()
     metrics = {**metrics, "train_seconds": time.perf_counter() - start}
     save_model(model, path, settings, metrics)
-    notify(f"{name}: trained in {metrics['train_seconds']:.1f} s, saved to {path.name}", verbose)
+    status(f"{name}: trained in {metrics['train_seconds']:.1f} s, saved to {path.name}", progress)
     return model, metrics
+
+
+# ----------------------------------------------------------------------------- the book's two models
+
+
+def _file_name(name: str, cfg, default) -> str:
+    """Return the file stem for ``cfg``: the book's model keeps ``name``; any other settings
+    get their own file, so trying them never replaces the model the chapters use."""
+    return name if cfg == default else f"{name}-{settings_hash(cfg)}"
+
+
+def load_sft(config: SFTConfig | None = None, progress: bool = True) -> tuple[TinyGPT, dict]:
+    """Return (policy, metrics): the partial-SFT policy of chapter 3 and ``{'accuracy', ...}``,
+    its greedy accuracy on the 400 eval prompts. ``progress`` shows training and status lines.
+
+    Defined in chapter 3.
+    """
+    cfg = config or SFTConfig()
+
+    def train():
+        model, log = train_sft(cfg, progress=progress)
+        return model, {"accuracy": greedy_accuracy(model), "final_loss": log["loss"][-1]}
+
+    return load_or_train(_file_name("sft_policy", cfg, SFTConfig()), cfg, train, progress=progress)
+
+
+def load_rm(config: RMConfig | None = None, progress: bool = True) -> tuple[TinyGPT, dict]:
+    """Return (rm, metrics): the reward model of chapter 4 and its held-out report
+    (see :func:`minirlhf.reward_model.rm_report`).
+
+    Defined in chapter 4.
+    """
+    cfg = config or RMConfig()
+
+    def train():
+        model, log = train_reward_model(cfg, progress=progress)
+        return model, {**rm_report(model), "final_loss": log["loss"][-1]}
+
+    return load_or_train(_file_name("reward_model", cfg, RMConfig()), cfg, train, progress=progress)
+
+
+def load_all(progress: bool = True) -> dict:
+    """Return ``{'policy', 'rm', 'sft_metrics', 'rm_metrics'}`` with the book's default settings.
+
+    Defined in chapter 5.
+    """
+    policy, sft_metrics = load_sft(progress=progress)
+    rm, rm_metrics = load_rm(progress=progress)
+    return {"policy": policy, "rm": rm, "sft_metrics": sft_metrics, "rm_metrics": rm_metrics}

@@ -55,7 +55,10 @@ KINDS = ("correct", "near_miss", "other_wrong", "malformed")
 
 
 def encode(text: str) -> list[int]:
-    """Return the token ids of ``text`` (raises ValueError on a character outside VOCAB)."""
+    """Return the token ids of ``text`` (raises ValueError on a character outside VOCAB).
+
+    Defined in chapter 3.
+    """
     try:
         return [STOI[ch] for ch in text]
     except KeyError as err:
@@ -63,33 +66,51 @@ def encode(text: str) -> list[int]:
 
 
 def decode(ids) -> str:
-    """Return the text of a sequence of token ids (a list or a 1-D tensor)."""
+    """Return the text of a sequence of token ids (a list or a 1-D tensor).
+
+    Defined in chapter 3.
+    """
     return "".join(VOCAB[int(i)] for i in ids)
 
 
 def format_prompt(a: int, b: int) -> str:
-    """Return the prompt text for a + b, e.g. ``'23+45='``."""
+    """Return the prompt text for a + b, e.g. ``'23+45='``.
+
+    Defined in chapter 3.
+    """
     return f"{a}+{b}="
 
 
 def format_answer(n: int) -> str:
-    """Return the completion text of the answer n, e.g. ``'68;'``."""
+    """Return the completion text of the answer n, e.g. ``'68;'``.
+
+    Defined in chapter 3.
+    """
     return f"{n};"
 
 
 def encode_prompts(pairs: torch.Tensor) -> torch.Tensor:
-    """Return the prompts of ``pairs`` (N, 2) as token ids (N, 6), left-padded with `;`."""
+    """Return the prompts of ``pairs`` (N, 2) as token ids (N, 6), left-padded with `;`.
+
+    Defined in chapter 3.
+    """
     rows = [encode(format_prompt(a, b).rjust(PROMPT_LEN, ";")) for a, b in pairs.tolist()]
     return torch.tensor(rows, dtype=torch.long).reshape(-1, PROMPT_LEN)
 
 
 def correct_completions(pairs: torch.Tensor) -> torch.Tensor:
-    """Return the correct completions of ``pairs`` (N, 2) as token ids (N, 4), `;`-padded."""
+    """Return the correct completions of ``pairs`` (N, 2) as token ids (N, 4), `;`-padded.
+
+    Defined in chapter 3.
+    """
     return encode_answers(pairs.sum(1))
 
 
 def encode_answers(numbers) -> torch.Tensor:
-    """Return completions ``'n;'`` for each number as token ids (N, 4), padded with `;`."""
+    """Return completions ``'n;'`` for each number as token ids (N, 4), padded with `;`.
+
+    Defined in chapter 3.
+    """
     rows = [encode(format_answer(int(n)).ljust(COMPLETION_LEN, ";")) for n in numbers]
     return torch.tensor(rows, dtype=torch.long).reshape(-1, COMPLETION_LEN)
 
@@ -98,7 +119,10 @@ def encode_answers(numbers) -> torch.Tensor:
 
 
 def all_pairs() -> torch.Tensor:
-    """Return every (a, b) with 0 <= a, b <= 99, as a (10000, 2) long tensor."""
+    """Return every (a, b) with 0 <= a, b <= 99, as a (10000, 2) long tensor.
+
+    Defined in chapter 3.
+    """
     r = torch.arange(MAX_OPERAND + 1)
     return torch.cartesian_prod(r, r)
 
@@ -109,19 +133,28 @@ def _eval_index() -> torch.Tensor:
 
 
 def eval_pairs() -> torch.Tensor:
-    """Return the fixed eval set: 400 distinct (a, b) pairs, the same on every call (400, 2)."""
+    """Return the fixed eval set: 400 distinct (a, b) pairs, the same on every call (400, 2).
+
+    Defined in chapter 3.
+    """
     return all_pairs()[_eval_index()]
 
 
 def train_pairs() -> torch.Tensor:
-    """Return every pair that is not in the eval set (9600, 2): training never sees eval prompts."""
+    """Return every pair that is not in the eval set (9600, 2): training never sees eval prompts.
+
+    Defined in chapter 3.
+    """
     keep = torch.ones(len(all_pairs()), dtype=torch.bool)
     keep[_eval_index()] = False
     return all_pairs()[keep]
 
 
 def sample_pairs(n: int, generator: torch.Generator, pool: torch.Tensor | None = None) -> torch.Tensor:
-    """Return ``n`` pairs drawn uniformly with replacement from ``pool`` (default: the training pairs)."""
+    """Return ``n`` pairs drawn uniformly with replacement from ``pool`` (default: the training pairs).
+
+    Defined in chapter 3.
+    """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     pool = train_pairs() if pool is None else pool
@@ -136,6 +169,8 @@ def parse_completion(text: str) -> int | None:
 
     The completion is read up to its first `;`. Malformed: no `;`, nothing before it, a
     character that is not a digit, a leading zero (``'07;'``), more than 3 digits.
+
+    Defined in chapter 3.
     """
     if ";" not in text:
         return None
@@ -148,7 +183,10 @@ def parse_completion(text: str) -> int | None:
 
 
 def verify(a: int, b: int, completion: str) -> float:
-    """Return 1.0 when the completion states a + b (parsed as above), else 0.0."""
+    """Return 1.0 when the completion states a + b (parsed as above), else 0.0.
+
+    Defined in chapter 3.
+    """
     return 1.0 if parse_completion(completion) == a + b else 0.0
 
 
@@ -157,12 +195,17 @@ def is_near_miss(truth: int, answer: int) -> bool:
 
     For 68 that is 58..67 and 69..78: the ones digit wrong, or the tens digit off by one,
     as in a slipped carry (68 -> 78) or a slipped digit (68 -> 67).
+
+    Defined in chapter 3.
     """
     return answer != truth and abs(answer - truth) <= NEAR_MISS_WINDOW
 
 
 def answer_kind(a: int, b: int, completion: str) -> str:
-    """Return the kind of a completion: 'correct', 'near_miss', 'other_wrong' or 'malformed'."""
+    """Return the kind of a completion: 'correct', 'near_miss', 'other_wrong' or 'malformed'.
+
+    Defined in chapter 3.
+    """
     answer = parse_completion(completion)
     if answer is None:
         return "malformed"
@@ -172,7 +215,10 @@ def answer_kind(a: int, b: int, completion: str) -> str:
 
 
 def decode_completions(completions: torch.Tensor) -> list[str]:
-    """Return the text of each completion (N, 4) up to and including its first `;`."""
+    """Return the text of each completion (N, 4) up to and including its first `;`.
+
+    Defined in chapter 3.
+    """
     texts = []
     for row in completions.tolist():
         text = "".join(VOCAB[i] for i in row)
@@ -181,20 +227,29 @@ def decode_completions(completions: torch.Tensor) -> list[str]:
 
 
 def batch_verify(pairs: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """Return the verifier's reward for each (pair, completion), a float tensor (N,) of 0s and 1s."""
+    """Return the verifier's reward for each (pair, completion), a float tensor (N,) of 0s and 1s.
+
+    Defined in chapter 3.
+    """
     texts = decode_completions(completions)
     return torch.tensor([verify(a, b, t) for (a, b), t in zip(pairs.tolist(), texts)])
 
 
 def answer_offsets(pairs: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """Return answer - truth for each completion (N,) as floats, NaN where it is malformed."""
+    """Return answer - truth for each completion (N,) as floats, NaN where it is malformed.
+
+    Defined in chapter 3.
+    """
     answers = [parse_completion(t) for t in decode_completions(completions)]
     return torch.tensor([float("nan") if n is None else float(n - a - b)
                          for n, (a, b) in zip(answers, pairs.tolist())])
 
 
 def batch_kinds(pairs: torch.Tensor, completions: torch.Tensor) -> list[str]:
-    """Return the kind of each completion (see :func:`answer_kind`), a list of N strings."""
+    """Return the kind of each completion (see :func:`answer_kind`), a list of N strings.
+
+    Defined in chapter 3.
+    """
     texts = decode_completions(completions)
     return [answer_kind(a, b, t) for (a, b), t in zip(pairs.tolist(), texts)]
 
@@ -204,6 +259,8 @@ def kind_transitions(before: list[str], after: list[str]) -> dict:
 
     ``before`` and ``after`` are the kinds of the same prompts' answers at two times (see
     :func:`batch_kinds`); each row sums to 1 (kinds that never occur before are left out).
+
+    Defined in chapter 3.
     """
     if len(before) != len(after):
         raise ValueError(f"before has {len(before)} kinds but after has {len(after)}")
@@ -221,17 +278,19 @@ WRONG_KINDS = ("random", "ones_off_by_one", "tens_off_by_one", "wrong_length", "
 MAX_SUM = 2 * MAX_OPERAND
 
 
-def _n_digits(n: torch.Tensor) -> torch.Tensor:
-    return 1 + (n >= 10).long() + (n >= 100).long()
-
-
 def near_miss_mask(truth: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
-    """Return, elementwise, whether ``answer`` is a near-miss of ``truth`` (bool tensor)."""
+    """Return, elementwise, whether ``answer`` is a near-miss of ``truth`` (bool tensor).
+
+    Defined in chapter 3.
+    """
     return (answer != truth) & ((answer - truth).abs() <= NEAR_MISS_WINDOW)
 
 
 def random_wrong_numbers(truth: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Return, per truth, a number in 0..198 more than 10 away from it: garbage, never a near-miss."""
+    """Return, per truth, a number in 0..198 more than 10 away from it: garbage, never a near-miss.
+
+    Defined in chapter 3.
+    """
     out = torch.randint(MAX_SUM + 1, truth.shape, generator=generator)
     bad = (out == truth) | near_miss_mask(truth, out)
     while bad.any():  # redraw the few that hit the truth or a near-miss
@@ -241,7 +300,10 @@ def random_wrong_numbers(truth: torch.Tensor, generator: torch.Generator) -> tor
 
 
 def near_misses(truth: int) -> list[int]:
-    """Return every near-miss of ``truth`` in increasing order (for 68: 58..67 and 69..78)."""
+    """Return every near-miss of ``truth`` in increasing order (for 68: 58..67 and 69..78).
+
+    Defined in chapter 3.
+    """
     low = max(0, truth - NEAR_MISS_WINDOW)
     return [n for n in range(low, truth + NEAR_MISS_WINDOW + 1) if n != truth]
 
@@ -274,6 +336,8 @@ def wrong_answers(pairs: torch.Tensor, kind: str, generator: torch.Generator) ->
     model's training negatives), 'near_miss' (uniform over :func:`near_misses`),
     'ones_off_by_one' (68 -> 67 or 69, the tens digit unchanged), 'tens_off_by_one' (68 -> 58
     or 78), 'wrong_length' (68 -> 6 or 68x, 168 -> 16).
+
+    Defined in chapter 3.
     """
     if kind not in WRONG_KINDS:
         raise ValueError(f"kind must be one of {WRONG_KINDS}, got {kind!r}")

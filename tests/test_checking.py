@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from minirlhf.checking import (Case, ExpectArray, ExpectDict2, ExpectFloat2, call_safely, judge,
+from minirlhf.course.cases import (Case, ExpectArray, ExpectDict2, ExpectFloat2, call_safely, judge,
                                next_hint, run_cases)
-from minirlhf.exercises import EXERCISES, GRADING_ENV, check, get
+from minirlhf.course.exercises import EXERCISES, GRADING_ENV, check, get
 
 KL = get("kl_penalty")
 PPO = get("ppo_rlhf_objective")
@@ -207,5 +207,8 @@ def test_every_exercise_can_be_checked_without_raising(name):
     ex = EXERCISES[name]
     assert run_cases(ex.reference, ex).passed
     report = run_cases(lambda **kw: None, ex)
-    assert not report.passed and str(report) and report._repr_html_()
+    text, page = str(report), report._repr_html_()
+    assert report.state == "fail" and text.startswith(f"{name}: 0/{len(ex.cases)} cases pass.")
+    assert "returned  None" in text and "problem" in text and f"Hint 1 of {len(ex.hints)}:" in text
+    assert ">FAIL<" in page and f"<code>{name}</code>" in page and page.count("<tr>") == 1 + min(3, len(ex.cases))
     assert all(isinstance(c, Case) for c in ex.cases)

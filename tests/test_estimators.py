@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from minirlhf import estimators as est
+from minirlhf.studies import estimators as est
 
 
 def test_estimators_on_hand_worked_values():

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from minirlhf import ppo
-from minirlhf.checking import run_cases
-from minirlhf.exercises import get
+from minirlhf.course.cases import run_cases
+from minirlhf.course.exercises import get
 from minirlhf.model import GPTConfig, TinyGPT
 
 EX = get("ppo_token_loss")

@@ -4,8 +4,8 @@ against their defining properties, and against plausible slips that the checks m
 import numpy as np
 import pytest
 
-from minirlhf.checking import run_cases
-from minirlhf.exercises import get
+from minirlhf.course.cases import run_cases
+from minirlhf.course.exercises import get
 from minirlhf.ppo import adaptive_kl_update, gae
 
 # ----------------------------------------------------------------------------- the controller

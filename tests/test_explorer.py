@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from minirlhf import explorer  # noqa: E402
+from minirlhf.course import explorer  # noqa: E402
 
 
 def draw_line(slope, offset=0.0):
@@ -105,7 +105,7 @@ def test_bad_grids_are_rejected_by_name(kwargs, word):
 
 def test_explore_in_book_mode_displays_one_html_output(monkeypatch):
     shown = []
-    monkeypatch.setenv("MINIRLHF_BOOK", "1")
+    monkeypatch.setenv("MINIRLHF_BUILDING_BOOK", "1")
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     assert explorer.explore(draw_line, {"slope": [0, 1]}) is None
     (obj,) = shown
@@ -116,7 +116,7 @@ def test_explore_in_book_mode_displays_one_html_output(monkeypatch):
 
 
 def test_live_explorer_redraws_when_the_slider_moves(monkeypatch):
-    monkeypatch.delenv("MINIRLHF_BOOK", raising=False)
+    monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
     live = explorer.live_explorer(draw_line, {"slope": [0, 1, 2]}, default={"slope": 1},
                                   alt="slope {slope}")
     bundle = live._repr_mimebundle_()
@@ -134,12 +134,34 @@ def test_live_explorer_redraws_when_the_slider_moves(monkeypatch):
 def test_show_figure_gives_alt_text_in_both_modes(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
-    monkeypatch.delenv("MINIRLHF_BOOK", raising=False)
+    monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
     explorer.show_figure(draw_line(1), alt="a rising line")
     assert set(shown[0]._repr_mimebundle_()) == {"image/png", "text/plain"}
-    monkeypatch.setenv("MINIRLHF_BOOK", "1")
+    monkeypatch.setenv("MINIRLHF_BUILDING_BOOK", "1")
     explorer.show_figure(draw_line(1), alt="a rising line", caption="A <caption>")
     page = shown[1]._repr_mimebundle_()["text/html"]
     assert 'alt="a rising line"' in page and "<figcaption>A &lt;caption&gt;</figcaption>" in page
     with pytest.raises(ValueError, match="alt"):
         explorer.show_figure(draw_line(1), alt="")
+
+
+def test_live_explorer_uses_buttons_for_words_and_says_when_it_works(monkeypatch):
+    import ipywidgets as widgets
+
+    monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
+    statuses, calls = [], []
+
+    def draw(arm, slope):
+        calls.append((arm, slope))
+        statuses.append(live.status.value if calls[1:] else "")  # what the reader sees meanwhile
+        return draw_line(slope)
+
+    live = explorer.live_explorer(draw, {"arm": ["rm", "verifier"], "slope": [0, 1]},
+                                  labels={"slope": "s"})
+    buttons, slider = live.sliders
+    assert isinstance(buttons, widgets.ToggleButtons) and isinstance(slider, widgets.SelectionSlider)
+    buttons.value = 1
+    assert calls == [("rm", 0), ("verifier", 0)] and statuses[-1] == "working on arm = verifier, s = 0 ..."
+    assert live.status.value == ""  # cleared once the figure is there
+    buttons.value = 0  # drawn before: from the cache, no new call
+    assert len(calls) == 2

@@ -1,4 +1,4 @@
-"""The grader (``python -m minirlhf.check``) on deliberately broken notebooks, one per kind of
+"""The grader (``python -m minirlhf.course.grader``) on deliberately broken notebooks, one per kind of
 failure, and on the book's own learner and solution notebooks.
 
 Kernels are slow to start, so every fixture notebook is graded once, by a module fixture,
@@ -20,8 +20,8 @@ import nbformat
 import pytest
 import torch
 
-from minirlhf import check, nbgen
-from minirlhf.checking import Case, Exercise, ExpectArray
+from minirlhf.course import grader as check, nbgen
+from minirlhf.course.cases import Case, Exercise, ExpectArray
 from minirlhf.paths import ROOT
 
 FIXTURES = Path(__file__).parent / "grader_fixtures"
@@ -57,7 +57,7 @@ def book_runs(tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
     runs = {}
     for name, paths in (("solutions", book_notebooks("solutions")), ("notebooks", learner)):
-        runs[name] = subprocess.Popen([sys.executable, "-m", "minirlhf.check", *paths], cwd=ROOT, env=env,
+        runs[name] = subprocess.Popen([sys.executable, "-m", "minirlhf.course.grader", *paths], cwd=ROOT, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     yield runs
     for run in runs.values():
@@ -200,7 +200,7 @@ def test_a_partly_wrong_function_shows_the_first_failing_input_and_the_next_hint
 def test_verdict_of_each_fixture(graded, name, passes):
     result, text, _ = graded[name]
     assert result.passed is passes and check.exit_status([result]) == (0 if passes else 1)
-    assert "\x1b[" not in text  # plain text unless colour is asked for
+    assert "\x1b[" not in text  # plain text unless color is asked for
 
 
 def test_every_fixture_is_graded():
@@ -244,10 +244,10 @@ def test_a_renamed_notebook_is_recognised_by_its_check_cells(tmp_path):
     assert [e.exercise.name for e in result.exercises] == ["kl_penalty"]
 
 
-def test_the_cli_leaves_the_notebook_untouched_and_colours_only_on_request(tmp_path):
+def test_the_cli_leaves_the_notebook_untouched_and_colors_only_on_request(tmp_path):
     path = make_notebook(FIXTURES / "01_partly_wrong.py", tmp_path)
     before = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
-    run = subprocess.run([sys.executable, "-m", "minirlhf.check", str(path), "--seed", "3", "--color", "always"],
+    run = subprocess.run([sys.executable, "-m", "minirlhf.course.grader", str(path), "--seed", "3", "--color", "always"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 1, run.stdout + run.stderr
     assert (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns) == before
@@ -256,7 +256,7 @@ def test_the_cli_leaves_the_notebook_untouched_and_colours_only_on_request(tmp_p
     assert "Result: 0 of 1 exercises pass." in re.sub(r"\x1b\[[0-9;]*m", "", run.stdout)
 
 
-def test_colour_follows_the_terminal_and_no_color(monkeypatch):
+def test_color_follows_the_terminal_and_no_color(monkeypatch):
     class Stream:
         def __init__(self, tty):
             self.tty = tty
@@ -266,10 +266,10 @@ def test_colour_follows_the_terminal_and_no_color(monkeypatch):
 
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm")
-    assert check.use_colour(Stream(True)) and not check.use_colour(Stream(False))
-    assert check.use_colour(Stream(False), "always") and not check.use_colour(Stream(True), "never")
+    assert check.use_color(Stream(True)) and not check.use_color(Stream(False))
+    assert check.use_color(Stream(False), "always") and not check.use_color(Stream(True), "never")
     monkeypatch.setenv("NO_COLOR", "1")
-    assert not check.use_colour(Stream(True))
+    assert not check.use_color(Stream(True))
 
 
 # --------------------------------------------------------------------------- torch exercises

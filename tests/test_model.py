@@ -11,7 +11,6 @@ from minirlhf.model import (
     exact_kl, generate, logprobs_from_logits, make_generator, n_params, reward_scores, score_positions,
 )
 
-torch.set_num_threads(1)  # runs are bit-identical only at a fixed thread count
 
 
 def comps(*texts):

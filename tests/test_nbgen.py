@@ -5,8 +5,8 @@ import json
 import nbformat
 import pytest
 
-from minirlhf import nbgen
-from minirlhf.exercises import EXERCISES
+from minirlhf.course import nbgen
+from minirlhf.course.exercises import EXERCISES
 
 SOURCES = nbgen.sources()
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from minirlhf import kl_penalty, ppo_rlhf_objective
-from minirlhf.exercises import get
+from minirlhf.course.exercises import get
 
 KL = get("kl_penalty")
 PPO = get("ppo_rlhf_objective")

@@ -14,7 +14,6 @@ from minirlhf.ppo import (
 )
 from minirlhf.ppo import ppo_train
 
-torch.set_num_threads(1)  # runs are bit-identical only at a fixed thread count
 
 t = torch.tensor
 

@@ -11,7 +11,6 @@ from minirlhf.reward_model import (
     RMConfig, bradley_terry_loss, margin_by_offset, preference_batch, rm_report, train_reward_model,
 )
 
-torch.set_num_threads(1)  # runs are bit-identical only at a fixed thread count
 
 
 def test_bradley_terry_by_hand():

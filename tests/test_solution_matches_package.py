@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from minirlhf.exercises import EXERCISES
-from minirlhf.nbgen import SOLUTION_DIR, SOURCES, drop_markers, parse
+from minirlhf.course.exercises import EXERCISES
+from minirlhf.course.nbgen import SOLUTION_DIR, SOURCES, drop_markers, parse
 
 N_RANDOM = 300
 

@@ -2,11 +2,13 @@
 
 import torch
 
+from minirlhf import paths
 from minirlhf.model import GPTConfig, TinyGPT
-from minirlhf.sft import SFTConfig
-from minirlhf.store import load_model, load_or_train, save_model, settings_hash
+from minirlhf.reward_model import RMConfig
+from minirlhf.sft import SFTConfig, greedy_accuracy
+from minirlhf.store import (code_fingerprint, load_model, load_or_train, load_rm, load_sft, save_model,
+                            settings_hash)
 
-torch.set_num_threads(1)  # runs are bit-identical only at a fixed thread count
 
 
 def small_model(seed=0, scalar_head=False):
@@ -44,8 +46,7 @@ def test_missing_stale_corrupt(tmp_path):
     assert load_model(path, {"x": 1})[2] == "corrupt"
 
 
-def test_load_or_train_retrains_only_when_needed(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("MINIRLHF_PROGRESS", "1")  # show the notes, as in a terminal
+def test_load_or_train_retrains_only_when_needed(tmp_path, capsys):
     trained = []
 
     def train(seed):
@@ -56,24 +57,50 @@ def test_load_or_train_retrains_only_when_needed(tmp_path, monkeypatch, capsys):
 
     m1, info = load_or_train("toy", {"seed": 1}, train(1), directory=tmp_path)
     assert trained == [1] and info["seed"] == 1 and "train_seconds" in info
-    assert "missing" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "no trained model on disk (missing)" in out.out and out.err == ""  # status on stdout
     m2, info = load_or_train("toy", {"seed": 1}, train(1), directory=tmp_path)
-    assert trained == [1] and same_weights(m1, m2) and "loaded" in capsys.readouterr().err
+    assert trained == [1] and same_weights(m1, m2) and "toy: loaded toy.pt" in capsys.readouterr().out
     m3, _ = load_or_train("toy", {"seed": 2}, train(2), directory=tmp_path)  # other settings
-    assert trained == [1, 2] and not same_weights(m1, m3) and "stale" in capsys.readouterr().err
+    assert trained == [1, 2] and not same_weights(m1, m3) and "(stale)" in capsys.readouterr().out
     (tmp_path / "toy.pt").write_bytes(b"\x00" * 10)
     load_or_train("toy", {"seed": 2}, train(2), directory=tmp_path)
-    assert trained == [1, 2, 2] and "corrupt" in capsys.readouterr().err
+    assert trained == [1, 2, 2] and "(corrupt)" in capsys.readouterr().out
 
 
-def test_notes_stay_quiet_when_a_machine_runs_the_notebook(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("MINIRLHF_PROGRESS", "0")
-    load_or_train("toy", {"seed": 1}, lambda: (small_model(), {}), directory=tmp_path)
-    assert capsys.readouterr().err == ""
+def test_status_lines_stay_quiet_when_progress_is_off(tmp_path, capsys):
+    load_or_train("toy", {"seed": 1}, lambda: (small_model(), {}), directory=tmp_path, progress=False)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_book_loaders_train_once_then_load(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(paths, "OUTPUTS", tmp_path)
+    cfg = SFTConfig(steps=2, batch_size=8)
+    policy, metrics = load_sft(cfg, progress=False)
+    stored = list((tmp_path / "models").iterdir())
+    assert [p.name for p in stored] == [f"sft_policy-{settings_hash(cfg)}.pt"]  # not the book's file
+    assert metrics["accuracy"] == greedy_accuracy(policy) and metrics["train_seconds"] > 0
+    written = stored[0].stat().st_mtime_ns
+    again, metrics_again = load_sft(cfg, progress=False)
+    assert same_weights(policy, again) and metrics_again == metrics  # loaded, not trained
+    assert stored[0].stat().st_mtime_ns == written
+    rm, report = load_rm(RMConfig(steps=2, batch_size=8), progress=False)
+    assert rm.scalar_head and set(report) >= {"pair_accuracy", "near_miss_accuracy", "final_loss"}
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_fingerprint_follows_the_code_a_module_imports():
+    from minirlhf import experiment, model, ppo, reward_model, sft, task
+    from minirlhf.store import package_modules
+
+    assert set(package_modules(sft, reward_model)) == {
+        "minirlhf.sft", "minirlhf.reward_model", "minirlhf.model", "minirlhf.task", "minirlhf.progress"}
+    assert {"minirlhf.ppo", "minirlhf.store", "minirlhf.palette"} <= set(package_modules(experiment))
+    assert code_fingerprint(sft) != code_fingerprint(ppo) and code_fingerprint(model, task) == code_fingerprint(task, model)
 
 
 def test_other_settings_never_replace_the_books_model():
-    from minirlhf.pipeline import _file_name
+    from minirlhf.store import _file_name
     from minirlhf.sft import SFTConfig
 
     assert _file_name("sft_policy", SFTConfig(), SFTConfig()) == "sft_policy"

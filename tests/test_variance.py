@@ -1,10 +1,9 @@
 """The baseline-variance measurement of chapter 6: sampled values match the closed forms,
 and the closed forms match cases worked by hand."""
 
-import numpy as np
 import pytest
 
-from minirlhf import variance
+from minirlhf.studies import variance
 
 
 def test_closed_form_by_hand():
@@ -36,11 +35,15 @@ def test_the_batch_baseline_grows_with_length_and_gae_does_not():
     assert long["value, lam = 1"] == pytest.approx(short["value, lam = 1"] + (511 - 3) / 2)
 
 
-def test_study_is_deterministic_and_shaped():
+def test_study_is_deterministic_and_reports_the_closed_form_beside_the_measurement():
     a = variance.study(lengths=(1, 4), n_batches=8)
     b = variance.study(lengths=(1, 4), n_batches=8)
     assert a == b
     assert a["T"] == [1, 4] and all(len(v) == 2 for v in a["measured"].values())
+    for m in variance.METHODS:
+        for i, T in enumerate(a["T"]):
+            assert a["exact"][m][i] == pytest.approx(variance.closed_form(T)[m])
+            assert a["measured"][m][i] == pytest.approx(a["exact"][m][i], rel=0.5)  # 8 batches: rough
 
 
 @pytest.mark.parametrize(

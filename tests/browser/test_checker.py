@@ -72,8 +72,8 @@ BROKEN = r"""<!doctype html>
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     folder = tmp_path_factory.mktemp("site")
-    for name, colour in (("red", "#D55E00"), ("blue", "#0072B2"), ("green", "#009E73")):
-        Image.new("RGB", (40, 40), colour).save(folder / f"{name}.png")
+    for name, color in (("red", "#D55E00"), ("blue", "#0072B2"), ("green", "#009E73")):
+        Image.new("RGB", (40, 40), color).save(folder / f"{name}.png")
     (folder / "sound.html").write_text(SOUND, encoding="utf-8")
     (folder / "broken.html").write_text(BROKEN, encoding="utf-8")
     shutil.copytree(ROOT / "_vendor" / "mathjax", folder / "mathjax")

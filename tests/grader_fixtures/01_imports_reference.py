@@ -2,7 +2,7 @@
 
 # %%
 from minirlhf import kl_penalty
-from minirlhf.exercises import check
+from minirlhf.course.exercises import check
 
 # %%
 check("kl_penalty", kl_penalty);

@@ -2,7 +2,7 @@
 # are not run, and the grader moves on.
 
 # %%
-from minirlhf.exercises import check
+from minirlhf.course.exercises import check
 
 # %%
 def kl_penalty(logp_policy, logp_reference, beta):

@@ -3,7 +3,7 @@
 # %%
 import numpy as np
 
-from minirlhf.exercises import check
+from minirlhf.course.exercises import check
 
 # %%
 def kl_penalty(logp_policy, logp_reference, beta):

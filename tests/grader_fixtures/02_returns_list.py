@@ -3,7 +3,7 @@
 # %%
 import numpy as np
 
-from minirlhf.exercises import check
+from minirlhf.course.exercises import check
 
 # %%
 def ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon, beta):

@@ -7,7 +7,7 @@ their own plain sentence, so the learner sees the point and not a stack trace.
 Each exercise says how its answers are compared through an ``Expect`` object: a Python float
 rounded to 2 decimals, a dict of such floats, or an array or tensor of a given shape.
 
-Checking one case has two halves, so that the grader (:mod:`minirlhf.check`) can run them in
+Checking one case has two halves, so that the grader (:mod:`minirlhf.course.grader`) can run them in
 different processes: :func:`call_safely` calls the function and records what it did (it
 needs no expected value), and :func:`judge` compares that with the expected value.
 :func:`run_case` does both.
@@ -29,11 +29,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..palette import DARK_YELLOW, GREEN, ORANGE
+
 __all__ = [
     "Case", "Exercise", "Call", "CaseResult", "Report",
     "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat", "ExpectScalarTensor",
     "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
-    "describe", "describe_kwargs", "failure_lines",
+    "describe", "describe_kwargs", "failure_lines", "shorten", "STATE_STYLE",
 ]
 
 PRINT_CAP = 2000  # characters of a call's printed output that are kept; the rest is counted
@@ -118,8 +120,12 @@ def next_hint(hints, n_passed: int, total: int) -> tuple[int, str]:
 
 @dataclass
 class Report:
+    """The verdict on one exercise: a CaseResult per case, or a ``problem`` that kept the
+    function from being graded at all (not found, ...)."""
+
     exercise: Exercise
     results: list = field(default_factory=list)
+    problem: str = ""
 
     @property
     def n_passed(self) -> int:
@@ -127,11 +133,11 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return bool(self.results) and self.n_passed == len(self.results)
+        return not self.problem and bool(self.results) and self.n_passed == len(self.results)
 
     @property
     def not_implemented(self) -> bool:
-        return any(r.status == "todo" for r in self.results)
+        return not self.problem and any(r.status == "todo" for r in self.results)
 
     @property
     def first_failure(self) -> CaseResult | None:
@@ -180,12 +186,12 @@ class Report:
 
     def _repr_html_(self) -> str:
         state = self.state
-        colour, word = _STATE_STYLE[state]
-        badge = (f'<span style="background:{colour};color:#fff;font-weight:bold;padding:0 0.4em;'
+        color, word = STATE_STYLE[state]
+        badge = (f'<span style="background:{color};color:#fff;font-weight:bold;padding:0 0.4em;'
                  f'border-radius:3px">{word}</span>')
         head = html.escape(self.summary()).replace(
             html.escape(self.exercise.name), f"<code>{html.escape(self.exercise.name)}</code>", 1)
-        out = [f'<div class="mr-check mr-{state}" style="border-left:4px solid {colour};'
+        out = [f'<div class="mr-check mr-{state}" style="border-left:4px solid {color};'
                f'padding:0.1em 0.8em;margin:0.3em 0">',
                f'<p style="margin:0.3em 0">{badge} {head}</p>']
         if state == "fail":
@@ -227,8 +233,8 @@ class Report:
         p.text(str(self))
 
 
-# Okabe-Ito colours (colour-blind safe); the word says the same thing as the colour.
-_STATE_STYLE = {"pass": ("#009E73", "PASS"), "fail": ("#D55E00", "FAIL"), "todo": ("#8C6D00", "TODO")}
+# Okabe-Ito colors (safe for color blindness); the word says the same thing as the color.
+STATE_STYLE = {"pass": (GREEN, "PASS"), "fail": (ORANGE, "FAIL"), "todo": (DARK_YELLOW, "TODO")}
 
 
 def _inline_code(text: str) -> str:
@@ -246,16 +252,19 @@ def failure_lines(r: CaseResult) -> list[tuple[str, str]]:
     return lines
 
 
+def shorten(text: str, width: int) -> str:
+    """Return ``text``, cut to ``width`` characters with "..." at the end when it is longer."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def describe(value, width: int = 90) -> str:
     """Return a short, stable text form of an input or output (numbers to 4 significant digits)."""
-    text = _describe(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return shorten(_describe(value), width)
 
 
 def describe_kwargs(kwargs: dict, width: int = 120) -> str:
     """Return ``name=value, ...`` for a call's keyword arguments, shortened to ``width``."""
-    text = ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items())
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return shorten(", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items()), width)
 
 
 def _describe(value) -> str:

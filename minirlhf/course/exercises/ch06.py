@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from ..checking import Case, Exercise, ExpectArray, ExpectFloat
-from ..ppo import adaptive_kl_update, gae
+from ..cases import Case, Exercise, ExpectArray, ExpectFloat
+from ...ppo import adaptive_kl_update, gae
 
 # ----------------------------------------------------------------------------- the controller
 
@@ -129,4 +129,4 @@ GAE = Exercise(
     random_kwargs=_gae_random_kwargs,
 )
 
-EXERCISES = [ADAPTIVE_KL_UPDATE, GAE]
+IN_THIS_CHAPTER = (ADAPTIVE_KL_UPDATE, GAE)

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import torch
 
-from ..checking import Case, Exercise, ExpectScalarTensor
-from ..sft import masked_sft_loss
+from ..cases import Case, Exercise, ExpectScalarTensor
+from ...sft import masked_sft_loss
 
 
 STAY_IN_LOG_SPACE = ("a probability underflowed to 0 before its log was taken; stay in log space "
@@ -70,4 +70,4 @@ MASKED_SFT_LOSS = Exercise(
     random_kwargs=_random_kwargs,
 )
 
-EXERCISES = [MASKED_SFT_LOSS]
+IN_THIS_CHAPTER = (MASKED_SFT_LOSS,)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ppo import gae
+from ..ppo import gae
 
 __all__ = ["METHODS", "closed_form", "measure", "study"]
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from ..checking import Case, Exercise, ExpectDict2
-from ..objectives import ppo_rlhf_objective
+from ..cases import Case, Exercise, ExpectDict2
+from ...objectives import ppo_rlhf_objective
 
 KEYS = ("objective", "policy_loss", "kl_penalty")
 
@@ -68,4 +68,4 @@ PPO_RLHF_OBJECTIVE = Exercise(
     random_kwargs=_random_kwargs,
 )
 
-EXERCISES = [PPO_RLHF_OBJECTIVE]
+IN_THIS_CHAPTER = (PPO_RLHF_OBJECTIVE,)

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import torch
 
-from ..checking import Case, Exercise, ExpectScalarTensor
-from ..ppo import ppo_token_loss
+from ..cases import Case, Exercise, ExpectScalarTensor
+from ...ppo import ppo_token_loss
 
 
 def _t(values) -> torch.Tensor:
@@ -94,4 +94,4 @@ PPO_TOKEN_LOSS = Exercise(
     random_kwargs=_random_kwargs,
 )
 
-EXERCISES = [PPO_TOKEN_LOSS]
+IN_THIS_CHAPTER = (PPO_TOKEN_LOSS,)

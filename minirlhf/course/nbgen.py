@@ -22,16 +22,15 @@ From it come two notebooks:
   carry the ``hide-input`` tag, so the book shows them only when the reader asks.
 
 A ``[hints] name`` cell becomes a markdown cell of collapsible hints taken from the
-exercise registry (:mod:`minirlhf.exercises`), one ``<details>`` block per hint, so the
+exercise registry (:mod:`minirlhf.course.exercises`), one ``<details>`` block per hint, so the
 hints live in one place and the grader can quote them too.
 
-Run ``python -m minirlhf.nbgen`` (or ``make notebooks``) after editing a source.
+Run ``python -m minirlhf.course.nbgen`` (or ``make notebooks``) after editing a source.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import re
@@ -41,7 +40,8 @@ from pathlib import Path
 
 import nbformat
 
-from .paths import ROOT
+from ..paths import ROOT, write_atomic
+from .frontend import BOOK_BUILD_ENV
 
 SOURCES = ROOT / "chapters"
 LEARNER_DIR = ROOT / "notebooks"
@@ -195,9 +195,7 @@ def sources(names=None) -> list[Path]:
 
 
 def write(nb, path: Path) -> None:
-    tmp = path.with_suffix(".ipynb.tmp")
-    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def generate(source: Path, run: bool = True) -> None:
@@ -222,7 +220,7 @@ def main(argv=None) -> int:
     found = sources(args.chapters)
     if not found:
         parser.error(f"no chapter source matches {args.chapters} in {SOURCES}")
-    os.environ.pop("MINIRLHF_BOOK", None)  # solutions record the live (JupyterLab) outputs
+    os.environ.pop(BOOK_BUILD_ENV, None)  # solutions record the live (JupyterLab) outputs
     for source in found:
         generate(source, run=not args.no_execute)
     return 0

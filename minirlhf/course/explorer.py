@@ -2,7 +2,7 @@
 
 One call, two front ends::
 
-    from minirlhf.explorer import explore
+    from minirlhf.course.explorer import explore
 
     def draw(beta):                       # params -> matplotlib Figure
         fig, ax = plt.subplots()
@@ -12,10 +12,11 @@ One call, two front ends::
     explore(draw, {"beta": [0.0, 0.1, 0.2, 0.5]}, default={"beta": 0.1},
             labels={"beta": "β"}, alt="Penalty against beta, at beta = {beta}")
 
-* In JupyterLab (``minirlhf.paths.book_mode()`` is false) it shows one ipywidgets slider per
-  grid and redraws the figure whenever a slider moves (frames are cached, so going back is
-  instant).
-* While the book is built (``MINIRLHF_BOOK=1``) there is no kernel behind the page, so it
+* In JupyterLab it shows one ipywidgets slider per grid (toggle buttons for a grid of
+  words) and redraws the figure whenever a slider moves (frames are cached, so going back is
+  instant). A slow ``draw`` (one that trains, say) may print or show a progress bar: that
+  appears under the sliders while it works, with a status line, and the figure replaces it.
+* While the book is built (:func:`minirlhf.course.frontend.building_book`) there is no kernel behind the page, so it
   draws every grid point once, up front, and emits a single self-contained ``text/html``
   output: ``<input type="range">`` sliders with a label showing the current value, an
   ``<img>`` with alt text showing the default frame, and a few lines of inline JavaScript that
@@ -40,7 +41,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .paths import book_mode
+from .frontend import building_book
 
 __all__ = ["explore", "explorer_html", "live_explorer", "figure_png", "show_figure"]
 
@@ -77,7 +78,8 @@ def _axes(grids, default, labels, fmt) -> list[_Axis]:
             values = tuple(v.item() if isinstance(v, np.generic) else v for v in values)
         if not values:
             raise ValueError(f"grids: the grid for {name!r} is empty")
-        texts = tuple(fmt.format(v) if isinstance(fmt, str) else fmt(v) for v in values)
+        texts = tuple(v if isinstance(v, str) else fmt.format(v) if isinstance(fmt, str) else fmt(v)
+                      for v in values)
         if len(set(texts)) != len(texts):
             raise ValueError(f"grids: two values of {name!r} print the same with fmt; use a finer fmt")
         start = 0
@@ -202,6 +204,9 @@ class _LiveExplorer:
         self._draw, self._axes, self._alt, self._dpi = draw, axes, alt, dpi
         self._cache: dict[tuple, bytes] = {}
         self.sliders = [
+            widgets.ToggleButtons(options=list(zip(a.texts, range(len(a.values)))), value=a.start,
+                                  description=a.label, style={"description_width": "initial"})
+            if all(isinstance(v, str) for v in a.values) else
             widgets.SelectionSlider(
                 options=list(zip(a.texts, range(len(a.values)))), value=a.start, description=a.label,
                 continuous_update=continuous_update, style={"description_width": "initial"},
@@ -209,19 +214,23 @@ class _LiveExplorer:
             )
             for a in axes
         ]
+        self.status = widgets.Label()
         self.output = widgets.Output()
-        self.widget = widgets.VBox([*self.sliders, self.output])
+        self.widget = widgets.VBox([*self.sliders, self.status, self.output])
         for s in self.sliders:
             s.observe(self._redraw, names="value")
         self._redraw()
 
     def _redraw(self, change=None) -> None:
         idx = tuple(s.value for s in self.sliders)
-        if idx not in self._cache:
-            params = {a.name: a.values[i] for a, i in zip(self._axes, idx)}
-            self._cache[idx] = _draw_png(self._draw, params, self._dpi)
         texts = {a.name: a.texts[i] for a, i in zip(self._axes, idx)}
         params = {a.name: a.values[i] for a, i in zip(self._axes, idx)}
+        if idx not in self._cache:
+            shown = ", ".join(f"{a.label} = {texts[a.name]}" for a in self._axes)
+            self.status.value = f"working on {shown} ..."
+            with self.output:  # whatever draw prints or shows (a progress bar) appears here meanwhile
+                self._cache[idx] = _draw_png(self._draw, params, self._dpi)
+            self.status.value = ""
         # Set the Output widget's state directly (no display messages): the figure never leaks
         # into the cell's own outputs, whatever front end runs the notebook.
         self.output.outputs = ({
@@ -287,7 +296,7 @@ def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping |
     """
     from IPython.display import display
 
-    if book_mode():
+    if building_book():
         axes = _axes(grids, default, labels, fmt)
         page = explorer_html(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt, key=key, dpi=dpi)
         n = int(np.prod([len(a.values) for a in axes]))
@@ -304,7 +313,7 @@ class _StaticFigure:
 
     def _repr_mimebundle_(self, **kwargs):
         b64 = base64.b64encode(self.png).decode("ascii")
-        if not book_mode():
+        if not building_book():
             # JupyterLab shows the PNG; the alt text is the plain-text form (and what nbval compares).
             return {"image/png": b64, "text/plain": self.alt}
         cap = f"<figcaption>{html.escape(self.caption)}</figcaption>" if self.caption else ""

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from ..checking import Case, Exercise, ExpectFloat2
-from ..objectives import kl_penalty
+from ..cases import Case, Exercise, ExpectFloat2
+from ...objectives import kl_penalty
 
 
 def _random_kwargs(rng: np.random.Generator) -> dict:
@@ -54,4 +54,4 @@ KL_PENALTY = Exercise(
     random_kwargs=_random_kwargs,
 )
 
-EXERCISES = [KL_PENALTY]
+IN_THIS_CHAPTER = (KL_PENALTY,)

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import torch
 
-from ..checking import Case, Exercise, ExpectScalarTensor
-from ..reward_model import bradley_terry_loss
+from ..cases import Case, Exercise, ExpectScalarTensor
+from ...reward_model import bradley_terry_loss
 from .ch03 import STAY_IN_LOG_SPACE
 
 
@@ -60,4 +60,4 @@ BRADLEY_TERRY_LOSS = Exercise(
     random_kwargs=_random_kwargs,
 )
 
-EXERCISES = [BRADLEY_TERRY_LOSS]
+IN_THIS_CHAPTER = (BRADLEY_TERRY_LOSS,)

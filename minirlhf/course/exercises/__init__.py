@@ -1,8 +1,8 @@
 """Every exercise of the book, found by name: cases, hints and the reference solution.
 
-Each chapter keeps its exercises in its own module ``chNN.py`` with a list ``EXERCISES``;
+Each chapter keeps its exercises in its own module ``chNN.py``, in a tuple ``IN_THIS_CHAPTER``;
 this package collects them. The notebooks call :func:`check` in their check cells, and the
-grader (``python -m minirlhf.check``) finds a notebook's exercises with :func:`for_chapter`.
+grader (``python -m minirlhf.course.grader``) finds a notebook's exercises with :func:`for_chapter`.
 
 A chapter's module is imported when one of its exercises is first asked for, so the check
 cell of chapter 1 does not pay for the torch import of a later chapter.
@@ -15,7 +15,7 @@ import os
 import pkgutil
 from collections.abc import Iterator, Mapping
 
-from ..checking import Exercise, Report, run_cases
+from ..cases import Exercise, Report, run_cases
 
 __all__ = ["EXERCISES", "get", "for_chapter", "check", "GRADING_ENV"]
 
@@ -36,7 +36,7 @@ class _Registry(Mapping):
     def load(self, module: str) -> list[Exercise]:
         """Import chapter module ``module`` (once) and return its exercises."""
         if module not in self._by_module:
-            found = list(importlib.import_module(f"{__name__}.{module}").EXERCISES)
+            found = list(importlib.import_module(f"{__name__}.{module}").IN_THIS_CHAPTER)
             for ex in found:
                 if ex.name in self._by_name:
                     raise RuntimeError(f"exercise {ex.name!r} is defined twice")
@@ -80,7 +80,7 @@ def for_chapter(chapter: int) -> list[Exercise]:
 def check(name: str, fn, show: bool = True) -> Report:
     """Run the learner's ``fn`` on every case of exercise ``name`` and show the verdict.
 
-    Never raises because of the learner's code. In Jupyter the verdict is a coloured block
+    Never raises because of the learner's code. In Jupyter the verdict is a colored block
     (plain text where HTML is not shown); elsewhere it is plain text. Returns the report
     (``report.passed`` is True when all pass), except in IPython, where it was displayed and
     None is returned. While the grader runs the notebook it returns an empty report at once

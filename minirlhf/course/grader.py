@@ -1,4 +1,4 @@
-"""Grade a learner's notebook against the solutions: ``python -m minirlhf.check NOTEBOOK ...``.
+"""Grade a learner's notebook against the solutions: ``python -m minirlhf.course.grader NOTEBOOK ...``.
 
 For each notebook:
 
@@ -8,15 +8,15 @@ For each notebook:
    and the run goes on; a cell that runs too long is interrupted. The notebook's own check
    cells do nothing during the run (``GRADING_ENV``): the grader runs those cases itself.
 2. **Pick the exercises.** Those of the notebook's chapter (its ``NN_`` prefix) from the
-   registry :mod:`minirlhf.exercises`; a renamed notebook is recognised by its check cells.
+   registry :mod:`minirlhf.course.exercises`; a renamed notebook is recognised by its check cells.
 3. **Call the learner's functions.** Each exercise gets its cases plus ``n_random``
    randomized inputs from ``random_kwargs`` (a fresh seed each run, printed so a run can be
    repeated with ``--seed``). The inputs go to the kernel in a pickle file (they may hold
    torch tensors), and a one-line cell calls the learner's function by name on each, through
-   :func:`minirlhf.checking.call_safely` (time limit, captured prints, mutated inputs). What
+   :func:`minirlhf.course.cases.call_safely` (time limit, captured prints, mutated inputs). What
    each call returned is pickled back.
 4. **Judge here.** The expected values never enter the kernel: the reference solution runs
-   in this process and :func:`minirlhf.checking.judge` compares, with the exercise's
+   in this process and :func:`minirlhf.course.cases.judge` compares, with the exercise's
    comparator. Passing therefore means agreeing with the reference on inputs the notebook
    never saw.
 
@@ -52,7 +52,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checking import (Call, Case, CaseResult, Exercise, call_safely, describe,
+from .cases import (Call, Case, CaseResult, Exercise, Report, call_safely, describe, shorten,
                        failure_lines, judge, next_hint, not_run)
 
 __all__ = ["grade_notebook", "NotebookGrade", "ExerciseGrade", "CellProblem", "render", "main"]
@@ -82,30 +82,11 @@ class CellProblem:
 
 
 @dataclass
-class ExerciseGrade:
+class ExerciseGrade(Report):
     """The verdict on one exercise: its results on the cases, then on the randomized inputs."""
 
-    exercise: Exercise
-    results: list = field(default_factory=list)  # CaseResult, visible cases first
     n_cases: int = 0  # how many of ``results`` are the exercise's own cases
-    problem: str = ""  # set when the function could not be graded at all (not found, ...)
     printed: int = 0  # characters the function printed over all calls
-
-    @property
-    def n_passed(self) -> int:
-        return sum(r.passed for r in self.results)
-
-    @property
-    def passed(self) -> bool:
-        return not self.problem and bool(self.results) and self.n_passed == len(self.results)
-
-    @property
-    def not_implemented(self) -> bool:
-        return not self.problem and any(r.status == "todo" for r in self.results)
-
-    @property
-    def state(self) -> str:
-        return "pass" if self.passed else ("todo" if self.not_implemented else "fail")
 
 
 @dataclass
@@ -124,10 +105,6 @@ class NotebookGrade:
     @property
     def passed(self) -> bool:
         return not self.error and all(e.passed for e in self.exercises)
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 # --------------------------------------------------------------------------- kernel side
@@ -266,7 +243,7 @@ def _cell_problem(number: int, source: str, text: str, line: int | None = None) 
     else:
         line, code = None, next((l.strip() for l in lines if l.strip()), "")
     defines = tuple(re.findall(r"^\s*def\s+(\w+)\s*\(", source, flags=re.M))
-    return CellProblem(number, text, line, _clip(code, 100), defines)
+    return CellProblem(number, text, line, shorten(code, 100), defines)
 
 
 def _error_text(output: dict) -> tuple[str, int | None]:
@@ -278,7 +255,7 @@ def _error_text(output: dict) -> tuple[str, int | None]:
         line = re.search(r", line (\d+)\)$", evalue) or line
         evalue = re.sub(r"\s*\([^()]*, line \d+\)$", "", evalue)
         return f"{ename}: {evalue}", int(line[1]) if line else None
-    text = f"raised {ename}" + (f": {_clip(evalue, 100)}" if evalue else "")
+    text = f"raised {ename}" + (f": {shorten(evalue, 100)}" if evalue else "")
     if ename == "NotImplementedError":
         text += " (it calls an exercise that is not written yet)"
     return text, int(line[1]) if line else None
@@ -291,6 +268,7 @@ class _Runner:
         from nbclient import NotebookClient
 
         from .exercises import GRADING_ENV
+        from .frontend import BOOK_BUILD_ENV
 
         class QuietClient(NotebookClient):
             def output(self, outs, msg, display_id, cell_index):
@@ -304,7 +282,7 @@ class _Runner:
         self.nb.cells.append(_new_code_cell(""))  # scratch cell for the grading code
         self.scratch = len(self.nb.cells) - 1
         env = dict(os.environ, **{GRADING_ENV: "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
-        env.pop("MINIRLHF_BOOK", None)  # solutions and learners run in the live (JupyterLab) mode
+        env.pop(BOOK_BUILD_ENV, None)  # solutions and learners run in the live (JupyterLab) mode
         self.start_kwargs = {"env": env, "cwd": str(cwd),
                              "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self.client = QuietClient(nb, kernel_name="python3", allow_errors=True,
@@ -347,7 +325,7 @@ class _Runner:
         """Return "Name: value" of the error cell ``index`` ended with, or ""."""
         for output in self.nb.cells[index].get("outputs", []):
             if output.get("output_type") == "error":
-                return f"{output.get('ename')}: {_clip(str(output.get('evalue')), 200)}"
+                return f"{output.get('ename')}: {shorten(str(output.get('evalue')), 200)}"
         return ""
 
     def run_code(self, code: str, timeout: float) -> str:
@@ -435,7 +413,7 @@ def _call_in_kernel(runner: _Runner, spec: dict, n_inputs: int) -> tuple[list, s
     "" when it finished, "error" when the grading cell failed, "restart" when the kernel had
     to be restarted).
     """
-    code = f'__import__("minirlhf.check", fromlist=["_"])._kernel_step(globals(), {spec!r})'
+    code = f'__import__("minirlhf.course.grader", fromlist=["_"])._kernel_step(globals(), {spec!r})'
     results = Path(spec["results"])
     for _ in range(n_inputs + 2):  # every step makes at least one call, so this is plenty
         status = runner.run_code(code, SLICE + spec["time_limit"] + runner.grace)
@@ -535,7 +513,7 @@ def grade_notebook(path, seed: int | None = None, time_limit: float | None = Non
     try:
         nb = nbformat.read(str(path), as_version=4)  # a copy in memory; the file is never written
     except Exception as exc:
-        grade.error = f"{path} is not a notebook Jupyter can read ({type(exc).__name__}: {_clip(str(exc), 120)})"
+        grade.error = f"{path} is not a notebook Jupyter can read ({type(exc).__name__}: {shorten(str(exc), 120)})"
         return grade
     exercises = exercises if exercises is not None else _chapter_exercises(path, nb)
     chapter = re.match(r"(\d+)_", path.name)
@@ -563,7 +541,7 @@ def grade_notebook(path, seed: int | None = None, time_limit: float | None = Non
                 if restarted:
                     runner.run_notebook({}, skip)  # a new kernel: define everything again
         except Exception as exc:  # a fault of the grader or of Jupyter, not of the notebook
-            grade.error = f"grading stopped: {type(exc).__name__}: {_clip(str(exc), 200)}"
+            grade.error = f"grading stopped: {type(exc).__name__}: {shorten(str(exc), 200)}"
         finally:
             grade.restarts = runner.restarts
             runner.shutdown()
@@ -591,19 +569,19 @@ def _did_you_mean(path: Path) -> str:
 
 
 class _Style:
-    """ANSI colours when writing to a terminal that wants them, nothing otherwise."""
+    """ANSI colors when writing to a terminal that wants them, nothing otherwise."""
 
     CODES = {"pass": "1;32", "fail": "1;31", "todo": "1;33", "dim": "2", "bold": "1"}
 
-    def __init__(self, colour: bool):
-        self.colour = colour
+    def __init__(self, color: bool):
+        self.color = color
 
     def __call__(self, kind: str, text: str) -> str:
-        return f"\x1b[{self.CODES[kind]}m{text}\x1b[0m" if self.colour else text
+        return f"\x1b[{self.CODES[kind]}m{text}\x1b[0m" if self.color else text
 
 
-def use_colour(stream, choice: str = "auto") -> bool:
-    """Colour when asked, or in auto mode when ``stream`` is a terminal and NO_COLOR is unset."""
+def use_color(stream, choice: str = "auto") -> bool:
+    """Color when asked, or in auto mode when ``stream`` is a terminal and NO_COLOR is unset."""
     if choice != "auto":
         return choice == "always"
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
@@ -611,9 +589,9 @@ def use_colour(stream, choice: str = "auto") -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def render(grade: NotebookGrade, colour: bool = False) -> str:
-    """Return the plain (or coloured) text report of one notebook."""
-    s = _Style(colour)
+def render(grade: NotebookGrade, color: bool = False) -> str:
+    """Return the plain (or colored) text report of one notebook."""
+    s = _Style(color)
     if grade.error:
         return f"{s('fail', 'ERROR')} {grade.error}"
     if grade.note:
@@ -662,8 +640,8 @@ def render(grade: NotebookGrade, colour: bool = False) -> str:
     return "\n".join(lines)
 
 
-def summary_line(grades: list[NotebookGrade], colour: bool = False) -> str:
-    s = _Style(colour)
+def summary_line(grades: list[NotebookGrade], color: bool = False) -> str:
+    s = _Style(color)
     exercises = [e for g in grades for e in g.exercises]
     broken = [g for g in grades if g.error]
     n_pass = sum(e.passed for e in exercises)
@@ -682,7 +660,7 @@ def exit_status(grades: list[NotebookGrade]) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m minirlhf.check",
+        prog="python -m minirlhf.course.grader",
         description="Grade your notebooks: run each in a fresh kernel and check its exercises on the "
                     "cases and on randomized inputs against the reference solutions.")
     parser.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="e.g. notebooks/01_kl_penalty.ipynb")
@@ -692,9 +670,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT,
                         help=f"seconds any notebook cell may run (default {CELL_TIMEOUT:g})")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
-                        help="colour the report (auto: on a terminal, unless NO_COLOR is set)")
+                        help="color the report (auto: on a terminal, unless NO_COLOR is set)")
     args = parser.parse_args(argv)
-    colour = use_colour(sys.stdout, args.color)
+    color = use_color(sys.stdout, args.color)
     seed = secrets.randbelow(10**6) if args.seed is None else args.seed
     grades = []
     try:
@@ -702,12 +680,12 @@ def main(argv=None) -> int:
             print(f"grading {name} ...", file=sys.stderr, flush=True)
             grade = grade_notebook(name, seed=seed, time_limit=args.time_limit, cell_timeout=args.cell_timeout)
             grades.append(grade)
-            print(render(grade, colour), flush=True)
+            print(render(grade, color), flush=True)
     except KeyboardInterrupt:  # the kernel was shut down on the way out
         print("interrupted", file=sys.stderr)
         return 130
     if len(grades) > 1 or not grades[0].error:
-        print(summary_line(grades, colour))
+        print(summary_line(grades, color))
     return exit_status(grades)
 
 

@@ -1,0 +1,32 @@
+"""The benchmark's verdict and table, on rows made by hand (the stages themselves take a minute)."""
+
+import pytest
+
+from minirlhf import bench
+
+
+def rows(seconds, peak_mb=400.0):
+    return [{"stage": s, "seconds": t, "peak_mb": peak_mb} for s, t in zip(bench.STAGES, seconds)]
+
+
+def test_within_budget_only_when_every_stage_is():
+    budgets = [budget for _, budget in bench.STAGES.values()]
+    assert bench.judge(rows(budgets))  # exactly at the budget counts as within
+    over = rows(budgets[:1] + [budgets[1] + 0.1] + budgets[2:])
+    assert not bench.judge(over) and [r["within_budget"] for r in over] == [True, False, True, True]
+    assert not bench.judge(rows(budgets, peak_mb=bench.MEMORY_BUDGET_MB))
+
+
+def test_the_table_shows_each_stage_its_budget_and_what_is_over():
+    judged = rows([9.54, 12.0, 21.23, 12.5])
+    bench.judge(judged)
+    lines = bench.format_table(judged).splitlines()
+    assert lines[0].split() == ["stage", "wall", "time", "budget", "peak", "memory", "what"]
+    assert lines[1].split()[:5] == ["sft_and_rm", "9.5", "s", "30", "s"]
+    assert lines[2].endswith("OVER") and not lines[1].endswith("OVER")  # 12 s against a 10 s budget
+    assert len(lines) == 1 + len(bench.STAGES)
+
+
+def test_an_unknown_stage_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="stage must be one of"):
+        bench.run_stage("nope", tmp_path)

@@ -1,0 +1,70 @@
+"""The engine stands apart from the course: it imports none of it, reads no setting about the
+book, and changes no global setting when imported or called."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "minirlhf"
+ENGINE = sorted(p for p in PACKAGE.glob("*.py"))
+ENTRY_POINTS = {"bench.py", "experiment.py"}  # may choose the thread count, in their main()
+
+
+def imported_modules(path):
+    """Return the modules a file imports, relative imports resolved against the package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = "minirlhf" + ("." + node.module if node.module else "")
+                found.update([base] + [f"{base}.{a.name}" for a in node.names])
+            else:
+                found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("path", ENGINE, ids=lambda p: p.name)
+def test_the_engine_imports_nothing_from_the_course_or_the_studies(path):
+    bad = {m for m in imported_modules(path) if m.startswith(("minirlhf.course", "minirlhf.studies"))}
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", ENGINE, ids=lambda p: p.name)
+def test_the_engine_reads_no_book_setting_and_sets_threads_only_in_entry_points(path):
+    text = path.read_text()
+    assert "BUILDING_BOOK" not in text and "allow_stdin" not in text and "GRADING" not in text
+    tree = ast.parse(text)
+    for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        sets_threads = any(isinstance(c, ast.Attribute) and c.attr == "set_num_threads" for c in ast.walk(func))
+        if sets_threads:
+            assert path.name in ENTRY_POINTS and func.name in ("main", "_work"), f"{path.name}:{func.name}"
+    module_level = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    assert not any(isinstance(c, ast.Attribute) and c.attr == "set_num_threads"
+                   for n in module_level for c in ast.walk(n)), path.name
+
+
+def test_importing_and_calling_the_engine_leaves_the_thread_count_alone(tmp_path):
+    code = (
+        "import torch\n"
+        "torch.set_num_threads(2)\n"
+        "import minirlhf, minirlhf.ppo, minirlhf.experiment, minirlhf.store\n"
+        "from minirlhf.sft import SFTConfig\n"
+        "minirlhf.store.load_sft(SFTConfig(steps=1, batch_size=4), progress=False)\n"
+        "print(torch.get_num_threads())\n"
+    )
+    env = {"MINIRLHF_OUTPUTS": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "2"
+
+
+def test_the_public_face_exports_what_a_user_calls():
+    import minirlhf
+
+    for name in ("ppo_train", "PPOConfig", "SFTConfig", "RMConfig", "rm_reward", "verifier_reward",
+                 "run_experiment", "kl_penalty", "ppo_rlhf_objective", "load_sft", "load_rm"):
+        assert name in minirlhf.__all__ and callable(getattr(minirlhf, name))
