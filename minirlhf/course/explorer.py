@@ -228,6 +228,7 @@ class _LiveExplorer:
         if idx not in self._cache:
             shown = ", ".join(f"{a.label} = {texts[a.name]}" for a in self._axes)
             self.status.value = f"working on {shown} ..."
+            self.output.outputs = ()  # make room: a progress bar shows here, not below the old figure
             with self.output:  # whatever draw prints or shows (a progress bar) appears here meanwhile
                 self._cache[idx] = _draw_png(self._draw, params, self._dpi)
             self.status.value = ""
