@@ -38,7 +38,6 @@ __all__ = [
 ]
 
 FORMAT = 1  # bump when the file layout changes what a stored setting means
-PACKAGE = __name__.rpartition(".")[0]
 
 
 def models_dir() -> Path:
