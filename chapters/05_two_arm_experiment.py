@@ -370,7 +370,7 @@ def draw_metric(key):
         for arm in ARMS:
             ref = experiment.REFERENCE[arm]
             ax.plot([0, cfg.iterations], [ref["start"], ref["end"]], ls="none",
-                    marker="o", mfc="white", mec=experiment.ARM_COLORS[arm], ms=8,
+                    marker="o", mfc="white", mec=ARM_COLORS[arm], ms=8,
                     mew=1.6, label=f"reference run, {arm} arm")
         ax.legend(frameon=False, fontsize=8, ncol=2)
         return fig

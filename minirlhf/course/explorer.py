@@ -16,13 +16,13 @@ One call, two front ends::
   words) and redraws the figure whenever a slider moves (frames are cached, so going back is
   instant). A slow ``draw`` (one that trains, say) may print or show a progress bar: that
   appears under the sliders while it works, with a status line, and the figure replaces it.
-* While the book is built (:func:`minirlhf.course.frontend.building_book`) there is no kernel behind the page, so it
-  draws every grid point once, up front, and emits a single self-contained ``text/html``
-  output: ``<input type="range">`` sliders with a label showing the current value, an
-  ``<img>`` with alt text showing the default frame, and a few lines of inline JavaScript that
-  swap in the frame of the chosen grid point. No external scripts; without JavaScript the
-  default frame is still there. Element ids come from a hash of the content, so the same call
-  gives byte-identical HTML every time.
+* While the book is built (:func:`minirlhf.course.frontend.building_book`) there is no
+  kernel behind the page, so it draws every grid point once, up front, and emits a single
+  self-contained ``text/html`` output: ``<input type="range">`` sliders with a label showing
+  the current value, an ``<img>`` with alt text showing the default frame, and a few lines of
+  inline JavaScript that swap in the frame of the chosen grid point. No external scripts;
+  without JavaScript the default frame is still there. Element ids come from a hash of the
+  content, so the same call gives byte-identical HTML every time.
 
 ``draw`` receives the grid values as keyword arguments and must return a new Figure; the
 explorer renders it to PNG and closes it. One or two grids are supported (two grids make
@@ -203,17 +203,14 @@ class _LiveExplorer:
 
         self._draw, self._axes, self._alt, self._dpi = draw, axes, alt, dpi
         self._cache: dict[tuple, bytes] = {}
-        self.sliders = [
-            widgets.ToggleButtons(options=list(zip(a.texts, range(len(a.values)))), value=a.start,
-                                  description=a.label, style={"description_width": "initial"})
-            if all(isinstance(v, str) for v in a.values) else
-            widgets.SelectionSlider(
-                options=list(zip(a.texts, range(len(a.values)))), value=a.start, description=a.label,
-                continuous_update=continuous_update, style={"description_width": "initial"},
-                layout=widgets.Layout(width="28em"),
-            )
-            for a in axes
-        ]
+        self.sliders = []
+        for a in axes:
+            common = {"options": list(zip(a.texts, range(len(a.values)))), "value": a.start,
+                      "description": a.label, "style": {"description_width": "initial"}}
+            self.sliders.append(
+                widgets.ToggleButtons(**common) if all(isinstance(v, str) for v in a.values) else
+                widgets.SelectionSlider(**common, continuous_update=continuous_update,
+                                        layout=widgets.Layout(width="28em")))
         self.status = widgets.Label()
         self.output = widgets.Output()
         self.widget = widgets.VBox([*self.sliders, self.status, self.output])
