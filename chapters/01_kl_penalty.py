@@ -251,8 +251,10 @@ except ValueError as err:
 # k3 is k1 plus $r - 1$, a term whose mean under the policy is exactly zero
 # ($\mathbb{E}_q[p/q] = \sum_x p(x) = 1$), so it adds no bias. It is negatively correlated with
 # k1, so it cancels much of k1's noise, and since $\log r \le r - 1$ the sum is never
-# negative. GRPO uses k3 as its KL term {cite}`shao2024deepseekmath`; TRL lets you choose
-# between k1 and k3.
+# negative. GRPO uses k3 as its KL term, in the loss {cite}`shao2024deepseekmath`, and so does
+# TRL's GRPO trainer (`trl/trainer/grpo_trainer.py`); TRL's PPO trainer lets you choose k1 (the
+# default) or k3 for the KL it puts into the reward (`kl_estimator` in
+# `trl/experimental/ppo/ppo_config.py`).
 #
 # To measure the three we need a case where the true KL is known. The note's case: $q$ is the
 # standard normal $\mathcal{N}(0, 1)$, $p = \mathcal{N}(\mu, 1)$, and
@@ -275,8 +277,10 @@ print(estimators.format_study(rows))
 #   noise by $\sqrt{n}$, so a per-token KL of this size needs hundreds of tokens before its
 #   sign is even reliable. This is why a KL logged from a small batch jumps around, and why a
 #   single completion's mean $\mathrm{kl}$ (the exercise's second example) can be negative.
-# - **k3 has the same mean and a fraction of the noise.** Its standard deviation is about
-#   1.4 times the KL at $\mu = 0.1$, and it never goes below zero.
+# - **k3 has the same mean and, near the reference, a fraction of the noise.** Its standard
+#   deviation is about 1.4 times the KL at $\mu = 0.1$, and it never goes below zero. Its lead
+#   shrinks as the divergence grows: at $\mu = 1$ it is 1.695 against k1's 2.000, and a little
+#   further out k1 is the quieter one (we find where below).
 # - **k2 is biased, and the bias grows with the divergence.** The exact bias is $\mu^2/4$ of
 #   the KL: a quarter of a percent at $\mu = 0.1$, a quarter of the whole KL at $\mu = 1$.
 #   Near the reference it is as good as k3; far from it, it overstates the KL.
@@ -319,6 +323,51 @@ print(f"k2 bias / KL at mu = 0.1, exact:       {exact:.5f}")
 #
 # </details>
 #
+# The closed forms tell how far k3's lead reaches. k1's std / KL, $2/\mu$, falls as the
+# divergence grows, while k3's rises from $\sqrt 2$, because $e^{\mu^2}$ takes over. The two are
+# equal where $e^{\mu^2} - 1 - \mu^2 = \mu^2$, that is where $x = \mu^2$ solves $e^x = 1 + 2x$;
+# `estimators.std_crossover` finds that root.
+
+# %%
+mu_cross = estimators.std_crossover()
+print(f"k3 is noisier than k1 beyond mu = {mu_cross:.3f}, "
+      f"a true KL of {estimators.true_kl(mu_cross):.3f}")
+print(f"{'mu':>5}  {'k1 std/KL':>10}  {'k3 std/KL':>10}")
+for mu in (0.1, 0.5, 1.0, mu_cross, 1.5, 2.0):
+    exact = estimators.closed_form(mu)
+    print(f"{mu:5.3f}  {exact['k1'][1]:10.3f}  {exact['k3'][1]:10.3f}")
+
+# %% tags=["hide-input"]
+mus = np.linspace(0.05, 2.0, 400)
+fig, ax = plt.subplots(figsize=(6, 3.2), constrained_layout=True)
+for name, color in (("k1", BLUE), ("k3", GREEN)):
+    ax.plot(mus, [estimators.closed_form(m)[name][1] for m in mus],
+            color=color, lw=2, label=name)
+ax.axvline(mu_cross, color="black", ls=":", lw=1.2,
+           label=f"equal noise, mu = {mu_cross:.2f}")
+ax.set_xlabel("mu, the mean of p = N(mu, 1); q = N(0, 1)")
+ax.set_ylabel("std of one sample / true KL")
+ax.set_yscale("log")
+ax.set_yticks([1, 2, 5, 10, 20, 40], ["1", "2", "5", "10", "20", "40"])
+ax.minorticks_off()
+ax.legend(frameon=False)
+show_figure(
+    fig,
+    alt="The standard deviation of one sample divided by the true KL, "
+        "against mu, for k1 (falling as 2 / mu) and k3 (rising from the "
+        f"square root of 2); the curves cross at mu = {mu_cross:.2f}.",
+    caption="Noise of a single-sample estimate relative to the KL, from "
+            "the closed forms. Left of the dotted line k3 is the quieter "
+            "estimator, right of it k1.",
+)
+
+# %% [markdown]
+# For this pair of Gaussians the crossover sits at a true KL of about 0.63 nats (printed
+# above), far more than the per-token KL of a gently trained policy. Other pairs of
+# distributions cross elsewhere, but the pattern is general: near the reference k3 is much the
+# quieter, and it loses in the tail, where a sample with a large negative $\mathrm{kl}$ makes
+# $e^{-\mathrm{kl}}$, and so k3, explode.
+#
 # The histograms show the same thing sample by sample. Each panel draws single-sample
 # estimates divided by the true KL, so the truth sits at 1.
 
@@ -354,8 +403,15 @@ show_figure(
 # One caution before we use these in training. The table is about the *value* of each
 # estimate. When an estimate is put into a loss and differentiated, as GRPO does with k3, what
 # matters is whether its *gradient* estimates the gradient of the KL, and that is a different
-# question with a different answer. Chapter 2 puts the KL into the reward instead, where only
-# its value is used.
+# question with a different answer. Chapter 2 puts the KL into the reward instead, where the
+# estimate is not differentiated; the choice still matters there. TRL's PPO trainer accepts
+# `kl_estimator="k3"` and then pays each token `non_score_reward = -kl_coef * kl` with
+# `kl = (logr.exp() - 1) - logr`, where `logr = ref_logprobs - logprobs` (k1 is `kl = -logr`;
+# `trl/experimental/ppo/ppo_trainer.py`). A reward moves the policy through the score function,
+# and the push k3 gives that way is the gradient of $\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$
+# *minus* the gradient of the KL in the other direction. [Chapter 6](06_leash_off.ipynb) works
+# this out exactly in its worked answer "why k1 in the reward and not k3", and in its example
+# that leash pulls away from the reference. In the reward, k1 gives the right push on average.
 #
 # ## The leash in numbers: a $\beta$ slider
 #
@@ -449,11 +505,11 @@ explore(
 # Both placements charge a completion the same total, $\beta \sum_t \mathrm{kl}_t$; they differ
 # in *which* tokens see which part of it.
 #
-# - **Per token** (InstructGPT, TRL): token $t$ gets $r_t = -\beta\,\mathrm{kl}_t$, and the last
-#   token also gets $R$. The return from token $t$ onwards,
-#   $G_t = R - \beta \sum_{t' \ge t} \mathrm{kl}_{t'}$, charges token $t$ for its own divergence and
-#   the divergence of what follows it, which it influences, but not for the tokens before it,
-#   which it cannot change.
+# - **Per token** (InstructGPT; TRL's `trl/experimental/ppo/ppo_trainer.py`): token $t$
+#   gets $r_t = -\beta\,\mathrm{kl}_t$, and the last token also gets $R$. The return from token
+#   $t$ onwards, $G_t = R - \beta \sum_{t' \ge t} \mathrm{kl}_{t'}$, charges token $t$ for its own
+#   divergence and the divergence of what follows it, which it influences, but not for the
+#   tokens before it, which it cannot change.
 # - **Once per sequence**: all of $R - \beta \sum_t \mathrm{kl}_t$ is paid at the end, so every
 #   token's return is the same number, including the divergence of earlier tokens.
 #
@@ -506,8 +562,10 @@ for name, r in (("per-token", per_token), ("per-sequence", per_sequence)):
 # tighter leash), a KL below it lowers $\beta$. The clip bounds the error at 20%, so one wild,
 # noisy KL estimate (remember k1's spread) cannot swing $\beta$ far, and the horizon sets the
 # speed: $\beta$ changes by at most a factor $1 \pm 0.2\, n_{\text{steps}}/\text{horizon}$ per
-# batch, about $e^{\pm 0.2}$ over one horizon's worth of samples. Early versions of TRL shipped
-# it by default with a target of 6 nats per completion and a horizon of 10,000 samples.
+# batch, about $e^{\pm 0.2}$ over one horizon's worth of samples. TRL's original PPO trainer,
+# up to version 0.11, switched it on by default (`adap_kl_ctrl=True` in
+# `trl/trainer/ppo_config.py`), with a target of 6 nats per completion and a horizon of 10,000
+# samples; the PPO trainer that replaced it has a fixed `kl_coef`.
 #
 # The cell below traces it for a run whose measured KL first overshoots the target and then
 # falls below it. Note how $\beta$ keeps rising while the KL is still above the target, and
@@ -541,8 +599,11 @@ for i, kl_batch in enumerate(measured_kl, 1):
 # - In practice it is estimated from the sampled tokens alone: $\mathrm{kl}_t =
 #   \log\pi_\theta(y_t) - \log\pi_{\mathrm{ref}}(y_t)$ is unbiased, cheap, and noisy, and a single
 #   token's value or a short completion's mean can be negative. Keep the sign.
-# - k3 $= e^{-\mathrm{kl}} - 1 + \mathrm{kl}$ has the same mean with far less noise and is never
-#   negative; k2 $= \mathrm{kl}^2/2$ is close to it near the reference and biased far from it.
+# - k3 $= e^{-\mathrm{kl}} - 1 + \mathrm{kl}$ has the same mean and is never negative; near the
+#   reference it has far less noise than k1, far from it more. k2 $= \mathrm{kl}^2/2$ is close to
+#   k3 near the reference and biased far from it.
+# - These are statements about the *value*. Used as a reward, k3 does not push the policy along
+#   the KL's gradient (chapter 6); k1 does.
 # - $\beta$ trades reward against distance; the adaptive controller sets it from a target KL.
 #
 # ## Exercises

@@ -6,7 +6,9 @@
 # it {cite}`ziegler2019finetuning,stiennon2020summarize`) has two moves: fold the KL penalty
 # into the reward, then hand that *shaped* reward to the ordinary clipped objective of
 # proximal policy optimization, PPO {cite}`schulman2017ppo`. Nothing in the second move
-# knows it is dealing with text.
+# knows it is dealing with text. (InstructGPT's final models add a third move that we leave
+# out: they mix gradients of the pretraining loss into the update, a variant the paper calls
+# PPO-ptx.)
 #
 # You will write `ppo_rlhf_objective`, the number a PPO-RLHF update climbs, see where its
 # clipping cuts the gradient off and why, move $\epsilon$ and $\beta$ over a small batch, and
@@ -21,7 +23,7 @@ import minirlhf
 from minirlhf.course.exercises import check
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.palette import BLUE, GREEN, ORANGE, PINK  # safe for color blindness
-from minirlhf.studies import estimators
+from minirlhf.studies import double_count, estimators
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 
@@ -76,9 +78,37 @@ torch.set_num_threads(1)  # one thread: runs are bit-identical
 # - **The KL uses the current policy.** Here $\mathrm{kl}_i$ is computed from `new_logp`, so it
 #   changes as $\theta$ changes. Real implementations compute the shaped reward *once*, at
 #   rollout time, from the sampling policy's log-probs, and treat it as a constant during the
-#   update {cite}`huang2024nimplementation`. At the first update step the two agree, because
-#   `new_logp` equals `old_logp` there.
+#   update {cite}`huang2024nimplementation` (TRL's PPO trainer does so in
+#   `trl/experimental/ppo/ppo_trainer.py`). At the first update step the two have the same
+#   *value*, because `new_logp` equals `old_logp` there, but not the same gradient:
+#   differentiating $\mathrm{kl}_i$ through `new_logp` lowers each token's
+#   $\partial J / \partial\, \texttt{new\_logp}_i$ by $\beta / N$ at that step. The extra term
+#   averages to zero over tokens sampled from the policy, but not in one batch, and after the
+#   first step the two versions differ on average as well (exercise 3). The cell below shows
+#   the first step on one token.
 # ```
+
+# %%
+def first_step_on_one_token(logp, reward, beta, kl_follows_new):
+    """Return (J, dJ / d new_logp) for one token at the first update step
+    (new = old = ref = logp), with kl from new_logp or held constant."""
+    new_logp = torch.tensor([logp], requires_grad=True)
+    old_logp = ref_logp = torch.tensor([logp])
+    kl = (new_logp if kl_follows_new else old_logp) - ref_logp
+    J = (torch.exp(new_logp - old_logp) * (reward - beta * kl)).mean()
+    (grad,) = torch.autograd.grad(J, new_logp)
+    return J.item(), grad.item()
+
+
+for kl_follows_new, name in ((True, "kl from new_logp"),
+                             (False, "kl held constant")):
+    J, grad = first_step_on_one_token(-2.0, reward=1.0, beta=0.1,
+                                      kl_follows_new=kl_follows_new)
+    print(f"{name:<17} J = {J:.2f}   dJ / d new_logp = {grad:.2f}")
+
+# %% [markdown]
+# The same $J$, and a gradient lower by $\beta$ when the KL follows `new_logp` (one token, so
+# $N = 1$).
 #
 # ## Exercise 2.1: `ppo_rlhf_objective`
 #
@@ -212,6 +242,21 @@ for a, r, term, grad in rows:
 # back up. For $A = -1$ it is the mirror image. Clipping only ever removes the incentive to
 # move further in the direction the advantage already likes; it never blocks a correction.
 #
+# The mirror image is not a perfect one. For $A > 0$ a token's term can never exceed
+# $(1 + \epsilon)A$. For $A < 0$ and a ratio above $1 + \epsilon$ the minimum keeps the
+# unclipped $\mathrm{ratio} \cdot A$, which has no floor: it falls without limit as the ratio
+# grows, and its gradient with respect to the token's log-prob, $\mathrm{ratio} \cdot A$, grows
+# with it. A bad token whose probability has jumped far above the sampling policy's (after
+# many steps on one batch, or with samples from a stale policy in asynchronous training) can
+# then outweigh the rest of the batch. *Dual-clip* PPO {cite}`ye2020dualclip` adds the missing
+# floor: for $A < 0$ the term is $\max\big(\min(\mathrm{ratio}\,A,\ \operatorname{clip}(\mathrm{ratio})\,A),\ c\,A\big)$
+# with a constant $c > 1$ ($c = 3$ in the paper), flat with zero gradient once the ratio passes
+# $c$. TRL's PPO trainer has no such floor (`trl/experimental/ppo/ppo_trainer.py` takes the
+# larger of the two losses, `torch.max(pg_losses, pg_losses2)`, and nothing else). Its GRPO
+# trainer has an option with the same effect: `delta` in `trl/trainer/grpo_config.py`
+# ("two-sided clipping") caps the unclipped ratio at $\delta$ before the minimum, which for
+# $A < 0$ and $\delta > 1 + \epsilon$ is the floor $\delta A$.
+#
 # ## Sliders: $\epsilon$ and $\beta$ over a small batch
 #
 # Six tokens, each with the reward credited to it (in a real batch most tokens get 0 and the
@@ -332,16 +377,19 @@ explore(
 #
 # There are two sound ways to add the leash, and one unsound one.
 #
-# 1. **In the reward** (InstructGPT, TRL's PPO, this book): $A_i = r_i - \beta\,\mathrm{kl}_i$
-#    and $J$ is the clipped surrogate. The dict's `'kl_penalty'` is only a log line.
+# 1. **In the reward** (InstructGPT, TRL's PPO trainer, this book):
+#    $A_i = r_i - \beta\,\mathrm{kl}_i$ and $J$ is the clipped surrogate. The dict's
+#    `'kl_penalty'` is only a log line. TRL computes `non_score_reward = -kl_coef * kl` per token
+#    at rollout time (`trl/experimental/ppo/ppo_trainer.py`).
 # 2. **As a separate loss term** (GRPO {cite}`shao2024deepseekmath`): the advantage comes from
 #    the reward alone, and $\beta$ times the mean k3 estimate of chapter 1 is subtracted from the
-#    clipped surrogate.
+#    clipped surrogate. TRL's GRPO trainer adds `beta * per_token_kl`, a k3, to each token's
+#    loss (`trl/trainer/grpo_trainer.py`).
 # 3. **Both** (a bug): the KL is put into the advantage *and* `'kl_penalty'` is subtracted again.
 #
 # At the first update step the ratio is 1 and nothing is clipped, so each objective is just the
-# mean of its terms. The cell computes all three on our batch at that point and shows that the
-# bug is exactly version 1 with $\beta$ doubled.
+# mean of its terms. The cell computes the value of all three on our batch, at that point and
+# after the update.
 
 # %%
 def J_kl_in_reward(old, new, ref, r, epsilon, beta):
@@ -374,7 +422,7 @@ versions = (("1. KL in the reward", J_kl_in_reward, beta),
             ("   version 1, 2 * beta", J_kl_in_reward, 2 * beta))
 first_step = (new_logp, new_logp, ref_logp, rewards)  # old = new: ratio 1
 after = (old_logp, new_logp, ref_logp, rewards)  # after the update
-print(f"{'':<26}{'first step':>11}{'after':>9}")
+print(f"{'value of J':<26}{'first step':>11}{'after':>9}")
 for name, J, b in versions:
     print(f"{name:<26}{J(*first_step, eps, b):11.4f}"
           f"{J(*after, eps, b):9.4f}")
@@ -382,11 +430,67 @@ for name, J, b in versions:
 # %% [markdown]
 # Versions 1 and 2 differ here because k1 and k3 agree only *on average* over tokens sampled
 # from the policy, not token by token, and six hand-picked tokens are no sample. Both are
-# honest, though: one leash of strength $\beta$. Version 3 equals version 1 with $2\beta$ at
-# the first step of every update (and stays close to it after), while the configuration
-# still says $\beta$. Nothing crashes. With a fixed $\beta$ the only symptom is a KL lower than
-# expected; with an adaptive controller there is not even that, because the controller quietly
-# halves $\beta$ to compensate. That is why the exercise returns `'kl_penalty'` separately and
+# honest, though: one leash of strength $\beta$. The *value* of version 3 equals version 1's
+# with $2\beta$ at the first step of every update (and stays close to it after), while the
+# configuration still says $\beta$.
+#
+# The gradient, which is what moves the policy, tells another story. The extra term
+# $-\beta\,\mathrm{mean}_i(\texttt{new\_logp}_i - \texttt{ref\_logp}_i)$ has the gradient
+# $-\beta\,\mathrm{mean}_i \nabla\log\pi_\theta(y_i)$: it lowers the log-prob of every sampled
+# token by the same weight, good token or bad. At ratio 1 that is exactly what subtracting
+# $\beta$ from every advantage would do, a shift of the baseline, and a baseline changes nothing
+# on average, because $\mathbb{E}_{y \sim \pi_\theta}[\nabla\log\pi_\theta(y)] = 0$. After the
+# first step the tokens still come from $\pi_{\text{old}}$, and the average becomes
+# $-\beta \sum_y \pi_{\text{old}}(y)\,\nabla\log\pi_\theta(y) = \beta\,\nabla\mathrm{KL}(\pi_{\text{old}} \,\|\, \pi_\theta)$:
+# a push *away from the sampling policy*, not toward the reference.
+#
+# To see this without sampling noise, `double_count` (in `minirlhf.studies`) takes a policy
+# over five tokens at one position, $\pi_\theta = \mathrm{softmax}(\theta)$, a reference and a
+# reward per token, and replaces every batch average over $y \sim \pi_{\text{old}}$ by the exact
+# sum over the five tokens weighted by $\pi_{\text{old}}(y)$; torch then differentiates each
+# version's *expected* objective exactly. While no ratio leaves the clip band, the reward's
+# share of the gradient is the same in every version, the gradient of
+# $\mathbb{E}_{\pi_\theta}[r]$ (because $\pi_{\text{old}} \cdot \mathrm{ratio} = \pi_\theta$), so
+# the table shows the rest, each version's *leash*: its size in units of
+# $\beta\,\|\nabla\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})\|$, the pull the setting asks
+# for, and its cosine with $-\nabla\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$, the
+# direction toward the reference. Both at the first step ($\theta = \theta_{\text{old}}$) and
+# after one gradient step on version 1.
+
+# %%
+result = double_count.study(
+    logits_ref=[2.0, 1.0, 0.0, -1.0, 0.5],  # pi_ref = softmax(logits_ref)
+    theta_old=[2.5, 0.4, 0.3, -1.2, 0.9],  # the policy that sampled
+    reward=[1.0, 0.0, 0.5, 0.0, 0.8],  # one reward per token
+    beta=0.5,
+    lr=1.0,  # the size of the one update step
+)
+print(double_count.format_study(result))
+
+# %% [markdown]
+# The update keeps every ratio inside the clip band (0.93 to 1.03), so the reward's share of the
+# gradient is the same in every row and the rows compare leashes alone.
+#
+# - **At the first step the bug is version 1 at $\beta$, not at $2\beta$.** Its leash has size
+#   1.00, like version 1's. Doubling $\beta$ in the reward doubles the pull (2.00); a second copy
+#   subtracted from $J$ adds nothing, and its extra term is exactly zero.
+# - **After one update the extra term points away from $\pi_{\text{old}}$** (cosine +1.00 with
+#   $\nabla\mathrm{KL}(\pi_{\text{old}} \,\|\, \pi_\theta)$). Whether that helps the leash depends
+#   on where the update went. Here it points against the reference (cosine -0.89 with the pull
+#   toward it), and the bug's leash comes out *weaker* than the honest one (0.87). The term is
+#   zero at $\pi_{\text{old}}$ and grows as $\pi_\theta$ moves away from it, so every further
+#   step on the same batch adds to it.
+# - **A double count that does strengthen the leash** is a k3 loss term on top of the KL in the
+#   reward. At the first step the k3 term's expected gradient is exactly
+#   $-\beta\,\nabla\mathrm{KL}(\pi_{\mathrm{ref}} \,\|\, \pi_\theta)$ (size 1.00 and cosine +1.00
+#   in the last lines): the gradient of the KL in the *other* direction, which also pulls
+#   toward the reference, here 1.42 times as hard as the forward one. Together the two pull
+#   with 2.42. After the update the samples still come from $\pi_{\text{old}}$ and nothing
+#   reweights them, so the k3 term is only close to that gradient (1.05).
+#
+# So the bug does not double $\beta$, and nothing crashes: the logged objective counts the
+# penalty twice, while the update feels it once, plus a push away from the policy that sampled
+# the batch. That is why the exercise returns `'kl_penalty'` separately and
 # says *for monitoring only*.
 #
 # ## Two questions, worked
@@ -420,7 +524,8 @@ for name, J, b in versions:
 #
 # Reward hacking is the policy raising the reward model's score by means the reward model
 # overrates. The score itself cannot reveal it, so watch the quantities that move *with*
-# it, each on its own plot and per iteration (TRL's names in brackets):
+# it, each on its own plot and per iteration (in brackets, the names TRL's PPO trainer logs
+# them under in `trl/experimental/ppo/ppo_trainer.py`):
 #
 # - **Mean KL to the reference** (`objective/kl`). A steady climb, or a jump, means the policy is
 #   leaving the region where the reward model was trained. A KL that keeps growing while the
@@ -430,7 +535,7 @@ for name, J, b in versions:
 #   is flat or down is the definition of hacking; chapter 6 shows it happen.
 # - **Response length.** Reward models often like longer answers (or a policy learns to end
 #   early to dodge a penalty); a drift in mean length, or many completions hitting the maximum
-#   without an end token, is a cheap early warning.
+#   without an end token (`val/num_eos_tokens` counts the end tokens), is a cheap early warning.
 # - **Clip fraction** (`policy/clipfrac_avg`). A high fraction of clipped tokens means each
 #   update moves the policy further than PPO's trust region assumes; a sudden rise often comes
 #   with a collapse onto a few exploit strings.
@@ -448,9 +553,11 @@ for name, J, b in versions:
 #   maximizes the clipped surrogate
 #   $\mathrm{mean}_i \min(\mathrm{ratio}_i A_i,\, \mathrm{clip}(\mathrm{ratio}_i)\, A_i)$.
 # - Clipping flattens a token's term once its ratio has left the band in the direction its
-#   advantage rewards; it never blocks a correction.
-# - Put the KL into the reward *or* into the loss, never both: the double count silently
-#   doubles $\beta$.
+#   advantage rewards; it never blocks a correction. For $A < 0$ it sets no floor on a rising
+#   ratio; dual-clip PPO adds one.
+# - Put the KL into the reward *or* into the loss, never both. Subtracting the k1 penalty again
+#   doubles the objective's value but not the pull toward the reference: on average its extra
+#   gradient is zero at the first step and afterwards pushes away from the sampling policy.
 #
 # ## Exercises
 #
@@ -463,10 +570,21 @@ for name, J, b in versions:
 #    `new_logp`, what gradient do they still get, and from where?
 # 3. **The KL as a constant.** Real code computes the shaped reward from the *sampling* policy.
 #    Replace `new - ref` by `old - ref` in the advantage and compare $J$ and its gradients with
-#    the version above at the first update step and after it.
+#    the version above at the first update step and after it. Then compare their *expected*
+#    gradients with `double_count.objectives` (`"kl in reward"` against
+#    `"kl fixed at rollout"`): which one equals the gradient of
+#    $\mathbb{E}[r] - \beta\,\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$ after an update, and why?
 # 4. **k3 in the reward.** Use `estimators.k3(new, ref)` instead of `new - ref` in the shaped
 #    advantage. For which tokens of the batch does the advantage change most, and why?
-# 5. **The double count in general.** Show that at ratio 1 the bug equals version 1 with
-#    $2\beta$ for *any* batch, and find a batch and settings where the two differ after an update.
-# 6. **A negative advantage, a rising ratio.** For $A < 0$ the surrogate is unbounded below as
-#    the ratio grows. Why is that harmless for an optimizer that *maximizes* $J$?
+# 5. **The double count in general.** Show that at ratio 1 the bug's *value* equals version 1's
+#    with $2\beta$ for any batch, while its gradient with respect to each `new_logp` equals
+#    version 1's at $\beta$ minus $\beta / N$. Then prove
+#    $\sum_y \pi_{\text{old}}(y)\,\nabla\log\pi_\theta(y) = -\nabla\mathrm{KL}(\pi_{\text{old}} \,\|\, \pi_\theta)$,
+#    and rerun `double_count.study` with other rewards and a larger `lr`: when does the extra
+#    term strengthen the leash, and when does it weaken it? (Watch the printed ratios: once
+#    one leaves the clip band, the reward's share of the gradient differs between versions.)
+# 6. **A negative advantage, a rising ratio.** For $A = -1$, compute a token's term and its
+#    gradient with respect to `new_logp` at ratios 1.5, 3 and 10. How large a share of a
+#    batch's gradient can that one token take? Add the dual-clip floor
+#    $\max(\text{term},\, c\,A)$ for $A < 0$, with $c = 3$, to `clipped_surrogate`, and check
+#    that the gradient is unchanged below ratio $c$ and zero above it.

@@ -31,6 +31,7 @@ from minirlhf.course.frontend import someone_watching
 from minirlhf.experiment import REFERENCE
 from minirlhf.model import completion_mask, generate, make_generator, n_params
 from minirlhf.palette import BLUE, ORANGE  # safe for color blindness
+from minirlhf.studies import rm_blind_spot
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
@@ -69,14 +70,17 @@ print("\n".join(rows))  # one print per cell keeps the output in one piece
 # is the true sum, 0 otherwise. An answer that does not parse (no `;` within 4 tokens,
 # nothing before the `;`, a leading zero) is *malformed*. Wrong answers come in kinds that
 # matter later: a *near-miss* is a wrong answer within 10 of the true sum (for 68, anything
-# from 58 to 78), the ones digit wrong or the tens digit off by one: the slip of someone who
-# has the size of the answer right. Anything else that parses is *other wrong*. The *completion mask* marks the tokens that belong to the answer: 1 up to and
-# including the first `;`, 0 after it.
+# from 58 to 78), the slip of someone who has the size of the answer right. Compared with
+# the truth digit by digit, a near-miss differs in the ones digit only (for 68: 60 to 67,
+# and 69), in the tens digit only, by one (58 and 78), or in several digits (59, and 70 to
+# 77; near 100 some also change the length, as 98 does for 102). Anything else that parses
+# is *other wrong*. The *completion mask* marks the tokens that belong to the answer: 1 up
+# to and including the first `;`, 0 after it.
 
 # %%
 rows = ["completion  read as  parsed  kind          reward  mask"]
-for text in ["68;;", "67;;", "78;;", "60;;", "86;;", "6;;;", "068;", ";;;;",
-             "6868"]:
+for text in ["68;;", "67;;", "78;;", "71;;", "60;;", "86;;", "6;;;", "068;",
+             ";;;;", "6868"]:
     ids = torch.tensor([task.encode(text)])  # (1, 4)
     read = task.decode_completions(ids)[0]
     mask = completion_mask(ids)[0].int().tolist()
@@ -365,9 +369,11 @@ print(f"greedy accuracy on the 400 eval prompts after {stop} steps\n"
 #   would have given a noticeably different starting point, which is why the book fixes
 #   the seed and the step count.
 #
-# In real RLHF, SFT is trained to convergence on its demonstrations; the room that RL
-# fills comes from everything the demonstrations never covered. Stopping early is this
-# book's way of making that room on a task small enough to train in seconds.
+# InstructGPT, far from stopping early, trained its SFT model for 16 epochs, although the
+# validation loss showed overfitting after the first, because the further epochs still raised
+# the RM score and human preference ratings {cite}`ouyang2022instructgpt`. In real RLHF, the
+# room that RL fills comes from everything the demonstrations never covered. Stopping early
+# is this book's way of making that room on a task small enough to train in seconds.
 #
 # ## What the partial policy writes
 #
@@ -387,7 +393,8 @@ print("\n".join(rows))
 
 # %% [markdown]
 # And the kinds over all 400 prompts, greedy and sampled at temperature 0.7, the temperature
-# chapter 5 samples at:
+# chapter 5 samples at; then where the greedy near-misses differ from the truth, beside the
+# same split of the near-misses of 68 and of every near-miss the 400 sums have:
 
 # %%
 sampled = generate(policy, eval_prompts, temperature=0.7,
@@ -399,14 +406,37 @@ for name, done in (("greedy", greedy), ("temp 0.7", sampled)):
                 + "".join(f"{found.count(k):>13}" for k in task.KINDS))
 wrong = [k for k in kinds if k != "correct"]
 rows += ["", "share of the greedy mistakes that are near-misses: "
-         f"{wrong.count('near_miss') / len(wrong):.2f}"]
+         f"{wrong.count('near_miss') / len(wrong):.2f}", ""]
+# Where each near-miss differs from the truth: every near-miss of the 400 true sums (the
+# window), and the near-misses the policy writes greedily.
+truths = eval_pairs.sum(1).tolist()
+window = rm_blind_spot.composition(truths)
+written = dict.fromkeys(window, 0)
+for t, text in zip(truths, texts):
+    answer = task.parse_completion(text)
+    if answer is not None and task.is_near_miss(t, answer):
+        written[rm_blind_spot.near_miss_class(t, answer)] += 1
+rows.append(f"{'share of the near-misses that differ in':<40}"
+            "ones digit only  tens digit only  several digits")
+for name, counts in ((f"the {len(task.near_misses(68))} near-misses of 68",
+                      rm_blind_spot.composition([68])),
+                     ("every near-miss of the 400 sums", window),
+                     (f"the policy's {sum(written.values())} greedy near-misses",
+                      written)):
+    total = sum(counts.values())
+    shares = [counts[c] / total for c in rm_blind_spot.NEAR_MISS_CLASSES]
+    rows.append(f"  {name:<38}{shares[0]:>15.2f}{shares[1]:>17.2f}"
+                f"{shares[2]:>16.2f}")
 print("\n".join(rows))
 
 # %% [markdown]
 # The policy almost always writes a well-formed number, and when it is wrong, it is mostly
-# close: near-misses, answers of about the right size with a digit slipped. Keep that in
-# mind. The next chapter trains a reward model to judge these answers, and
-# near-misses are exactly the answers it will find hardest to tell from the truth.
+# close: near-misses, answers of about the right size. About half of its near-misses get
+# only the ones digit wrong, and a tens digit alone off by one is far more common among them
+# than among all the near-misses of the same sums (exercise 4 asks where those come from).
+# Keep that in mind. The next chapter trains a reward model to judge these answers, and
+# near-misses, a wrong ones digit above all, are the answers it will find hardest to tell
+# from the truth.
 #
 # ## Summary
 #
@@ -435,7 +465,8 @@ print("\n".join(rows))
 #    the log-probs need `temperature=0.7`.
 # 4. **Where it fails.** Split the evaluation prompts by whether the ones digits carry
 #    (`a % 10 + b % 10 >= 10`) and by the number of digits of the sum. Which groups does the
-#    partial policy get wrong most, and in which digit are its near-misses off?
+#    partial policy get wrong most, and in which digits are its near-misses off
+#    (`rm_blind_spot.near_miss_class` sorts them)?
 # 5. **Discounting.** RL often discounts future rewards by $\gamma < 1$. With a single reward
 #    at the end of a 2 to 4 token episode, what would $\gamma = 0.9$ change in the returns of
 #    the table above? Would it favour short answers?

@@ -32,8 +32,9 @@ from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.experiment import REFERENCE
 from minirlhf.model import (GPTConfig, TinyGPT, generate, make_generator,
-                            reward_scores)
-from minirlhf.palette import BLUE, GREEN, ORANGE, PINK  # safe for color blindness
+                            n_params, reward_scores)
+from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY  # safe for color blindness
+from minirlhf.studies import rm_blind_spot
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
@@ -47,8 +48,8 @@ def signed(x, width=0):
 # %% [markdown]
 # ## Preference pairs
 #
-# InstructGPT's labellers saw several completions of one prompt and ranked them; every two
-# completions of a ranking make one training pair, the better one *chosen* and the worse one
+# InstructGPT's labellers saw 4 to 9 completions of one prompt and ranked them; every two
+# completions of a ranking make one comparison, the better one *chosen* and the worse one
 # *rejected* {cite}`ouyang2022instructgpt`. Our labeller is a program with one simple taste:
 # for each prompt it prefers the correct answer to a wrong number drawn at random between 0
 # and 198. The random numbers are never the truth and never a near-miss (a wrong answer
@@ -167,8 +168,9 @@ print("\n".join(rows))
 #
 # - **Pair accuracy** uses a random wrong number as the rejected answer, the same kind of
 #   pair as in training: the fraction where $r(\text{correct}) > r(\text{wrong})$.
-# - **Near-miss accuracy** uses a near-miss instead: `68;` against a number from `58;` to
-#   `78;`, a kind of pair the RM was never shown.
+# - **Near-miss accuracy** uses a near-miss instead, drawn at random from the 20 numbers
+#   within 10 of the truth: `68;` against one of `58;` to `78;`, a kind of pair the RM was
+#   never shown.
 
 # %%
 rm, _ = store.load_rm(progress=PROGRESS)
@@ -188,77 +190,125 @@ print("\n".join(rows))
 
 # %% [markdown]
 # On the kind of pair it was trained on, the RM is right most of the time and by a wide
-# margin. On near-misses it is barely better than a coin toss, and its margin shrinks to
-# almost nothing. The same happens in the book's reference run, with somewhat different
-# numbers: the scale of RM scores is arbitrary, and a different run lands elsewhere, but the
-# gap between the two accuracies is the point.
+# margin. On near-misses, taken together, it is right only a little more often than a coin
+# toss, and its mean margin is a small fraction of the margin on garbage. The same happens in
+# the book's reference run, with somewhat different numbers: the scale of RM scores is
+# arbitrary, and a different run lands elsewhere, but the gap between the two accuracies is
+# the point. Near-misses are not all alike, though: *Seeing the blind spot*, below, splits
+# them.
 #
-# ## Seeing the blind spot
+# ### How InstructGPT trained its reward model, and how ours differs
 #
-# Split the wrong answers by kind and look at every held-out margin, not just the mean. Four
-# kinds: a random wrong number (garbage, as in training); the true sum with the ones digit
-# off by one (`68` to `67` or `69`); with the tens digit off by one (`58` or `78`); and an
-# answer of the wrong length (`6` or `683`, a digit dropped or added).
+# The loss is InstructGPT's; the rest differs in three ways {cite}`ouyang2022instructgpt`.
+#
+# - **A whole ranking per batch element.** A ranking of $K$ completions (InstructGPT's
+#   labellers ranked $K = 4$ to $9$) gives $\binom{K}{2}$ comparisons, 6 to 36 of them, and
+#   they are strongly correlated: each completion takes part in $K - 1$ of them. Shuffled into
+#   the data set as separate pairs, they made the RM overfit within a single epoch. So all
+#   $\binom{K}{2}$ comparisons of one prompt went into one batch element, with the loss
+#   averaged over them, and each completion needed one forward pass, $K$ in all, instead of
+#   one per comparison. Our labeller hands over two completions per prompt: $K = 2$, one
+#   comparison, and a batch element is one pair, so the two ways coincide: two completions
+#   scored per comparison. Nor is there an epoch to overfit in, since every step draws new
+#   pairs.
+# - **A bias that puts the zero at the demonstrations.** A constant added to every score
+#   leaves the Bradley–Terry loss unchanged, so InstructGPT fixed the constant afterwards,
+#   with a bias that makes the labellers' demonstrations score 0 on average before RL
+#   starts. Ours has no such bias, and its zero is wherever training left it: on the
+#   held-out prompts the correct answers, which play the demonstrations' part, score on
+#   average the number printed below, not 0. Chapter 5 standardizes the scores of each
+#   batch, which removes any constant, so the bias would change nothing there; it would only
+#   let a single score be read on its own, as above or below the demonstrations' average.
+# - **A judge smaller than the judged.** InstructGPT used a 6B-parameter RM for its
+#   175B-parameter policy. Ours is the policy's network with a one-number head, as large as
+#   the policy give or take the head (both counts are printed below). The judge here is no
+#   smaller than the judged; whatever it misses, it misses for other reasons, and the
+#   sections below measure them.
 
 # %%
-KIND_LABELS = {
-    "random": "random garbage\n(as in training)",
-    "ones_off_by_one": "ones digit\noff by one",
-    "tens_off_by_one": "tens digit\noff by one",
-    "wrong_length": "wrong length\n(digit dropped or added)",
-}
-by_kind = {kind: rmlib.pair_margins(rm, kind).numpy() for kind in KIND_LABELS}
-rows = ["kind               pairs   mean margin   ranked right"]
-for kind, m in by_kind.items():
-    rows.append(f"{kind:<18} {len(m):>5}   {signed(m.mean(), 11)}   "
-                f"{(m > 0).mean():>12.3f}")
-print("\n".join(rows))
+eval_pairs = task.eval_pairs()  # (400, 2): held out
+eval_prompts = task.encode_prompts(eval_pairs)  # (400, 6)
+with torch.no_grad():
+    correct = task.correct_completions(eval_pairs)  # (400, 4)
+    r_true = reward_scores(rm, eval_prompts, correct)  # (400,)
+print(f"mean score of the correct answers, 400 held-out prompts: "
+      f"{signed(r_true.mean())}\n"
+      f"parameters: reward model {n_params(rm):,}; policy "
+      f"{n_params(TinyGPT(GPTConfig())):,}")
+
+# %% [markdown]
+# ## Seeing the blind spot
+#
+# Near-miss accuracy lumps together answers that are wrong in different places. Compared
+# with the truth digit by digit (chapter 3), a near-miss differs in the ones digit only (for
+# 68: 60 to 67, and 69), in the tens digit only, by one (58, 78), or in several digits (59,
+# and 70 to 77; all of these change the tens digit too). The next cell scores *every*
+# near-miss of each of the 400 held-out sums against the truth, about twenty per prompt, and
+# sets the three classes beside two kinds of far-off wrong answer, one per prompt: garbage,
+# as in training, and the true sum with a digit dropped or added (`6` or `683`). Pairs that
+# share a prompt also share the score of its correct answer, so they are not independent:
+# the 95% intervals come from resampling prompts, not pairs.
+
+# %%
+table = rm_blind_spot.blind_spot_table(rm)  # every near-miss: about 8,000 pairs
+print(rm_blind_spot.format_table(table))
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(8, 4.2), constrained_layout=True)
+KIND_LABELS = {
+    "random": "garbage\n(as in training)",
+    "wrong_length": "digit dropped\nor added",
+    "tens_digit": "near-miss:\ntens digit only",
+    "several_digits": "near-miss:\nseveral digits",
+    "ones_digit": "near-miss:\nones digit only",
+}
+by_kind = {kind: table[kind]["margins"] for kind in KIND_LABELS}
+fig, ax = plt.subplots(figsize=(8.4, 4.4), constrained_layout=True)
 rng = np.random.default_rng(0)  # horizontal jitter only
-colors = [BLUE, ORANGE, PINK, GREEN]
+colors = [BLUE, GREEN, PINK, SKY, ORANGE]
 for x, ((kind, m), color) in enumerate(zip(by_kind.items(), colors)):
-    ax.scatter(x + rng.uniform(-0.28, 0.28, len(m)), m, s=7, alpha=0.35,
-               color=color, lw=0)
+    ax.scatter(x + rng.uniform(-0.28, 0.28, len(m)), m, s=6,
+               alpha=min(0.35, 250 / len(m)), color=color, lw=0)
     ax.boxplot(m, positions=[x], widths=0.62, showfliers=False,
                medianprops={"color": "black"}, whiskerprops={"color": "grey"},
                capprops={"color": "grey"}, boxprops={"color": "grey"})
     ax.scatter([x], [m.mean()], marker="D", s=46, color="black", zorder=4,
                label="mean" if x == 0 else None)
-    ax.annotate(f"mean {signed(m.mean())}\nright {(m > 0).mean():.0%}",
+    ax.annotate(f"mean {signed(m.mean())}\nright {(m > 0).mean():.3f}",
                 (x, m.max()), xytext=(0, 6), textcoords="offset points",
                 ha="center", va="bottom", fontsize=10)
 ax.axhline(0, color="black", lw=0.9, ls="--", label="margin 0: no preference")
 ax.set_xticks(range(len(by_kind)), list(KIND_LABELS.values()))
 ax.set_ylabel("margin r(correct) − r(wrong)\n(reward-model units)")
-ax.set_xlabel("kind of wrong answer (400 held-out prompts each)")
+ax.set_xlabel("kind of wrong answer, on the 400 held-out prompts")
 ax.set_ylim(min(m.min() for m in by_kind.values()) - 0.8,
             max(m.max() for m in by_kind.values()) + 3.2)
-ax.legend(frameon=False, loc="lower right")
+ax.legend(frameon=False, loc="upper right")
 show_figure(
     fig,
     alt="Strip and box plots of the reward model's margin per held-out "
-        "pair, by kind of wrong answer. Random garbage: mean "
-        f"{signed(by_kind['random'].mean())}, ranked right "
-        f"{(by_kind['random'] > 0).mean():.0%}. Ones digit off by one: mean "
-        f"{signed(by_kind['ones_off_by_one'].mean())}, "
-        f"{(by_kind['ones_off_by_one'] > 0).mean():.0%}. Tens digit off by "
-        f"one: mean {signed(by_kind['tens_off_by_one'].mean())}, "
-        f"{(by_kind['tens_off_by_one'] > 0).mean():.0%}. Wrong length: mean "
-        f"{signed(by_kind['wrong_length'].mean())}, "
-        f"{(by_kind['wrong_length'] > 0).mean():.0%}. The two near-miss "
-        "kinds sit on the zero line.",
+        "pair, by kind of wrong answer. "
+        + " ".join(f"{label.replace(chr(10), ' ')}: mean "
+                   f"{signed(by_kind[kind].mean())}, ranked right "
+                   f"{(by_kind[kind] > 0).mean():.3f}."
+                   for kind, label in KIND_LABELS.items())
+        + " The garbage and dropped-or-added margins lie far above zero; the "
+        "near-miss margins crowd around zero, the ones-digit ones centred on it.",
     caption="The reward model's margin r(correct) − r(wrong) on held-out "
-            "prompts, per pair (dots), with box and mean (diamond). Above "
-            "the dashed line the RM ranks the correct answer higher.",
+            "prompts, per pair (dots), with box and mean (diamond): one pair "
+            "per prompt for the far-off kinds, every near-miss of each prompt "
+            "for the others. Above the dashed line the RM ranks the correct "
+            "answer higher.",
 )
 
 # %% [markdown]
-# Garbage and answers of the wrong length are pushed far below the correct answer. The two
-# near-miss kinds collapse onto the zero line, and the RM is right about those pairs only a
-# little more often than a coin toss would be. Here is one prompt up close, `23+45=`, with
-# the RM's score of a handful of answers, from its favourite down:
+# Garbage and answers with a digit dropped or added are pushed far below the correct answer.
+# The near-misses are not: their margins crowd around the zero line, and how far above it
+# depends on where the slip is. A tens digit off by one is caught more often than not, though
+# by a small mean margin; near-misses that change several digits do a little worse; and a
+# wrong ones digit is hardly caught at all: its accuracy is close to a coin toss's, and its
+# mean margin close to zero. The RM spots garbage, sees a slip in the tens digit dimly, and
+# is blind to the ones digit. Here is one prompt up close, `23+45=`, with the RM's score of
+# a handful of answers, from its favourite down:
 
 # %%
 a, b = 23, 45
@@ -276,10 +326,10 @@ print("\n".join(rows))
 # %% [markdown]
 # The truth does not stand out from the crowd of answers of about the right size,
 # near-misses and other wrong numbers alike; only the answers of the wrong size are pushed
-# far down. A policy trained against this RM would be paid about the same for a near-miss as
-# for the truth.
+# far down. On this prompt, a policy trained against the RM would be paid about as much for
+# `67;` or `60;` as for `68;`, and more for `78;`.
 #
-# ## Why it cannot see near-misses
+# ## Why it cannot see the ones digit
 #
 # Three causes, each measurable.
 #
@@ -341,12 +391,7 @@ def moved_digit(truth, place, k, g):
     return torch.where(use_up, up, down), up_ok | down_ok
 
 
-eval_pairs = task.eval_pairs()  # (400, 2): held out
-eval_truth = eval_pairs.sum(1)
-eval_prompts = task.encode_prompts(eval_pairs)
-with torch.no_grad():
-    correct = task.correct_completions(eval_pairs)  # (400, 4)
-    r_true = reward_scores(rm, eval_prompts, correct)  # (400,)
+eval_truth = eval_pairs.sum(1)  # (400,); r_true holds the RM's scores of them
 g = make_generator(5)
 ks = np.arange(1, 10)
 moved = {}  # place -> (mean margin, fraction ranked right, pairs) per k
@@ -404,8 +449,9 @@ show_figure(
 
 # %% [markdown]
 # The tens digit behaves like a sense of size: the further it moves, the more the RM
-# dislikes the answer, and one step away it hardly notices. The ones digit barely registers at
-# all, at any distance. The RM has learned roughly how large the sum of two numbers is, which
+# dislikes the answer; one step away, the step a tens-digit near-miss takes, it notices only
+# weakly, as the tens-digit row of the table in *Seeing the blind spot* showed. The ones
+# digit barely registers at all, at any distance. The RM has learned roughly how large the sum of two numbers is, which
 # is enough for nearly every pair it was shown, and not the last digit, which only the
 # arithmetic can tell.
 #
@@ -415,14 +461,16 @@ show_figure(
 # for only 100 steps, and, as the Bradley–Terry gradient showed, pairs that are already
 # ranked right by a comfortable margin stop contributing, so once the sense of size is good
 # enough the loss has little left to push with, and no pair ever points it at the last
-# digit. Longer training might sharpen the sense of size enough to catch some tens-digit
-# near-misses, but nothing in the data asks for the last digit. The exercises at the end let
-# you test both: train longer, or put near-misses into the pairs.
+# digit. Longer training might sharpen the sense of size enough to catch more of the
+# tens-digit near-misses, but nothing in the data asks for the last digit. The exercises at
+# the end let you test both: train longer, or put near-misses into the pairs.
 #
 # ## What this means for RLHF
 #
 # Take the partial policy of chapter 3 and score its own greedy answers with the RM, grouped
-# by what the verifier says they are.
+# by what the verifier says they are. Then, prompt by prompt, ask what the RM would pay for
+# the truth instead of the policy's wrong answer: the margin r(truth) − r(the policy's
+# answer) on the same prompt, with the near-misses split as before.
 
 # %%
 policy, _ = store.load_sft(progress=PROGRESS)
@@ -436,13 +484,35 @@ for kind in task.KINDS:
     if chosen.any():
         mean = scores[chosen].mean()
         rows.append(f"{kind:<20} {chosen.sum():>7}   {signed(mean, 13)}")
+
+gain = r_true.numpy() - scores  # (400,): r(truth) - r(the policy's answer)
+groups = {rm_blind_spot.LABELS[c]: [] for c in rm_blind_spot.NEAR_MISS_CLASSES}
+groups |= {"every near-miss": [], "other wrong": []}
+for truth, text, kind, d in zip(eval_truth.tolist(), task.decode_completions(greedy),
+                                kinds, gain):
+    if kind == "near_miss":
+        c = rm_blind_spot.near_miss_class(truth, task.parse_completion(text))
+        groups[rm_blind_spot.LABELS[c]].append(d)
+        groups["every near-miss"].append(d)
+    elif kind == "other_wrong":
+        groups["other wrong"].append(d)
+rows += ["", "the policy's wrong answer      count   r(truth) - r(answer)   "
+         "truth scores higher"]
+for name, d in groups.items():
+    d = np.array(d)
+    rows.append(f"{name:<28} {len(d):>7}   {signed(d.mean(), 20)}   "
+                f"{(d > 0).mean():>19.2f}")
 print("\n".join(rows))
 
 # %% [markdown]
 # The policy's near-misses score close to its correct answers, much closer than its other
-# wrong answers do. An optimizer that maximizes this RM gains little by turning a near-miss
-# into the right answer, and loses little by turning a right answer into a near-miss. That is the reward model chapter
-# 5 hands to PPO, next to the verifier, to see which of the two makes the policy better at
+# wrong answers do. Prompt by prompt it is starker: where the policy writes a near-miss, the
+# RM scores the truth higher in fewer than half of the prompts, and by little on average;
+# where only the ones digit is wrong, it prefers the policy's slip more often than the truth.
+# Only the policy's few other wrong answers would clearly pay to fix. An optimizer that
+# maximizes this RM gains little by turning a near-miss into the right answer, and loses
+# little by turning a right answer into a near-miss. That is the reward model chapter 5
+# hands to PPO, next to the verifier, to see which of the two makes the policy better at
 # arithmetic. Gao et al. measured the same pattern at scale: optimizing a learned reward
 # raises its score past the point where the true quality starts to fall
 # {cite}`gao2023scaling`.
@@ -454,9 +524,10 @@ print("\n".join(rows))
 #   it stays finite.
 # - The loss sees only margins between the completions it is shown. The RM learns whatever
 #   separates those pairs most cheaply, here the rough size of the answer.
-# - On held-out pairs like its training pairs it is accurate; on near-misses, which its data
-#   never contrasted, it is close to a coin toss, and so are its scores of the policy's own
-#   near-misses.
+# - On held-out pairs like its training pairs it is accurate. Near-misses, which its data
+#   never contrasted, it ranks right only a little more often than a coin toss: it catches a
+#   tens digit off by one more often than not, by a small margin, and is blind to a wrong
+#   ones digit. On the policy's own near-misses it prefers the truth less than half the time.
 #
 # ## Exercises
 #

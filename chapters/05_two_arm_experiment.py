@@ -14,8 +14,9 @@
 # | rm | the reward model's score | 0.5, a strong leash |
 # | verifier | the exact checker: 1 if the sum is right, else 0 | 0.08, a light leash that guards the answer format |
 #
-# You will write the loss that drives both runs, repeat the experiment over several seeds, and
-# read from the curves what the optimizer did with each reward. The short version: it
+# You will write the two pieces that drive both runs (the advantages, with the leash inside
+# the reward, and the loss), repeat the experiment over several seeds, and read from the
+# curves what the optimizer did with each reward. The short version: it
 # maximized the number it was handed.
 #
 # ```{admonition} What you need
@@ -113,18 +114,35 @@ for i in range(len(pairs)):
 # 1. **Rollout.** Sample one completion for each of 64 training prompts at temperature 0.7
 #    and keep each token's log-prob under the sampling policy, `old_logp`, and under the
 #    frozen reference, `ref_logp`.
-# 2. **Score.** One reward per completion, at its end: the RM's score or the verifier's 1 or 0.
-# 3. **Advantages.** The baseline is the mean reward of the batch, and the advantage is
-#    standardized and clipped, $\hat A = \mathrm{clip}\big((r - \bar r)/(\sigma_r + 10^{-4}), -3, 3\big)$,
-#    one number per completion, shared by all of its tokens.
-# 4. **The leash.** Per token, $\mathrm{kl}_t = \mathrm{clamp}(\texttt{old\_logp}_t - \texttt{ref\_logp}_t, -10, 10)$,
-#    computed once from the policy that sampled, and subtracted from the advantage:
-#    $A_t = \hat A - \beta\, \mathrm{kl}_t$.
+# 2. **Score.** One number per completion, at its end: the RM's score or the verifier's 1 or
+#    0, standardized over the batch and clipped,
+#    $z = \mathrm{clip}\big((s - \bar s)/(\sigma_s + 10^{-4}), -3, 3\big)$.
+# 3. **The leash, in the reward.** Per token,
+#    $\mathrm{kl}_t = \mathrm{clamp}(\texttt{old\_logp}_t - \texttt{ref\_logp}_t, -10, 10)$,
+#    computed once from the policy that sampled. Each completion token earns the reward
+#    $r_t = -\beta\,\mathrm{kl}_t$, and the last one earns $z$ on top.
+# 4. **Advantages.** The return from each token to the end, $G_t = r_t + r_{t+1} + \dots$, minus
+#    a baseline: the batch mean of $G_t$ over the completions that reach position $t$.
 # 5. **Update.** Two gradient steps on the clipped surrogate of chapter 2, averaged over the
 #    completion tokens only (the mask), then throw the batch away and sample a new one.
 # 6. **Evaluate.** Greedy answers to the 400 fixed evaluation prompts: the true accuracy (the
 #    verifier), the RM's mean score of those answers (the proxy the rm arm optimizes), and the
 #    per-token KL from the policy to the reference.
+#
+# **What kind of algorithm this is.** There is no critic here: the baseline is a batch mean,
+# not a learned value function. That makes the loop clipped policy gradient with a batch
+# baseline, closer to REINFORCE with a baseline {cite}`williams1992reinforce`, to RLOO
+# {cite}`ahmadian2024rloo` and to GRPO {cite}`shao2024deepseekmath` than to the PPO of
+# InstructGPT {cite}`ouyang2022instructgpt`. Full PPO-RLHF adds three things (TRL's
+# `trl/experimental/ppo/ppo_trainer.py` has all three): a *value head* that predicts, for every
+# token, the return still to come; a *value loss* that trains it on the returns, weighted by
+# `vf_coef` (0.1 in TRL); and *value clipping*, which takes the larger of two squared
+# errors, that of the new prediction and that of the new prediction clamped to within
+# `cliprange_value` (0.2) of the old one, so that a prediction gains nothing by moving further,
+# as the ratio clip does for the policy. The
+# advantages then come from the critic's predictions through GAE (chapter 6) instead of from
+# a batch mean. Everything else, the rollout, the leash in the per-token reward, the clipped
+# surrogate and the mask, is the same as here.
 #
 # Every setting lives in one dataclass, shown here from the package's source rather than
 # retyped; its defaults are the recipe. The arms pass their own $\beta$ next to it.
@@ -135,101 +153,158 @@ print(inspect.getsource(ppo.PPOConfig))
 # %% [markdown]
 # ```{admonition} Where the KL goes, and why it is counted once
 # :class: important
-# The KL enters through the **reward side**: step 4 subtracts $\beta\,\mathrm{kl}_t$ from the
-# advantage of every token, as InstructGPT adds $-\beta\,\mathrm{kl}_t$ to the per-token reward
-# {cite}`ouyang2022instructgpt`, and the loss has **no separate KL term**. Because
-# $\mathrm{kl}_t$ is computed from `old_logp`, the policy that sampled, it is a constant during
-# the two updates, like the rest of the advantage: it changes how hard each token's ratio is
-# pushed, and is never differentiated itself. GRPO puts its leash (k3) into the loss instead
-# {cite}`shao2024deepseekmath`; doing both would charge every token twice (chapter 2 showed
-# the numbers).
+# The KL enters as a **per-token reward**, as in InstructGPT {cite}`ouyang2022instructgpt` and
+# in TRL's PPO trainer (`trl/experimental/ppo/ppo_trainer.py`: `non_score_reward = -kl_coef *
+# kl`, with the score added at the end of the response, one position past its last token
+# when there is room), and the loss has **no separate KL term**.
+# Because each token's advantage is built from the return that follows it, a token pays for
+# its own divergence *and* for the divergence of the tokens it leads to: a first digit that
+# steers the answer where the policy and the reference disagree is charged for what comes
+# after it. Because $\mathrm{kl}_t$ is computed from `old_logp`, the policy that sampled, it is
+# a constant during the two updates, like the rest of the advantage, and is never
+# differentiated itself. GRPO puts its leash (k3) into the loss instead
+# {cite}`shao2024deepseekmath`; `PPOConfig(kl_placement="loss")` does that here. Doing both
+# would charge the leash twice (chapter 2 showed what that does).
 #
-# One detail of this recipe: the leash is subtracted *after* the reward is standardized. So
-# $\beta$ is measured in units of a standardized advantage whatever the reward's scale, RM
-# units or 0-or-1, and the two arms' $\beta$ can be compared directly.
+# One detail of this recipe is ours: the *score* is standardized before the leash is added.
+# So $\beta$ is measured in units of a standardized score, whatever the reward's own scale,
+# RM units or 0-or-1, and the two arms' $\beta$ can be compared directly. Ziegler et al.
+# normalize their reward model once, before RL, so that its scores on the starting policy's
+# samples have mean 0 and variance 1 {cite}`ziegler2019finetuning`; we do the same per batch.
+# TRL adds the raw score instead, so its `kl_coef` (default 0.05) is in the reward model's
+# units and is not comparable with our $\beta$; it then whitens the advantages (subtracts
+# their mean and divides by their standard deviation over the batch), which we do not.
 # ```
 #
 # Standardizing is what lets one recipe serve both rewards. The RM scores in its own units,
 # spread over several of them; the verifier pays 0 or 1. After subtracting the batch mean and
-# dividing by the batch's standard deviation, both give advantages of mean 0 and spread 1.
+# dividing by the batch's standard deviation, both give scores of mean 0 and spread 1.
 # The $10^{-4}$ added to the standard deviation turns a batch of equal rewards into
-# advantages of 0 instead of 0/0, and the clip at $\pm 3$ guards against a batch in which one
+# scores of 0 instead of 0/0, and the clip at $\pm 3$ guards against a batch in which one
 # completion sits far from all the others: with 0-or-1 rewards and a fraction $p$ of right
-# answers, a right answer's advantage is $(1 - p)/\sqrt{p(1 - p)}$, above 3 once $p$ falls
-# below one in ten. The first batch of each arm:
+# answers, a right answer's standardized score is $(1 - p)/\sqrt{p(1 - p)}$, above 3 once $p$
+# falls below one in ten. The first batch of each arm:
 
 # %%
 g = make_generator(1)
 batch_pairs = task.sample_pairs(cfg.batch_size, g, task.train_pairs())  # (64, 2)
 batch_prompts = task.encode_prompts(batch_pairs)  # (64, 6)
 batch = generate(policy, batch_prompts, cfg.temperature, generator=g)  # (64, 4)
-print("reward      mean    std     min     max   advantages: min    max   clipped")
+print("score       mean    std     min     max   standardized: min    max   clipped")
 for name, reward_fn in (("rm", ppo.rm_reward(rm)), ("verifier", ppo.verifier_reward)):
     r = reward_fn(batch_pairs, batch_prompts, batch).float()  # (64,)
-    adv = ppo.normalized_advantages(r, cfg.adv_clip, cfg.adv_eps)  # (64,)
+    z = ppo.standardized_scores(r, cfg.adv_clip, cfg.adv_eps)  # (64,)
     print(f"{name:<9} {r.mean():+.3f}  {r.std(unbiased=False):.3f}  {r.min():+.3f}  {r.max():+.3f}"
-          f"   {adv.min():+.2f}  {adv.max():+.2f}   {int((adv.abs() == cfg.adv_clip).sum()):>3} of 64")
+          f"     {z.min():+.2f}  {z.max():+.2f}   {int((z.abs() == cfg.adv_clip).sum()):>3} of 64")
 
 # %% [markdown]
-# ## Exercise 5.1: `ppo_token_loss`
+# ## Exercise 5.1: `kl_shaped_advantages`
 #
-# Write the loss that the two gradient steps of each iteration minimise. It is chapter 2's
-# objective grown up: tensors instead of lists, a batch of completions with a mask instead
-# of a flat list of tokens, one advantage per completion instead of one reward per token,
-# and the log-ratio to the reference clamped.
-#
-# $$
-# \mathrm{ratio}_{b,t} = e^{\,\texttt{new\_logp}_{b,t} - \texttt{old\_logp}_{b,t}},
-# $$
+# Write the step that turns one score per completion into one advantage per token, with the
+# leash inside the reward: steps 3 and 4 of the recipe. For completion $b$ and token $t$,
+# with mask $m_{b,t}$ and $L_b$ the index of the completion's last kept token:
 #
 # $$
 # \mathrm{kl}_{b,t} = \mathrm{clamp}(\texttt{old\_logp}_{b,t} - \texttt{ref\_logp}_{b,t},\, -c,\, c),
-# \qquad A_{b,t} = \hat A_b - \beta\, \mathrm{kl}_{b,t},
+# \qquad
+# r_{b,t} = -\beta\, \mathrm{kl}_{b,t}\, m_{b,t} + [t = L_b]\; z_b ,
 # $$
 #
 # $$
+# G_{b,t} = \sum_{t' \ge t} r_{b,t'}, \qquad
+# A_{b,t} = m_{b,t}\Big(G_{b,t} - \frac{\sum_{b'} m_{b',t}\, G_{b',t}}{\sum_{b'} m_{b',t}}\Big).
+# $$
+#
+# **Contract.** `kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0)`:
+#
+# - `scores` has shape (B,): $z_b$, the standardized score of each completion. `old_logp`,
+#   `ref_logp` and `mask` are float tensors of shape (B, T): the log-probs of the sampled
+#   tokens under the policy that sampled them and under the reference, and 1 for a completion
+#   token, 0 for what follows the first `;`. Each row of the mask keeps a prefix of at least
+#   one token.
+# - The KL uses `old_logp`, the policy that sampled: it is part of the reward, fixed when the
+#   batch was drawn. Keep its sign, and clamp it to $[-c, c]$ with $c$ = `kl_clamp`.
+# - The baseline of position $t$ is the mean of $G_{\cdot,t}$ over the completions that reach
+#   $t$; the advantage of a token the mask drops is 0.
+# - Return a float tensor of shape (B, T). Do not change the inputs in place.
+#
+# **Examples.** Two completions of three tokens, scores 1 and 0, $\beta = 0.5$; the first has
+# $\mathrm{kl} = (0.1, 0.2, 0.3)$, the second none. The first earns $r = (-0.05, -0.1, 1 - 0.15)$
+# and so $G = (0.70, 0.75, 0.85)$: its first token carries the cost of all three tokens'
+# divergence. The second has $G = (0, 0, 0)$. The baselines are $(0.35, 0.375, 0.425)$, and the
+# advantages are $\pm$ those.
+#
+# **How it is judged.** Ten cases worked by hand, listed in the check's report: no divergence
+# (the score reaches every token), the example above, a shorter completion, a baseline over
+# the rows that reach a position, a runaway log-ratio clamped, `kl_clamp` as an argument, a
+# negative KL, a padding token whose KL must not count, a batch of one, and three rows whose
+# baselines differ by position. The result must be a (B, T) tensor within $10^{-4}$ of the
+# values worked by hand.
+
+# %% tags=["solution"]
+def kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0):
+    """Return the advantages (B, T): the leash -beta * kl as a per-token
+    reward, the score on the last kept token, returns-to-go, minus the
+    batch mean of the returns at each position."""
+    # BEGIN SOLUTION
+    kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)  # (B, T), fixed
+    rewards = -beta * kl * mask  # (B, T): the leash, token by token
+    last = mask.sum(1).long() - 1  # (B,): each completion's last kept token
+    rewards[torch.arange(len(scores)), last] += scores  # the score, at the end
+    returns = rewards.flip(1).cumsum(1).flip(1) * mask  # (B, T): G_t
+    baseline = returns.sum(0) / mask.sum(0).clamp(min=1)  # (T,)
+    return (returns - baseline) * mask
+    # END SOLUTION
+
+# %% [hints] kl_shaped_advantages
+
+# %%
+check("kl_shaped_advantages", kl_shaped_advantages);
+
+# %% [markdown]
+# ## Exercise 5.2: `ppo_token_loss`
+#
+# Write the loss that the two gradient steps of each iteration minimise. It is chapter 2's
+# clipped surrogate grown up: tensors instead of lists, a batch of completions with a mask
+# instead of a flat list of tokens. The leash is already inside the advantages, so the loss
+# has no KL term:
+#
+# $$
+# \mathrm{ratio}_{b,t} = e^{\,\texttt{new\_logp}_{b,t} - \texttt{old\_logp}_{b,t}}, \qquad
 # \mathcal{L} = -\frac{1}{\sum_{b,t} m_{b,t}} \sum_{b,t} m_{b,t}\,
 # \min\!\big(\mathrm{ratio}_{b,t} A_{b,t},\;
 # \mathrm{clip}(\mathrm{ratio}_{b,t}, 1-\epsilon, 1+\epsilon)\, A_{b,t}\big).
 # $$
 #
-# **Contract.** `ppo_token_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon=0.2,
-# beta=0.1, kl_clamp=10.0)`:
+# **Contract.** `ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon=0.2)`:
 #
-# - `new_logp`, `old_logp`, `ref_logp` and `mask` are float tensors of shape (B, T): the
-#   log-probs of the sampled tokens under the policy being trained (with gradient), under the
-#   policy that sampled them and under the reference, and 1 for a completion token, 0 for
-#   what follows the first `;`. `advantages` has shape (B,): $\hat A_b$, one per completion.
-# - The KL uses `old_logp`, not `new_logp`: the leash is part of the reward, fixed when the
-#   batch was sampled. Clamp the log-ratio to $[-c, c]$ with $c$ = `kl_clamp`.
+# - All four are float tensors of shape (B, T): the log-probs of the sampled tokens under the
+#   policy being trained (with gradient) and under the policy that sampled them, the
+#   advantages of exercise 5.1, and the mask.
 # - Return the loss to *minimise*, a 0-d torch tensor that can be backpropagated (no
 #   `.item()`): minus the mean of the clipped surrogate over the tokens whose mask is 1.
 #   Tokens with mask 0 must not count, in the sum or in the count.
 # - Do not change the inputs in place.
 #
-# **Examples.** With new = old = ref (ratio 1, KL 0), the loss is minus the mean advantage
-# over the kept tokens. One token with old = −1, ref = −3, advantage 0.5 and $\beta$ = 0.5:
-# $\mathrm{kl} = 2$, so $A = 0.5 - 0.5 \cdot 2 = -0.5$ and the loss is 0.5: the leash outweighs a
-# positive advantage.
+# **Examples.** With new = old (ratio 1), the loss is minus the mean advantage over the kept
+# tokens. One token with advantage 1 whose ratio rose to $e^{0.5} = 1.65$: the clip caps it at
+# $1 + \epsilon = 1.2$, and the loss is $-1.2$.
 #
 # **How it is judged.** Ten cases worked by hand, listed in the check's report: the on-policy
 # case, a padding token with a wild ratio that must not count, the ratio clipped above with
-# $A > 0$ and below with $A < 0$, the leash turning an advantage negative, the leash computed
-# from `old_logp`, a runaway log-ratio of 29.5 clamped to 10, `kl_clamp` as an argument,
-# $\beta = 0$ with rows of different lengths, and an advantage broadcast over its row. The
-# result must be a 0-d tensor within $10^{-4}$ of the value worked by hand.
+# $A > 0$ and below with $A < 0$, a fallen ratio with $A > 0$ left unclipped, a rising ratio
+# with $A < 0$ left unclipped, a mean over tokens rather than of row means, advantages that
+# differ token by token, `epsilon` as an argument, and a zero advantage. The result must be a
+# 0-d tensor within $10^{-4}$ of the value worked by hand.
 
 # %% tags=["solution"]
-def ppo_token_loss(new_logp, old_logp, ref_logp, advantages, mask,
-                   epsilon=0.2, beta=0.1, kl_clamp=10.0):
-    """Return the PPO-RLHF loss to minimise, a 0-d tensor: minus the
-    mean over masked tokens of the clipped surrogate of A - beta * kl."""
+def ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon=0.2):
+    """Return the clipped-surrogate loss to minimise, a 0-d tensor: minus
+    the mean over masked tokens of min(ratio * A, clip(ratio) * A)."""
     # BEGIN SOLUTION
     ratio = torch.exp(new_logp - old_logp)  # (B, T)
-    kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)  # (B, T), fixed
-    A = advantages[:, None] - beta * kl  # (B, T): the leash, per token
     clipped = ratio.clamp(1 - epsilon, 1 + epsilon)  # (B, T)
-    surrogate = torch.minimum(ratio * A, clipped * A)  # (B, T)
+    surrogate = torch.minimum(ratio * advantages, clipped * advantages)
     return -(surrogate * mask).sum() / mask.sum()
     # END SOLUTION
 
@@ -239,28 +314,33 @@ def ppo_token_loss(new_logp, old_logp, ref_logp, advantages, mask,
 check("ppo_token_loss", ppo_token_loss);
 
 # %% [markdown]
-# ## Your loss drives the run
+# ## Your functions drive the run
 #
-# `ppo_train` takes the loss as an argument, `loss_fn`, with exactly the signature of the
-# exercise. The next cell hands it yours if it passes every check; otherwise the package's
-# reference, `minirlhf.ppo.ppo_token_loss`, and it says which.
+# `ppo_train` takes both as arguments, `advantage_fn` and `loss_fn`, with exactly the
+# signatures of the exercises. The next cell hands it yours when they pass every check;
+# otherwise the package's references, `minirlhf.ppo.kl_shaped_advantages` and
+# `minirlhf.ppo.ppo_token_loss`, and it says which.
 
 # %%
-verdict = run_cases(ppo_token_loss, get("ppo_token_loss"))
-if verdict.passed:
-    loss_fn = ppo_token_loss
-    print("Your ppo_token_loss passes every check: it drives the runs below.")
-else:
-    loss_fn = ppo.ppo_token_loss
-    why = ("is not written yet" if verdict.not_implemented
-           else f"passes {verdict.n_passed} of {len(verdict.results)} checks")
-    print(f"Your ppo_token_loss {why}, so the runs below use the package's "
-          "reference loss, minirlhf.ppo.ppo_token_loss.\nWrite it, run its "
-          "check, then run the notebook from here again: your loss will "
-          "drive the runs.")
+mine = {"kl_shaped_advantages": (kl_shaped_advantages, ppo.kl_shaped_advantages),
+        "ppo_token_loss": (ppo_token_loss, ppo.ppo_token_loss)}
+drive = {}
+for name, (yours, reference_fn) in mine.items():
+    verdict = run_cases(yours, get(name))
+    if verdict.passed:
+        drive[name] = yours
+        print(f"Your {name} passes every check: it drives the runs below.")
+    else:
+        drive[name] = reference_fn
+        why = ("is not written yet" if verdict.not_implemented
+               else f"passes {verdict.n_passed} of {len(verdict.results)} checks")
+        print(f"Your {name} {why}, so the runs below use the package's "
+              f"minirlhf.ppo.{name}.\nWrite it, run its check, then run the "
+              "notebook from here again: yours will drive the runs.")
+advantage_fn, loss_fn = drive["kl_shaped_advantages"], drive["ppo_token_loss"]
 
 # %% [markdown]
-# Now the two arms, seed 0, 25 iterations each, with that loss. Nothing else differs between
+# Now the two arms, seed 0, 25 iterations each, with those functions. Nothing else differs between
 # them but the reward function and $\beta$; `rm` is passed to both only so that the RM's
 # score of the greedy answers can be logged.
 
@@ -270,8 +350,8 @@ ARMS = {"rm": (ppo.rm_reward(rm), experiment.DEFAULT_BETA["rm"]),
 runs = {}
 for arm, (reward_fn, beta) in ARMS.items():
     _, runs[arm] = ppo.ppo_train(policy, reference, reward_fn, beta,
-                                 ppo.PPOConfig(seed=0), rm=rm,
-                                 loss_fn=loss_fn, progress=PROGRESS)
+                                 ppo.PPOConfig(seed=0), rm=rm, loss_fn=loss_fn,
+                                 advantage_fn=advantage_fn, progress=PROGRESS)
 print("arm (beta)        true accuracy     RM score of greedy   KL per token")
 for arm, log in runs.items():
     print(f"{arm + f' ({ARMS[arm][1]:g})':<16}"
@@ -293,12 +373,12 @@ for arm, log in runs.items():
 # now (under a minute) and writes them there, with the three figures
 # (`minirlhf.course.runs.load_or_run` does that bookkeeping for every stored run of this chapter).
 #
-# The experiment uses the reference loss, and its seed 0 is the pair of runs above. The last
-# line of the cell says whether the two agree to the last digit. They do when your loss
-# computes what the reference computes, operation for operation. A loss that is right but
-# rounds differently (the ratio as `new_logp.exp() / old_logp.exp()`, say) gives curves that
-# differ in their last digits: every sample depends on all the updates before it, so a
-# difference, once made, is carried along.
+# The experiment uses the reference functions, and its seed 0 is the pair of runs above. The
+# last line of the cell says whether the two agree to the last digit. They do when your
+# functions compute what the references compute, operation for operation. Functions that are
+# right but round differently (the ratio as `new_logp.exp() / old_logp.exp()`, say) give
+# curves that differ in their last digits: every sample depends on all the updates before
+# it, so a difference, once made, is carried along.
 
 # %%
 SEEDS = [0, 1, 2, 3, 4]
@@ -643,9 +723,25 @@ for name, arm_logs in (("batch-mean baseline", logs["rm"]),
 
 # %% [markdown]
 # With the noise taken out, the rm arm gets better at what it is handed: the RM's score of
-# its answers climbs higher than with the batch mean, and it moves further from the
-# reference to get there. Its accuracy does not improve. The noise was slowing the optimizer
-# down; the reward was pointing it the wrong way.
+# its answers climbs higher than with the batch mean. Its accuracy does not improve.
+#
+# The comparison is not clean, though, and the KL column shows why: at the same $\beta$ the
+# per-prompt arm moved about twice as far from the reference. The recipe standardizes every
+# batch of scores (step 2). Take out the prompt's share of the variance and the batch's
+# standard deviation shrinks, so each answer's difference from the others is divided by a
+# smaller number: the signal grows against $\beta$ and against the learning rate. The control
+# changed two things at once, the noise and the step size. The fairer comparison is at equal
+# distance from the reference, which the $\beta$ sweep further down supplies for the
+# batch-mean arm (seed 0): the next cell finds the sweep's runs whose final KL brackets the
+# per-prompt arm's.
+
+# %%
+raw = ppo.rm_reward(rm)(batch_pairs, batch_prompts, batch)  # the batch above
+centred_scores = rm_minus_prompt_baseline(batch_pairs, batch_prompts, batch)
+print(f"std of the rm arm's scores over one batch: {raw.std(unbiased=False):.2f} raw, "
+      f"{centred_scores.std(unbiased=False):.2f} with the per-prompt baseline "
+      f"\nafter standardizing, a difference between two answers counts "
+      f"{raw.std(unbiased=False) / centred_scores.std(unbiased=False):.1f} times more")
 
 # %% [markdown]
 # ## Watching a run: the training statistics
@@ -653,15 +749,15 @@ for name, arm_logs in (("batch-mean baseline", logs["rm"]),
 # The eval curves above need a verifier, which real RLHF does not have. What a real run has
 # is what the trainer logs about its own batches. `ppo_train` logs them under the names TRL's
 # PPO trainer uses, so that the plots below read like a real run's dashboard. Here are both
-# arms of the seed-0 run your loss drove.
+# arms of the seed-0 run your functions drove.
 #
 # | name | what it is | what to watch for |
 # | --- | --- | --- |
 # | `objective/scores` | mean reward of the batch, before normalizing | It should rise. If it rises while an independent measure of quality does not, the policy is exploiting the reward. |
 # | `objective/kl` | mean per-token log-ratio to the reference on the sampled tokens (k1) | A steady climb is the policy spending its leash; a jump means one update moved it far. TRL logs the sum over a completion's tokens; ours is per token. |
 # | `objective/entropy` | mean per-token entropy of the sampling distribution, in nats | A fall toward 0 means the policy has stopped exploring: every sample of a prompt is the same, and the advantages vanish. |
-# | `policy/clipfrac_avg` | fraction of completion tokens whose ratio left $[1-\epsilon, 1+\epsilon]$ | Near 0, the updates barely move the policy; above about 0.2, they are too large for the clip to keep them proximal. |
-# | `policy/approxkl_avg` | $\mathrm{mean}\big((r - 1) - \log r\big)$, the k3 estimate of the KL from the sampling policy to the updated one | How far one batch moved the policy; spikes come before instabilities. It is not `objective/kl`. |
+# | `policy/clipfrac_avg` | fraction of completion tokens where the clip binds: the clipped term is the smaller one, so the token's gradient is cut off (TRL's definition, `pg_losses2 > pg_losses`) | Near 0, the updates barely move the policy; above about 0.2, they are too large for the clip to keep them proximal. A ratio outside the band with the advantage pointing back inside does not count: its gradient is not cut. |
+# | `policy/approxkl_avg` | $\tfrac12\,\mathrm{mean}\,(\log r)^2$ over the completion tokens, TRL's estimate of the KL between the sampling policy and the updated one (the k2 of Schulman's note) | How far one batch moved the policy; spikes come before instabilities. It is not `objective/kl`. |
 # | `val/completion_length` | mean number of completion tokens, up to and including the first `;` | A drift in length is a classic sign of reward hacking; here it also tells whether the answers kept their format. TRL's PPO logs the count of finished answers (`val/num_eos_tokens`), its GRPO `completions/mean_length`. |
 # | `loss/policy_avg` | the PPO loss, averaged over the updates | Not a progress measure: the advantages are re-centred in every batch. Watch it only for NaN or spikes. |
 
@@ -753,6 +849,28 @@ for beta in BETAS:
         for log in (sweep["rm"][str(beta)], sweep["verifier"][str(beta)])))
 
 # %% [markdown]
+# The sweep also settles the control of the previous section: here are the batch-mean rm
+# arm's runs (seed 0) whose final KL lies on either side of the per-prompt arm's mean, with
+# their accuracies.
+
+# %%
+kl_centred, _ = control["per-prompt baseline"]["kl"]
+by_kl = sorted((sweep["rm"][str(b)]["kl"][-1], b) for b in BETAS)
+below = max((kl, b) for kl, b in by_kl if kl <= kl_centred)
+above = min((kl, b) for kl, b in by_kl if kl > kl_centred)
+print(f"per-prompt baseline, beta {BETA['rm']:g}: KL {kl_centred:.3f}, accuracy "
+      f"{pm(*control['per-prompt baseline']['accuracy'])} (mean of {len(SEEDS)} seeds)")
+for kl, b in (below, above):
+    log = sweep["rm"][str(b)]
+    print(f"batch-mean baseline, beta {b:g}: KL {kl:.3f}, accuracy "
+          f"{log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f} (seed 0)")
+
+# %% [markdown]
+# At a comparable distance from the reference, none of these runs ends above its start, and
+# the per-prompt arm, which follows the RM's score more efficiently, ends a little lower than
+# the batch-mean runs. The conclusion of the control stands, now for the right reason: the
+# noise was slowing the optimizer down; the reward was pointing it the wrong way.
+#
 # The slider shows the curves behind each row. In JupyterLab it does more: it also offers
 # values between the seven above, and when you release it at a $\beta$ not run yet, both arms
 # are trained from scratch at that $\beta$ (seed 0), in a few seconds, with a progress bar;
@@ -828,12 +946,22 @@ gain = {arm: {b: log["accuracy"][-1] - log["accuracy"][0]
               for b, log in sweep[arm].items()} for arm in ARMS}
 kl_end = {arm: {b: log["kl"][-1] for b, log in sweep[arm].items()} for arm in ARMS}
 n_net = n_params(policy)
+# What a critic would know, for the verifier's reward: V(s_t) is the chance that the
+# starting policy, sampling at 0.7, completes the right answer from state s_t.
+truth = task.correct_completions(eval_pairs)  # (400, 4)
+with torch.no_grad():
+    lp = completion_logprobs(policy, eval_prompts, truth, cfg.temperature)  # (400, 4)
+lp = lp * completion_mask(truth)
+v_start = lp.sum(1).exp()  # V(s_0): the whole right answer
+v_first = lp[:, 1:].sum(1).exp()  # V(s_1) after the right first digit
 print(f"1. One iteration: {cfg.batch_size} episodes of {np.mean(lengths):.2f} tokens "
       f"on average, {cfg.batch_size * np.mean(lengths):.0f} actions;\n"
       "   one reward per episode, on its last token.")
 print(f"2. A value head the size of the policy: {n_net:,} more parameters. The prompt\n"
       f"   alone explains {prompt_share['rm']:.0%} of the RM reward's variance in a batch, "
-      f"{prompt_share['verifier']:.0%} of the verifier's.")
+      f"{prompt_share['verifier']:.0%} of the verifier's.\n"
+      f"   Verifier's value, mean over the eval prompts: V(s_0) = {v_start.mean():.2f}; after "
+      f"the right first digit {v_first.mean():.2f},\n   after a wrong one 0.")
 print(f"3. rm arm: RM score {rma['rm_score_start']:+.2f} -> "
       f"{pm(rma['rm_score_end'], rma['rm_score_end_ci'], 2, '+')}; accuracy "
       f"gain {pm(rma['gain'], rma['gain_ci'], 3, '+')}.")
@@ -841,9 +969,10 @@ print(f"   rm arm, per-prompt baseline: RM score "
       f"{pm(*control['per-prompt baseline']['rm_score'], 2, '+')}, accuracy "
       f"{pm(*control['per-prompt baseline']['accuracy'])}.")
 print(f"   verifier arm: accuracy gain {pm(ver['gain'], ver['gain_ci'], 3, '+')}.")
+d_rm, h_rm = gap["end RM score, verifier - rm"]
 print(f"4. Verifier arm minus rm arm at the end: accuracy "
-      f"{gap['end accuracy, verifier - rm'][0]:+.3f}, RM score "
-      f"{gap['end RM score, verifier - rm'][0]:+.2f}.")
+      f"{gap['end accuracy, verifier - rm'][0]:+.3f}, RM score {d_rm:+.2f} "
+      f"[{d_rm - h_rm:+.2f}, {d_rm + h_rm:+.2f}].")
 print(f"   RM score of the rm arm's answers ({rma['end']:.0%} correct): "
       f"{rma['rm_score_end']:+.2f}; of all-correct answers:\n   "
       f"{yardstick['every answer correct']:+.2f}; all near-misses: "
@@ -862,25 +991,27 @@ for arm in ARMS:
 #    ratio and the leash are the PPO of any other task {cite}`schulman2017ppo`; what RLHF adds
 #    is where the reward comes from and the KL to a frozen reference
 #    {cite}`ziegler2019finetuning`.
-# 2. **The value head is PPO's heaviest part, and a batch baseline works here only because
-#    completions are short.** Full PPO learns a critic $V(s_t)$, in InstructGPT a network as
-#    large as the reward model, trained alongside the policy, with GAE to turn its
-#    predictions into per-token advantages {cite}`ouyang2022instructgpt,schulman2016gae`
-#    (line 2). With a reward paid only at the end, no discount and 3 or 4 tokens per
-#    episode, every token of a completion has the same return, so the critic's per-token
-#    work has nothing to do; all it could still add is a baseline per prompt. That is worth
-#    something, more for the RM than for the verifier (line 2), but the control above showed
-#    that removing it changes how fast the rm arm climbs, not where it goes. Over hundreds of
-#    tokens, where the credit has to be shared out inside the completion, the critic becomes
-#    load-bearing: chapter 6 measures what the batch mean leaves out.
+# 2. **The value head is PPO's heaviest part, and here a batch baseline can stand in for it.**
+#    Full PPO learns a critic $V(s_t)$, in InstructGPT a network as large as the reward
+#    model, trained alongside the policy, with GAE to turn its predictions into per-token
+#    advantages {cite}`ouyang2022instructgpt,schulman2016gae` (line 2). Even at 4 tokens it
+#    would have work to do. Its value changes *inside* a completion: with the verifier's
+#    reward, a wrong first digit sends it to 0 at once, and a right one raises it (line 2). A critic would credit or blame the digit that did it; the batch
+#    baseline gives every token of a completion the same share of the score, and knows only
+#    the position, not the state. It could also remove the prompt's share of the noise, large
+#    for the RM (line 2), although the control above showed that removing it changes how far
+#    the rm arm goes, not where. What it buys is less noise per token, and chapter 6 measures
+#    how much, at 4 tokens and at 400: the saving grows with the length, and over hundreds of
+#    tokens the critic becomes load-bearing.
 # 3. **The optimizer maximizes the number it is handed.** The rm arm raised the RM's score of
 #    its answers, and their accuracy did not rise with it; given a cleaner version of the
 #    same number, it raised the number faster, and still not the accuracy. The verifier arm,
 #    handed the truth, raised the truth (line 3). The algorithm and every setting were
 #    the same: the difference is entirely in the reward.
 # 4. **A saturated proxy looks like success.** Judged by the RM, the rm arm is the better
-#    policy: its answers score as high as the verifier arm's or higher, although the verifier
-#    arm is right far more often (line 4). They score about as high as a sheet of answers
+#    policy: its answers score a little *higher* than the verifier arm's (the interval of the
+#    gap excludes 0, line 4), although the verifier arm is right far more often. The gap is a
+#    sliver of the RM's range, from garbage to correct. They score about as high as a sheet of answers
 #    that are all correct, too: the RM is saturated on this policy's outputs, which are
 #    mostly of the right size, and a near-miss costs a sliver of what garbage costs. Its
 #    score can no longer tell a better policy from a worse one. In a real system, where there
@@ -897,14 +1028,20 @@ for arm in ARMS:
 #
 # - One function, `ppo_train`, runs both arms; they differ in the reward function and
 #   $\beta$. Each iteration samples 64 completions, scores them once at the end, standardizes
-#   the rewards against the batch mean, subtracts the per-token leash $\beta\,\mathrm{kl}_t$
-#   from the advantage (once: the loss has no second KL term), and takes two clipped-surrogate
-#   steps over the completion tokens.
+#   the scores over the batch, pays the leash $-\beta\,\mathrm{kl}_t$ as a per-token reward
+#   (once: the loss has no KL term), turns the rewards into returns-to-go minus a batch
+#   baseline (you wrote that step), and takes two clipped-surrogate steps over the completion
+#   tokens (you wrote that loss). It is clipped policy gradient without a critic.
 # - Handed the verifier, PPO made the partial policy markedly better at sums; handed the
 #   reward model, it raised the RM's score and the accuracy did not follow. Over five seeds
 #   the 95% interval of the gap between the arms stays far from zero.
-# - The RM scored both arms' answers alike: a reward model that is saturated on the
-#   policy's outputs reports success whichever way the policy goes.
+# - How large the verifier arm's gain is depends on the starting checkpoint, and the book's
+#   was picked as one that gains clearly: from five partial-SFT starts made the same way, the
+#   mean gain was about half of the book's. The direction, verifier arm above rm arm, held
+#   from every start.
+# - The RM scored the two arms' answers within a sliver of each other, the rm arm's a little
+#   higher: a reward model that is saturated on the policy's outputs reports success
+#   whichever way the policy goes.
 # - The statistics a real trainer logs (`objective/scores`, `objective/kl`,
 #   `objective/entropy`, `policy/clipfrac_avg`, `policy/approxkl_avg`, the completion length)
 #   are what you have when there is no verifier.
@@ -919,15 +1056,18 @@ for arm in ARMS:
 #    `lr=5e-5`. Watch `policy/clipfrac_avg` and `policy/approxkl_avg` in the first
 #    iterations. At which setting does the clip start doing most of the work, and what
 #    happens to the accuracy?
-# 3. **The KL in the loss instead.** Write a `loss_fn` that keeps the clipped surrogate on the
-#    bare advantage $\hat A$ and adds $\beta \cdot \mathrm{mean}(k_3)$ as a separate term, with
-#    $k_3$ computed from `new_logp` (GRPO's choice, chapter 1). Run the rm arm with it at
-#    $\beta = 0.5$. How does the final KL compare? Then write the buggy version that does
-#    both, and measure how much the effective $\beta$ grows.
-# 4. **No standardization.** Replace the advantage by $r - \bar r$ without dividing by the
-#    standard deviation (a `reward_fn` cannot do it; copy `ppo_train`'s advantage line into
-#    your own loop, or rescale the reward). For which arm does the meaning of $\beta$ change,
-#    and by how much? Use the standard deviations printed at the start of the chapter.
+# 3. **The KL in the loss instead.** Run both arms with `PPOConfig(kl_placement="loss")`: the
+#    advantages come from the score alone and $\beta \cdot \mathrm{mean}_t\, k_3$, computed from
+#    `new_logp`, is added to the loss (GRPO's choice, chapter 1; `minirlhf.ppo.k3_loss_term`).
+#    How do the final KL and the accuracy compare with the reward placement, over three seeds?
+#    Then write the buggy version that does both (a `loss_fn` that adds the k3 term while the
+#    leash is also in the reward), and compare its KL with the reward placement at $2\beta$.
+#    Chapter 2 predicts what you should see.
+# 4. **No standardization.** Give the raw score to the advantages instead of $z$ (write an
+#    `advantage_fn` that undoes nothing: it receives $z$, so copy `ppo_train` and change the
+#    line that standardizes). For which arm does the meaning of $\beta$ change, and by how
+#    much? Use the standard deviations printed at the start of the chapter. This is TRL's
+#    choice; it then whitens the advantages, which you can add too.
 # 5. **Sampling temperature.** Run both arms at temperature 1.0. The ratio and the KL use
 #    the same temperature as the sampling; what happens to `objective/entropy`, and to the
 #    gain of the verifier arm?

@@ -103,6 +103,15 @@ for beta in (0.0, 0.5):
 mean_acc = curve(0.0, "accuracy").mean(0)
 print(f"beta = 0: the mean accuracy peaks at {mean_acc.max():.3f} "
       f"(iteration {mean_acc.argmax()}), then falls")
+print("\nthe early rise, seed by seed: highest accuracy in the first 10 iterations")
+for beta in (0.0, 0.5):
+    acc = curve(beta, "accuracy")
+    print(f"beta = {beta}: " + ", ".join(
+        f"seed {seed} {row[1:11].max():.3f} at {row[1:11].argmax() + 1}"
+        f" ({row[1:11].max() - row[0]:+.3f})" for seed, row in zip(SEEDS, acc)))
+same_first = all(runs[0.0, seed][1]["accuracy"][1] == runs[0.5, seed][1]["accuracy"][1]
+                 for seed in SEEDS)
+print(f"after iteration 1, beta = 0 and beta = 0.5 give the same accuracy in every seed: {same_first}")
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 3, figsize=(9.6, 3.3), constrained_layout=True)
@@ -140,8 +149,16 @@ show_figure(
 # %% [markdown]
 # This is reward over-optimization in miniature. With nothing tying it to the reference, the
 # policy does exactly what it is paid for: the RM's score of its answers goes up, all the way.
-# The true accuracy goes up too, for a few iterations, and then down, in every seed, until it
-# ends well below where it started. The KL panel shows the price in distance: the unleashed
+# The true accuracy goes up too, for a few iterations, and then down, until it ends well below
+# where it started.
+#
+# Read the early rise with care (the seed-by-seed lines above). It is not a gift of the missing
+# leash: the $\beta = 0.5$ runs rise just as early. In the first iteration the policy *is* the
+# reference, so every $\mathrm{kl}_t$ is 0 and the leash costs nothing: the two arms make the
+# same updates and reach the same accuracy. The rise shows that near the start, following
+# this RM also fixes some answers that were far off (the RM does know garbage from a
+# near-miss). It does not show that the RM teaches arithmetic, and it says nothing about where
+# either arm goes later. The KL panel shows the price in distance: the unleashed
 # policy keeps walking away from the reference, while the leashed one hardly moves.
 #
 # Nothing went wrong in the code. PPO was handed a number and made it larger. The number is a
@@ -484,19 +501,25 @@ check("adaptive_kl_update", adaptive_kl_update);
 
 # %% [markdown]
 # Three properties follow from the two lines, and they are what the cases test. The update
-# **multiplies**, so $\beta$ stays positive and a $\beta$ of 0 can never come back: the
-# controller adjusts a leash, it does not put one on. The **clip** bounds the step whatever
+# **multiplies**, so a $\beta$ of 0 can never come back: the controller adjusts a leash, it
+# does not put one on. And $\beta$ stays positive as long as the factor does: at the lowest
+# error, $e = -0.2$, the factor is $1 - 0.2\, n_\text{steps}/\text{horizon}$, which reaches 0
+# at $n_\text{steps} = 5 \times \text{horizon}$. Ziegler et al. measure $n_\text{steps}$ in
+# samples per batch against a horizon of 10,000, far from that edge; the rule is only meant
+# for steps well inside it. The **clip** bounds the step whatever
 # the measurement, which matters because a per-batch KL estimate is noisy (chapter 1) and can
 # even be negative. The **horizon** sets the speed: over one horizon's worth of samples at
 # the cap, $\beta$ changes by a factor of about $e^{\pm 0.2}$. The package's
 # `minirlhf.ppo.adaptive_kl_update`, used from here on, also rejects a target or horizon that
-# is not positive, a negative `n_steps` and a negative $\beta$ with a `ValueError`.
+# is not positive, a negative `n_steps`, a negative $\beta$, and a step of 5 horizons or more
+# (where $\beta$ could turn negative) with a `ValueError`.
 #
 # ## The adaptive leash in the loop
 #
 # The use case: a leash set too loose. We start from $\beta = 0.1$, light enough to let the
-# policy drift (the common defaults are of that size: TRL's `kl_coef` is 0.05, chapter 5's
-# verifier arm used 0.08), and compare a fixed $\beta = 0.1$ with the controller starting
+# policy drift (chapter 5's verifier arm used 0.08; TRL's default `kl_coef` of 0.05 looks
+# similar but is not comparable, because it weighs the KL against the raw reward-model score
+# and ours against a standardized one), and compare a fixed $\beta = 0.1$ with the controller starting
 # from the same value. Two settings to choose, and both have to fit *this* run, not
 # Ziegler's:
 #
@@ -588,9 +611,18 @@ show_figure(
 #   policy has gone too far; raising $\beta$ slows further travel, and pulls the policy back
 #   only slowly, against a reward that keeps pushing. Here the learning rate also anneals to 0
 #   over the run, so late corrections have little left to act on.
-# - **The leash is small next to the reward.** The standardized advantages are of order 1; a
-#   per-token penalty $\beta\,\mathrm{kl}_t$ with $\beta = 0.3$ and a KL of 0.1 is 0.03. It
-#   takes a large $\beta$, or a long time, for the leash to win.
+# - **The leash is small next to the reward.** The standardized score is of order 1; the leash
+#   charges a completion $\beta$ times the sum of its tokens' KL, and with $\beta = 0.3$, a KL
+#   of 0.1 per token and 3 to 4 tokens that is about 0.1. It takes a large $\beta$, or a long
+#   time, for the leash to win.
+# - **It is an integral controller.** Take logarithms of the update:
+#   $\log\beta_{k+1} = \log\beta_k + \log(1 + e_k\, n/\text{horizon}) \approx \log\beta_k +
+#   e_k\, n/\text{horizon}$. So $\log\beta$ is a running sum of the clipped errors: in the
+#   language of control, integral action, with nothing proportional to the present error and
+#   nothing that anticipates its change. While the KL climbs toward the target, the errors are
+#   negative and their sum drives $\beta$ *down*; when the KL crosses the target, $\beta$ is
+#   at its lowest and has to be summed back up before it can hold the policy. That is the
+#   classic overshoot of integral-only control, and it is what the middle panel shows.
 #
 # An adaptive leash is a way to *choose* how far you trust the reward model, in nats, instead
 # of in units of a coefficient whose meaning changes with every run. It does not know which
@@ -599,17 +631,19 @@ show_figure(
 #
 # ## What the batch baseline left out
 #
-# Chapter 5's advantage was one number per completion: the reward minus the batch mean,
-# standardized, and copied to every token. It ignored two things a full PPO implementation
-# uses.
+# Chapter 5's advantage was the return from each token to the end, minus the batch's mean
+# return at that position. The baseline knows the position and nothing else. It ignored two
+# things a full PPO implementation uses.
 #
-# - **Which token did it.** A completion's reward is the result of all its tokens. Copying
-#   $R - \bar R$ to each token credits or blames the lucky and the unlucky ones alike. With
-#   four tokens, little is lost. With four hundred, a token's share of the credit is buried in
-#   the luck of the other 399.
-# - **Rewards along the way.** With the KL in the reward, each token earns
-#   $r_t = -\beta\,\mathrm{kl}_t$, and the last one also earns the RM score $R$. The batch
-#   baseline folded the per-token part in after the fact; a value function can predict it.
+# - **Which token did it.** A completion's score is the result of all its tokens, and the
+#   return hands the same score to each of them: it credits or blames the lucky and the
+#   unlucky tokens alike. With four tokens, little is lost. With four hundred, a token's
+#   share of the credit is buried in the luck of the other 399.
+# - **What the state already says.** With the KL in the reward, each token earns
+#   $r_t = -\beta\,\mathrm{kl}_t$, and the last one also earns the score $R$. The return
+#   carries both back to the tokens that led to them, but the baseline cannot tell a state
+#   that is going well from one that is not: after a wrong first digit the answer is lost,
+#   and a value function would know it.
 #
 # A *value head* (the critic) estimates $V(s_t)$: the expected return from the state
 # $s_t$ = prompt plus the first $t$ tokens of the completion. With it, the advantage of token
@@ -744,6 +778,9 @@ for i, T in enumerate(study["T"]):
     print(f"{T:<5} " + "".join(
         f"{study['measured'][m][i]:>12.2f}{study['exact'][m][i]:>10.2f}"
         for m in variance.METHODS))
+at4 = {m: study["exact"][m][study["T"].index(4)] for m in variance.METHODS}
+print(f"\nat T = 4 the per-state value removes {1 - at4['value, lam = 1'] / at4['batch mean']:.0%}"
+      f" of the batch mean's noise-to-signal, GAE {1 - at4['value + GAE'] / at4['batch mean']:.0%}")
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(8, 4.2), constrained_layout=True)
@@ -791,9 +828,12 @@ show_figure(
 )
 
 # %% [markdown]
-# At four tokens, the length of our answers, the three baselines are within a factor of two,
-# and a batch of 64 completions leaves every method with far more signal than noise: the
-# batch mean is good enough, which is why chapter 5 could do without a critic. At a few
+# At four tokens, the length of our answers, a critic would already have work to do: the
+# per-state value removes a large share of the batch mean's noise (the last line above),
+# because the value changes inside a completion, after every good or bad token. But a batch
+# of 64 completions leaves every method with far more signal than noise, so the batch mean
+# is good enough, and that, not a critic with nothing to do, is why chapter 5 could go
+# without one. At a few
 # hundred tokens the batch baseline needs a few hundred completions *per update* before a
 # token's gradient is worth more than its noise; a batch of 64 would be mostly noise.
 #
@@ -989,5 +1029,6 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 #    is $a_0$). What is the batch baseline's noise for tokens $t > 0$, whose true gradient is
 #    0, and does it grow with the length?
 # 7. **GAE in the loop.** Give `TinyGPT` a second scalar head as a critic, fit it to the
-#    returns with a squared loss, and replace `normalized_advantages` in a copy of `ppo_train`
-#    by `gae` over the shaped per-token rewards. Does the verifier arm learn faster?
+#    returns with a squared loss, and pass `ppo_train` an `advantage_fn` that replaces the
+#    batch baseline by `gae` over the same per-token rewards (it needs the critic's values:
+#    close over the critic). Does the verifier arm learn faster?

@@ -64,7 +64,7 @@ def mean_ci95(values) -> tuple[float, float]:
 
 
 def run_arm(arm: str, policy, rm, seed: int, beta: float, config: PPOConfig, evalset=None,
-            loss_fn=None, progress: bool = True):
+            loss_fn=None, progress: bool = True, advantage_fn=None):
     """Return (trained policy, log) of one PPO run of ``arm`` ('rm' or 'verifier').
 
     ``policy`` is both the start and the frozen reference; ``config.seed`` is replaced by
@@ -76,7 +76,8 @@ def run_arm(arm: str, policy, rm, seed: int, beta: float, config: PPOConfig, eva
         raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
     reward_fn = rm_reward(rm) if arm == "rm" else verifier_reward
     return ppo_train(policy, policy, reward_fn, beta, replace(config, seed=seed), rm=rm,
-                     loss_fn=loss_fn, evalset=evalset, progress=progress, desc=f"{arm} arm, seed {seed}")
+                     loss_fn=loss_fn, advantage_fn=advantage_fn, evalset=evalset, progress=progress,
+                     desc=f"{arm} arm, seed {seed}")
 
 
 def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA["rm"],

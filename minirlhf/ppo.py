@@ -6,14 +6,21 @@ The arms differ in one argument, ``reward_fn``: the reward model's score, or the
 One iteration does what every RLHF trainer does, at toy scale:
 
 1. rollout: sample a completion for each of 64 training prompts at temperature 0.7;
-2. score: one reward per completion, at its end (no reward on the other tokens);
-3. advantages: baseline = batch mean; ``adv = clip((r - mean) / (std + 1e-4), -3, 3)``,
-   the same number for every token of the completion (4 tokens at most: no critic needed);
-4. the leash: per token, ``kl_t = clamp(logp_old_t - logp_ref_t, -c, c)``, computed once at
-   rollout time from the policy that sampled, and subtracted from the advantage:
-   ``A_t = adv - beta * kl_t``. The KL lives in the reward, as in chapters 1 and 2, and
-   nowhere else: the loss has no second KL term, so the leash is never counted twice;
-5. two gradient steps on the clipped surrogate over completion tokens only;
+2. score: one number per completion, standardized over the batch,
+   ``z = clip((s - mean) / (std + 1e-4), -3, 3)`` (a per-batch stand-in for the reward
+   normalization of Ziegler et al. 2019);
+3. the leash, in the reward (InstructGPT; TRL's PPO trainer): per token,
+   ``kl_t = clamp(logp_old_t - logp_ref_t, -c, c)``, computed once at rollout time from the
+   policy that sampled; the per-token reward is ``-beta * kl_t``, plus ``z`` at the last
+   token of the completion;
+4. advantages: the return-to-go ``G_t`` (the sum of the rewards from token t to the end, no
+   discount), minus a baseline per position: the batch mean of ``G_t`` over the completions
+   that reach position t. There is no critic: this is clipped policy gradient with a batch
+   baseline, closer to REINFORCE with a baseline, RLOO and GRPO than to InstructGPT's PPO.
+   A token pays for its own divergence and for the divergence of the tokens it leads to;
+5. two gradient steps on the clipped surrogate over completion tokens only. The loss has no
+   KL term, so the leash is never counted twice. (``kl_placement="loss"`` moves the leash
+   out of the reward into a ``beta * mean_t k3_t`` loss term instead, GRPO's placement);
 6. evaluation on the 400 fixed eval prompts (greedy): true accuracy, the reward model's
    score, the per-token KL to the reference, and where the answers went.
 
@@ -38,7 +45,8 @@ from .model import (
 from .progress import progress_bar
 
 __all__ = [
-    "PPOConfig", "ppo_token_loss", "normalized_advantages", "adaptive_kl_update", "gae",
+    "PPOConfig", "KL_PLACEMENTS", "ppo_token_loss", "standardized_scores", "kl_shaped_advantages",
+    "k3_loss_term", "adaptive_kl_update", "gae",
     "rm_reward", "verifier_reward", "evaluate", "EvalSet", "ppo_train", "TRAIN_METRICS",
 ]
 
@@ -48,7 +56,8 @@ class PPOConfig:
     """Settings of one PPO run. The defaults are the book's chapter 5 recipe.
 
     Each setting's docstring names its counterpart in TRL's PPO trainer
-    (``trl/experimental/ppo/ppo_config.py``, TRL 1.9), or says there is none, so that a
+    (``trl/experimental/ppo/ppo_config.py`` and ``ppo_trainer.py``, read at TRL's commit
+    f2cd577 of July 2026; the trainer ships up to TRL 1.12.0), or says there is none, so that a
     reader can later read TRL's configuration with this one as a glossary. The KL
     coefficient is ``ppo_train``'s ``beta`` argument, TRL's ``kl_coef``.
 
@@ -75,16 +84,19 @@ class PPOConfig:
     """Gradient steps on each rollout batch (full batch each), then resample. TRL:
     ``num_ppo_epochs``, each epoch split into ``num_mini_batches`` minibatches."""
     adv_clip: float = 3.0
-    """Standardized advantages are clipped to [-adv_clip, adv_clip]. No TRL counterpart:
-    TRL whitens the advantages and does not clip them."""
+    """Standardized scores are clipped to [-adv_clip, adv_clip]. No TRL counterpart: TRL
+    uses the raw score (and whitens the advantages afterwards, without a clip)."""
     adv_eps: float = 1e-4
-    """Added to the batch std before dividing: a batch with equal rewards gives advantage 0.
-    No TRL counterpart (its whitening adds 1e-8 to the variance)."""
+    """Added to the batch std of the scores before dividing: a batch with equal scores gives
+    0. No TRL counterpart (TRL does not standardize the score)."""
     kl_clamp: float = 10.0
     """Per-token log-ratio to the reference is clamped to [-kl_clamp, kl_clamp]. No TRL
     counterpart."""
     max_grad_norm: float = 0.5
-    """Gradient-norm clipping before each Adam step. TRL: the trainer's ``max_grad_norm``."""
+    """Gradient-norm clipping before each Adam step. No counterpart in TRL's PPO trainer: its
+    own loop steps the optimizer without clipping, so the ``max_grad_norm`` it inherits from
+    the training arguments is not applied there (``GRPOTrainer``, which runs the
+    ``transformers`` training loop, does apply it)."""
     kl_target: float | None = None
     """Per-token KL target for the adaptive controller; None keeps beta fixed. No
     counterpart in TRL's PPO trainer, whose ``kl_coef`` is fixed."""
@@ -93,50 +105,113 @@ class PPOConfig:
     seed: int = 0
     """Seeds the prompts and the sampling of this run (the starting policy is given). TRL:
     the trainer's ``seed``."""
+    kl_placement: str = "reward"
+    """Where the leash acts. ``"reward"``: ``-beta * kl_t`` is a per-token reward and reaches
+    the advantages through the returns (InstructGPT; TRL's PPO trainer). ``"loss"``: the
+    advantages come from the score alone (the same baseline) and ``beta * mean_t k3_t``,
+    computed from the current policy, is added to the loss (GRPO; TRL's ``GRPOTrainer`` with
+    ``beta > 0``). Never both."""
+
+    def __post_init__(self):
+        if self.kl_placement not in KL_PLACEMENTS:
+            raise ValueError(f"kl_placement must be one of {KL_PLACEMENTS}, got {self.kl_placement!r}")
+
+
+KL_PLACEMENTS = ("reward", "loss")
 
 
 # ----------------------------------------------------------------------------- the pieces
 
 
-def normalized_advantages(rewards: torch.Tensor, clip: float = 3.0, eps: float = 1e-4) -> torch.Tensor:
-    """Return ``clip((r - mean) / (std + eps), -clip, clip)`` for a batch of rewards (B,).
+def standardized_scores(scores: torch.Tensor, clip: float = 3.0, eps: float = 1e-4) -> torch.Tensor:
+    """Return ``clip((s - mean) / (std + eps), -clip, clip)`` for a batch of scores (B,).
 
-    ``std`` is the population std (divide by B). With every reward equal, all advantages are 0.
+    ``std`` is the population std (divide by B). With every score equal, all are 0.
 
     Defined in chapter 5.
     """
-    if rewards.dim() != 1 or rewards.numel() < 1:
-        raise ValueError(f"rewards must be a non-empty 1-D tensor, got shape {tuple(rewards.shape)}")
+    if scores.dim() != 1 or scores.numel() < 1:
+        raise ValueError(f"scores must be a non-empty 1-D tensor, got shape {tuple(scores.shape)}")
     if clip <= 0 or eps <= 0:
         raise ValueError(f"clip and eps must be > 0, got clip={clip}, eps={eps}")
-    z = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + eps)
+    z = (scores - scores.mean()) / (scores.std(unbiased=False) + eps)
     return z.clamp(-clip, clip)
+
+
+def _check_token_shapes(mask: torch.Tensor, scores: torch.Tensor | None = None, **tensors) -> None:
+    if mask.dim() != 2:
+        raise ValueError(f"mask must be (B, T), got shape {tuple(mask.shape)}")
+    for name, x in tensors.items():
+        if tuple(x.shape) != tuple(mask.shape):
+            raise ValueError(f"{name} must have the mask's shape {tuple(mask.shape)}, got {tuple(x.shape)}")
+    if scores is not None and tuple(scores.shape) != (mask.shape[0],):
+        raise ValueError(f"scores must be (B,) = ({mask.shape[0]},), one per row of mask; got {tuple(scores.shape)}")
+
+
+def kl_shaped_advantages(
+    scores: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    beta: float,
+    kl_clamp: float = 10.0,
+) -> torch.Tensor:
+    """Return the advantages (B, T) of the leash in the reward, with a batch baseline.
+
+    scores: (B,), one (standardized) score per completion; old_logp, ref_logp, mask: (B, T),
+    the mask 1 on each completion's tokens (a prefix of the row, at least one token).
+
+    1. per-token reward ``r_t = -beta * kl_t`` on kept tokens, with
+       ``kl_t = clamp(old_logp_t - ref_logp_t, -kl_clamp, kl_clamp)``, plus the score at the
+       completion's last kept token;
+    2. return-to-go ``G_t = r_t + r_{t+1} + ...`` (no discount);
+    3. ``A_t = G_t - b_t``, where ``b_t`` is the mean of ``G_t`` over the rows that keep
+       position t; 0 on the tokens the mask drops.
+
+    Defined in chapter 5.
+    """
+    _check_token_shapes(mask, scores, old_logp=old_logp, ref_logp=ref_logp)
+    mask = mask.to(old_logp.dtype)
+    kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)  # (B, T), fixed at rollout
+    rewards = -beta * kl * mask  # (B, T): the leash, token by token
+    last = (mask.sum(1).long() - 1).clamp(min=0)  # (B,): each completion's last token
+    rewards = rewards + torch.nn.functional.one_hot(last, mask.shape[1]).to(rewards.dtype) * scores[:, None]
+    returns = rewards.flip(1).cumsum(1).flip(1) * mask  # (B, T): G_t, the reward from t on
+    kept = mask.sum(0)  # (T,): how many completions reach each position
+    baseline = returns.sum(0) / kept.clamp(min=1)  # (T,)
+    return (returns - baseline) * mask
 
 
 def ppo_token_loss(
     new_logp: torch.Tensor,
     old_logp: torch.Tensor,
-    ref_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     epsilon: float = 0.2,
-    beta: float = 0.1,
-    kl_clamp: float = 10.0,
 ) -> torch.Tensor:
-    """Return the PPO-RLHF loss (a scalar tensor to minimise): minus the mean over masked
-    tokens of ``min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)``.
+    """Return the clipped-surrogate loss (a scalar tensor to minimise): minus the mean over
+    masked tokens of ``min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)``.
 
-    new_logp, old_logp, ref_logp, mask: (B, T); advantages: (B,), one per completion.
-    ``ratio = exp(new_logp - old_logp)``; ``kl = clamp(old_logp - ref_logp, -kl_clamp, kl_clamp)``
-    is the leash, fixed at rollout time; ``A = advantages - beta * kl`` per token.
+    new_logp, old_logp, advantages, mask: (B, T); ``ratio = exp(new_logp - old_logp)``.
+    The leash is already inside the advantages (:func:`kl_shaped_advantages`).
 
     Defined in chapter 5.
     """
     ratio = torch.exp(new_logp - old_logp)  # (B, T)
-    kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)  # (B, T), a constant: no gradient
-    A = advantages.unsqueeze(1) - beta * kl  # (B, T): KL-shaped advantage per token
-    surrogate = torch.minimum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)  # (B, T)
+    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - epsilon, 1 + epsilon) * advantages)
     return -(surrogate * mask).sum() / mask.sum()
+
+
+def k3_loss_term(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
+                 kl_clamp: float = 10.0) -> torch.Tensor:
+    """Return the mean over masked tokens of ``k3 = exp(d) - d - 1`` with
+    ``d = clamp(ref_logp - new_logp, -kl_clamp, kl_clamp)``: GRPO's leash as a loss term (to
+    be multiplied by beta), with its gradient through ``new_logp``.
+
+    Defined in chapter 5.
+    """
+    d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)
+    return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
 
 
 def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, horizon: int) -> float:
@@ -144,6 +219,8 @@ def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, hori
 
     ``e = clip(kl / target - 1, -0.2, 0.2)``; ``beta * (1 + e * n_steps / horizon)``: beta
     grows when the KL runs above target and shrinks below it, by at most 20% per horizon.
+    The factor stays positive only while ``n_steps / horizon < 5`` (at e = -0.2 it is
+    ``1 - 0.2 * n_steps / horizon``), so a longer step is refused.
 
     Defined in chapter 6.
     """
@@ -151,6 +228,11 @@ def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, hori
         raise ValueError(
             f"need target > 0, horizon > 0, n_steps >= 0, beta >= 0; got target={target}, "
             f"horizon={horizon}, n_steps={n_steps}, beta={beta}"
+        )
+    if n_steps >= 5 * horizon:
+        raise ValueError(
+            f"n_steps / horizon must be below 5, got {n_steps} / {horizon}: beyond it a KL far "
+            "below target would turn beta negative (1 - 0.2 * n_steps / horizon <= 0)"
         )
     e = float(np.clip(kl / target - 1.0, -0.2, 0.2))
     return float(beta * (1.0 + e * n_steps / horizon))
@@ -276,8 +358,10 @@ TRAIN_METRICS = {
     "objective/scores": "mean reward of the batch, before normalisation",
     "objective/kl": "mean per-token log-ratio to the reference on sampled tokens (k1), at rollout",
     "objective/entropy": "mean per-token entropy of the sampling distribution (nats)",
-    "policy/clipfrac_avg": "fraction of completion tokens whose ratio was clipped, over the updates",
-    "policy/approxkl_avg": "approximate KL to the rollout policy, mean((ratio - 1) - log ratio), over the updates",
+    "policy/clipfrac_avg": "fraction of completion tokens where the clip binds (the clipped term is "
+                           "the smaller), over the updates",
+    "policy/approxkl_avg": "approximate KL to the rollout policy, 0.5 * mean(log ratio ** 2) over completion "
+                           "tokens (TRL averages over every position), over the updates",
     "loss/policy_avg": "PPO loss, averaged over the updates",
     "val/completion_length": "mean number of completion tokens up to and including the first `;`",
     "beta": "KL coefficient used this iteration (changes only with the adaptive controller)",
@@ -292,6 +376,7 @@ def ppo_train(
     config: PPOConfig | None = None,
     rm: TinyGPT | None = None,
     loss_fn: Callable | None = None,
+    advantage_fn: Callable | None = None,
     evalset: EvalSet | None = None,
     progress: bool = True,
     callback: Callable | None = None,
@@ -301,8 +386,10 @@ def ppo_train(
 
     ``reward_fn(pairs, prompts, completions) -> (B,)`` scores completions: :func:`rm_reward`
     or :func:`verifier_reward`. ``rm`` (optional) is only used to log the RM's score of the
-    greedy answers. ``loss_fn`` replaces :func:`ppo_token_loss` (same signature), so a
-    learner's own loss can drive the run. ``callback(iteration, log)`` runs after each
+    greedy answers. ``advantage_fn`` replaces :func:`kl_shaped_advantages` and ``loss_fn``
+    replaces :func:`ppo_token_loss` (same signatures), so a learner's own functions can drive
+    the run. With ``config.kl_placement == "loss"``, ``advantage_fn`` is called with beta = 0
+    and ``beta * k3_loss_term`` is added to the loss. ``callback(iteration, log)`` runs after each
     iteration. ``desc`` labels the progress bar.
 
     The log holds per-iteration eval lists with the start at index 0 (length iterations + 1):
@@ -317,6 +404,8 @@ def ppo_train(
     if cfg.iterations < 0 or cfg.batch_size < 2 or cfg.updates_per_batch < 1:
         raise ValueError("config needs iterations >= 0, batch_size >= 2, updates_per_batch >= 1")
     loss_fn = loss_fn or ppo_token_loss
+    advantage_fn = advantage_fn or kl_shaped_advantages
+    leash_in_reward = cfg.kl_placement == "reward"
     evalset = evalset or EvalSet()
     policy = copy.deepcopy(policy).train().requires_grad_(True)
     reference.eval()  # read under no_grad only: it never changes
@@ -354,29 +443,36 @@ def ppo_train(
             ref_logp = logprobs_from_logits(completion_logits(reference, prompts, completions), completions, T)
             entropy = entropy_from_logits(old_logits, T)  # (B, 4)
 
-        # 2. score: one reward per completion, at its end
+        # 2. score: one number per completion, standardized over the batch
         rewards = reward_fn(pairs, prompts, completions).float()  # (B,)
+        z = standardized_scores(rewards, cfg.adv_clip, cfg.adv_eps)  # (B,)
 
-        # 3. advantages: batch-mean baseline, standardized, clipped; broadcast in the loss
-        adv = normalized_advantages(rewards, cfg.adv_clip, cfg.adv_eps)  # (B,)
+        # 3.-4. the leash and the advantages, fixed for this batch
+        # -beta * kl_t in the per-token reward, returns-to-go, a baseline per position; with
+        # the leash in the loss instead, the same advantages with beta = 0 (the score alone)
+        with torch.no_grad():
+            adv = advantage_fn(z, old_logp, ref_logp, mask, beta if leash_in_reward else 0.0, cfg.kl_clamp)
+        _check_token_shapes(mask, advantages=adv)
 
-        # 4.-5. updates on this batch; the KL leash enters the loss through A_t
+        # 5. updates on this batch
         for group in opt.param_groups:
             group["lr"] = cfg.lr * (1.0 - it / cfg.iterations if cfg.anneal_lr else 1.0)
         clipfracs, approxkls, losses = [], [], []
         for _ in range(cfg.updates_per_batch):
             new_logp = logprobs_from_logits(completion_logits(policy, prompts, completions), completions, T)
-            loss = loss_fn(new_logp, old_logp, ref_logp, adv, mask, cfg.epsilon, beta, cfg.kl_clamp)
+            loss = loss_fn(new_logp, old_logp, adv, mask, cfg.epsilon)
+            if not leash_in_reward:
+                loss = loss + beta * k3_loss_term(new_logp, ref_logp, mask, cfg.kl_clamp)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
             opt.step()
-            with torch.no_grad():
+            with torch.no_grad():  # TRL's definitions (trl/experimental/ppo/ppo_trainer.py)
                 log_ratio = new_logp - old_logp
                 ratio = log_ratio.exp()
-                clipped = ((ratio - 1).abs() > cfg.epsilon).float()
-                clipfracs.append(((clipped * mask).sum() / mask.sum()).item())
-                approxkls.append(((((ratio - 1) - log_ratio) * mask).sum() / mask.sum()).item())
+                binds = (-adv * ratio.clamp(1 - cfg.epsilon, 1 + cfg.epsilon)) > (-adv * ratio)
+                clipfracs.append(((binds.float() * mask).sum() / mask.sum()).item())
+                approxkls.append(((0.5 * log_ratio ** 2 * mask).sum() / mask.sum()).item())
                 losses.append(loss.item())
 
         # 6. log the batch, then evaluate on the fixed eval prompts

@@ -116,3 +116,29 @@ def test_study_rows_and_table():
     assert len(lines) == 3 + len(rows)
     assert max(len(line) for line in lines) <= 74  # fits the book's code column
     assert "20.000" in table and "0.0025" in table
+
+
+def test_std_crossover_solves_equal_noise_and_matches_the_chapter():
+    mu = est.std_crossover()
+    assert mu == pytest.approx(1.12091, abs=1e-5)
+    exact = est.closed_form(mu)
+    assert exact["k3"][1] == pytest.approx(exact["k1"][1], rel=1e-12)
+    assert math.exp(mu * mu) == pytest.approx(1 + 2 * mu * mu, rel=1e-12)
+    # k3 is the quieter one below the crossover and the noisier one above it
+    for below, above in ((0.1, 1.2), (1.0, 2.0), (mu - 1e-3, mu + 1e-3)):
+        assert est.closed_form(below)["k3"][1] < est.closed_form(below)["k1"][1]
+        assert est.closed_form(above)["k3"][1] > est.closed_form(above)["k1"][1]
+    # the chapter's claim at mu = 1: about 1.70 for k3 against k1's 2
+    assert est.closed_form(1.0)["k3"][1] == pytest.approx(1.695, abs=5e-4)
+
+
+@pytest.mark.parametrize("mu", [0.9, est.std_crossover(), 1.3])
+def test_std_ratios_around_the_crossover_agree_with_monte_carlo(mu):
+    # k3's spread has heavy (log-normal) tails here, so the sampled std is looser than at mu <= 1
+    mc, exact = est.monte_carlo(mu, n=2_000_000, seed=11), est.closed_form(mu)
+    for name in ("k1", "k3"):
+        assert mc[name][1] == pytest.approx(exact[name][1], rel=0.03), name
+    if mu == 0.9:
+        assert mc["k3"][1] < 0.8 * mc["k1"][1]
+    if mu == 1.3:
+        assert mc["k3"][1] > 1.15 * mc["k1"][1]

@@ -1,5 +1,5 @@
-"""Chapter 5's exercise: the cases are worked by hand, each usual slip fails one of them, the
-comparator names the slip, and a loss written to the contract drives ``ppo_train``."""
+"""Chapter 5's exercises: the cases are worked by hand, each usual slip fails one of them, the
+comparator names the slip, and functions written to the contracts drive ``ppo_train``."""
 
 import math
 
@@ -12,42 +12,106 @@ from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import get
 from minirlhf.model import GPTConfig, TinyGPT
 
-EX = get("ppo_token_loss")
+ADV = get("kl_shaped_advantages")
+LOSS = get("ppo_token_loss")
 
 
-def test_the_reference_reproduces_every_case_worked_by_hand():
-    assert len(EX.cases) >= 6
-    for i, case in enumerate(EX.cases, 1):
-        got = ppo.ppo_token_loss(**case.kwargs)
-        assert got.shape == ()
-        assert abs(float(got) - case.expected) < 1e-5, f"case {i}: {case.why}"
-        assert EX.expect.problem(got, case.expected) is None
+@pytest.mark.parametrize("ex", [ADV, LOSS], ids=lambda e: e.name)
+def test_the_reference_reproduces_every_case_worked_by_hand(ex):
+    assert len(ex.cases) >= 8
+    for i, case in enumerate(ex.cases, 1):
+        got = ex.reference(**case.kwargs)
+        assert ex.expect.problem(got, case.expected) is None, f"case {i}: {case.why}"
 
 
 def test_a_few_cases_by_their_numbers():
     # The values written out, so that a change to a case's tensors cannot silently move them.
-    expected = [c.expected for c in EX.cases]
-    assert expected[:5] == [-0.25, -2.0, -1.2, 0.8, 0.5]
-    assert expected[5] == pytest.approx(0.5 * math.exp(0.1))
-    assert expected[8] == pytest.approx(-(2 - math.exp(0.5)) / 3)
+    assert [c.expected for c in LOSS.cases][:4] == [-0.25, -2.0, -1.2, 0.8]
+    assert LOSS.cases[5].expected == pytest.approx(-(2 - math.exp(0.5)) / 3)
+    assert torch.allclose(ADV.cases[1].expected, torch.tensor([[0.35, 0.375, 0.425], [-0.35, -0.375, -0.425]]))
+
+
+# ----------------------------------------------------------------------------- 5.1 advantages
+
+
+def _adv_variant(slip):
+    """Return kl_shaped_advantages with one deliberate slip."""
+
+    def advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0):
+        B, T = mask.shape
+        kl = (ref_logp - old_logp) if slip == "kl sign" else (old_logp - ref_logp)
+        if slip != "no clamp":
+            kl = kl.clamp(-kl_clamp, kl_clamp)
+        rewards = -beta * kl * (1.0 if slip == "padding pays" else mask)
+        last = mask.sum(1).long() - 1
+        rewards = rewards.clone()
+        rewards[torch.arange(B), last] += scores
+        if slip == "myopic":  # the score on every token, each token paying only its own KL
+            returns = (scores[:, None] - beta * kl) * mask
+        else:
+            returns = rewards.flip(1).cumsum(1).flip(1) * mask
+        if slip == "no baseline":
+            baseline = torch.zeros(T)
+        elif slip == "baseline over all rows":
+            baseline = returns.mean(0)
+        elif slip == "baseline per row":
+            return (returns - (returns.sum(1) / mask.sum(1))[:, None]) * mask
+        else:
+            baseline = returns.sum(0) / mask.sum(0).clamp(min=1)
+        out = (returns - baseline) * mask
+        if slip == "one per completion":
+            return out[:, 0]
+        return out
+
+    return advantages
+
+
+ADV_SLIPS = ["kl sign", "no clamp", "padding pays", "myopic", "no baseline",
+             "baseline over all rows", "baseline per row", "one per completion"]
+
+
+def test_the_advantages_without_a_slip_pass():
+    assert run_cases(_adv_variant(None), ADV).passed
+
+
+@pytest.mark.parametrize("slip", ADV_SLIPS)
+def test_every_usual_advantage_slip_fails_a_case(slip):
+    assert not run_cases(_adv_variant(slip), ADV).passed, f"no case catches the slip {slip!r}"
+
+
+def test_the_advantage_comparator_names_a_per_completion_result():
+    report = run_cases(_adv_variant("one per completion"), ADV)
+    assert "one number per completion" in report.first_failure.message
+
+
+def test_random_advantage_inputs_are_prefix_masks_the_reference_accepts():
+    rng = np.random.default_rng(5)
+    clamped = 0
+    for _ in range(200):
+        kw = ADV.random_kwargs(rng)
+        B, T = kw["old_logp"].shape
+        assert kw["scores"].shape == (B,) and kw["ref_logp"].shape == kw["mask"].shape == (B, T)
+        lengths = kw["mask"].sum(1)
+        assert (lengths >= 1).all() and torch.equal(kw["mask"], (torch.arange(T) < lengths[:, None]).float())
+        assert torch.isfinite(ppo.kl_shaped_advantages(**kw)).all()
+        clamped += bool(((kw["old_logp"] - kw["ref_logp"]).abs() > kw["kl_clamp"]).any())
+    assert clamped > 20, "the random inputs should often exercise the clamp"
+
+
+# ----------------------------------------------------------------------------- 5.2 the loss
 
 
 def _variant(slip):
     """Return a loss with the same contract as the reference but one deliberate slip."""
 
-    def loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon=0.2, beta=0.1, kl_clamp=10.0):
+    def loss(new_logp, old_logp, advantages, mask, epsilon=0.2):
         ratio = torch.exp(new_logp - old_logp)
-        base = new_logp if slip == "kl from new" else old_logp
-        kl = base - ref_logp
-        if slip != "no clamp":
-            kl = kl.clamp(-kl_clamp, kl_clamp)
-        adv = advantages[None, :] if slip == "wrong axis" else advantages[:, None]
-        A = adv - beta * kl
-        if slip == "kl twice":
-            A = A - beta * kl
+        A = advantages.T if slip == "transposed" else advantages
         surrogate = torch.minimum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)
         if slip == "max":
             surrogate = torch.maximum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)
+        if slip == "clip only":
+            surrogate = ratio.clamp(1 - epsilon, 1 + epsilon) * A
         if slip == "no mask":
             return -surrogate.mean()
         if slip == "mean over all tokens":
@@ -66,57 +130,51 @@ def _variant(slip):
     return loss
 
 
-SLIPS = ["kl from new", "no clamp", "wrong axis", "kl twice", "max", "no mask", "mean over all tokens",
-         "mean of row means", "sign", "item", "per token"]
+SLIPS = ["transposed", "max", "clip only", "no mask", "mean over all tokens", "mean of row means", "sign",
+         "item", "per token"]
 
 
 def test_the_variant_without_a_slip_passes():
-    assert run_cases(_variant(None), EX).passed
+    assert run_cases(_variant(None), LOSS).passed
 
 
 @pytest.mark.parametrize("slip", SLIPS)
 def test_every_usual_slip_fails_a_case(slip):
-    report = run_cases(_variant(slip), EX)
-    assert not report.passed, f"no case catches the slip {slip!r}"
+    assert not run_cases(_variant(slip), LOSS).passed, f"no case catches the slip {slip!r}"
 
 
 @pytest.mark.parametrize("slip, words", [("sign", "wrong sign"), ("item", "torch tensor"),
                                          ("per token", "averaged")])
 def test_the_comparator_names_the_slip(slip, words):
-    report = run_cases(_variant(slip), EX)
-    assert words in report.first_failure.message
+    assert words in run_cases(_variant(slip), LOSS).first_failure.message
 
 
 def test_not_written_yet_reads_as_todo():
     def ppo_token_loss(**kwargs):
         raise NotImplementedError("your code here")
 
-    report = run_cases(ppo_token_loss, EX)
-    assert report.state == "todo"
+    assert run_cases(ppo_token_loss, LOSS).state == "todo"
 
 
-def test_random_inputs_are_tensors_the_reference_accepts():
+def test_random_loss_inputs_are_tensors_the_reference_accepts():
     rng = np.random.default_rng(5)
-    clamped = 0
     for _ in range(200):
-        kw = EX.random_kwargs(rng)
+        kw = LOSS.random_kwargs(rng)
         B, T = kw["old_logp"].shape
-        for name in ("new_logp", "ref_logp", "mask"):
+        for name in ("new_logp", "advantages", "mask"):
             assert isinstance(kw[name], torch.Tensor) and kw[name].shape == (B, T)
-        assert kw["advantages"].shape == (B,)
         assert kw["mask"].sum() >= 1
         assert torch.isfinite(ppo.ppo_token_loss(**kw))
-        clamped += bool(((kw["old_logp"] - kw["ref_logp"]).abs() > kw["kl_clamp"]).any())
-    assert clamped > 20, "the random inputs should often exercise the clamp"
 
 
-def test_hints_go_from_a_nudge_to_nearly_the_answer():
-    assert len(EX.hints) >= 3
-    assert "mask.sum()" in EX.hints[-1] and "torch.minimum" in EX.hints[-1]
+@pytest.mark.parametrize("ex", [ADV, LOSS], ids=lambda e: e.name)
+def test_hints_go_from_a_nudge_to_nearly_the_answer(ex):
+    assert len(ex.hints) >= 3
+    assert "mask" in ex.hints[-1]
 
 
-def test_a_loss_written_to_the_contract_drives_ppo_train():
-    """ppo_train with loss_fn = a separately written loss gives the same run as the reference."""
+def test_functions_written_to_the_contracts_drive_ppo_train():
+    """ppo_train with separately written advantages and loss gives the same run as the reference."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = TinyGPT(GPTConfig())
@@ -127,8 +185,11 @@ def test_a_loss_written_to_the_contract_drives_ppo_train():
         return completions[:, 0].float()
 
     _, ours = ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, loss_fn=_variant(None),
-                            evalset=evalset, progress=False)
+                            advantage_fn=_adv_variant(None), evalset=evalset, progress=False)
     _, theirs = ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, evalset=evalset, progress=False)
     for key in ("kl", "policy/clipfrac_avg", "loss/policy_avg"):
         assert ours[key] == pytest.approx(theirs[key], abs=1e-6)
     assert ours["loss/policy_avg"][0] != 0.0
+    _, myopic = ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, advantage_fn=_adv_variant("myopic"),
+                              evalset=evalset, progress=False)
+    assert myopic["loss/policy_avg"] != theirs["loss/policy_avg"]  # the advantages really drive the run

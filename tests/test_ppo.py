@@ -9,8 +9,8 @@ import torch
 from minirlhf import task
 from minirlhf.model import GPTConfig, TinyGPT
 from minirlhf.ppo import (
-    EvalSet, PPOConfig, adaptive_kl_update, gae, normalized_advantages, ppo_token_loss, rm_reward,
-    verifier_reward,
+    EvalSet, PPOConfig, adaptive_kl_update, gae, k3_loss_term, kl_shaped_advantages, ppo_token_loss,
+    rm_reward, standardized_scores, verifier_reward,
 )
 from minirlhf.ppo import ppo_train
 
@@ -18,79 +18,110 @@ from minirlhf.ppo import ppo_train
 t = torch.tensor
 
 
-def loss(new, old, ref, adv, mask, eps=0.2, beta=0.0, clamp=10.0):
-    return ppo_token_loss(t(new), t(old), t(ref), t(adv), t(mask), eps, beta, clamp).item()
+def loss(new, old, adv, mask, eps=0.2):
+    return ppo_token_loss(t(new), t(old), t(adv), t(mask), eps).item()
+
+
+def advantages(scores, old, ref, mask, beta, clamp=10.0):
+    return kl_shaped_advantages(t(scores), t(old), t(ref), t(mask), beta, clamp)
 
 
 # ----------------------------------------------------------------------------- the loss
 
 
 def test_loss_at_ratio_one_is_minus_the_advantage():
-    assert math.isclose(loss([[-1.0]], [[-1.0]], [[-1.0]], [2.0], [[1.0]]), -2.0)
+    assert math.isclose(loss([[-1.0]], [[-1.0]], [[2.0]], [[1.0]]), -2.0)
 
 
 def test_clipping_by_hand():
     up = math.log(1.5)  # ratio 1.5
     # A > 0: min(1.5 * 1, 1.2 * 1) = 1.2, the gain is capped
-    assert math.isclose(loss([[up]], [[0.0]], [[0.0]], [1.0], [[1.0]]), -1.2, rel_tol=1e-6)
+    assert math.isclose(loss([[up]], [[0.0]], [[1.0]], [[1.0]]), -1.2, rel_tol=1e-6)
     # A < 0: min(1.5 * -1, 1.2 * -1) = -1.5, the loss is not capped
-    assert math.isclose(loss([[up]], [[0.0]], [[0.0]], [-1.0], [[1.0]]), 1.5, rel_tol=1e-6)
+    assert math.isclose(loss([[up]], [[0.0]], [[-1.0]], [[1.0]]), 1.5, rel_tol=1e-6)
     down = math.log(0.5)  # ratio 0.5, A > 0: min(0.5, 0.8) = 0.5
-    assert math.isclose(loss([[down]], [[0.0]], [[0.0]], [1.0], [[1.0]]), -0.5, rel_tol=1e-6)
+    assert math.isclose(loss([[down]], [[0.0]], [[1.0]], [[1.0]]), -0.5, rel_tol=1e-6)
 
 
 def test_mask_drops_tokens_after_the_end():
-    # The second token is past the `;`: its huge ratio and log-ratio must not count.
-    full = loss([[-1.0, 5.0]], [[-1.0, -9.0]], [[-1.0, -20.0]], [1.0], [[1.0, 0.0]], beta=0.5)
-    assert math.isclose(full, -1.0)
-
-
-def test_advantage_broadcast_over_tokens():
-    # adv 1 on a 2-token completion, -1 on a 1-token one: mean over 3 tokens of (1, 1, -1)
-    got = loss([[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]],
-               [1.0, -1.0], [[1.0, 1.0], [1.0, 0.0]])
-    assert math.isclose(got, -1 / 3, rel_tol=1e-6)
-
-
-def test_kl_enters_the_advantage_once():
-    # old - ref = 0.5, beta 0.2: A = 1 - 0.2 * 0.5 = 0.9 at ratio 1
-    assert math.isclose(loss([[-1.0]], [[-1.0]], [[-1.5]], [1.0], [[1.0]], beta=0.2), -0.9, rel_tol=1e-6)
-
-
-def test_log_ratio_to_reference_is_clamped():
-    # old - ref = 50, clamped to 10: A = 1 - 0.1 * 10 = 0, so the loss is 0, not -(1 - 5) = 4
-    assert math.isclose(loss([[-1.0]], [[-1.0]], [[-51.0]], [1.0], [[1.0]], beta=0.1, clamp=10.0), 0.0, abs_tol=1e-6)
+    # The second token is past the `;`: its huge ratio must not count.
+    assert math.isclose(loss([[-1.0, 5.0]], [[-1.0, -9.0]], [[1.0, 1.0]], [[1.0, 0.0]]), -1.0)
 
 
 def test_gradient_flows_only_through_new_logp():
     new = t([[-1.0, -2.0]], requires_grad=True)
     old = t([[-1.0, -2.0]], requires_grad=True)
-    ref = t([[-1.2, -2.0]], requires_grad=True)
-    ppo_token_loss(new, old.detach(), ref.detach(), t([1.0]), t([[1.0, 1.0]]), 0.2, 0.1, 10.0).backward()
-    # d(-mean(ratio * A))/d new_t = -A_t / 2 with A = (1 - 0.1 * 0.2, 1 - 0)
+    ppo_token_loss(new, old.detach(), t([[0.98, 1.0]]), t([[1.0, 1.0]]), 0.2).backward()
+    # d(-mean(ratio * A))/d new_t = -A_t / 2 at ratio 1
     assert torch.allclose(new.grad, t([[-0.49, -0.5]]))
 
 
-# ----------------------------------------------------------------------------- advantages
+# ----------------------------------------------------------------------------- the leash in the reward
 
 
-def test_normalized_advantages_by_hand():
-    # rewards (1, 0, 0, 0): mean 0.25, std sqrt(0.25 * 0.75) = 0.4330
-    adv = normalized_advantages(t([1.0, 0.0, 0.0, 0.0]))
-    assert torch.allclose(adv, t([1.7317, -0.5772, -0.5772, -0.5772]), atol=1e-4)
+def test_the_leash_as_a_per_token_reward_with_returns_to_go_by_hand():
+    # Row 1: kl = (0.1, 0.2, 0.3), beta 0.5, score 1 -> rewards (-0.05, -0.1, 1 - 0.15)
+    # and returns-to-go (0.70, 0.75, 0.85). Row 2: no divergence, score 0 -> returns 0.
+    # Baseline per position: (0.35, 0.375, 0.425), so the advantages are +-those.
+    adv = advantages([1.0, 0.0], [[-0.9, -0.8, -0.7], [-1.0, -1.0, -1.0]], [[-1.0] * 3] * 2,
+                     [[1.0] * 3] * 2, 0.5)
+    assert torch.allclose(adv, t([[0.35, 0.375, 0.425], [-0.35, -0.375, -0.425]]), atol=1e-6)
+    # The first token pays for its followers: its return falls by beta * (0.1 + 0.2 + 0.3).
+    alone = advantages([1.0, 0.0], [[-1.0] * 3] * 2, [[-1.0] * 3] * 2, [[1.0] * 3] * 2, 0.5)
+    assert math.isclose((alone - adv)[0, 0].item(), 0.5 * 0.6 / 2, rel_tol=1e-5)
 
 
-def test_advantages_are_clipped_at_three():
-    # one 1 among 17 rewards: mean 1/17, std 4/17, so z is about 4 for the 1 (clipped to 3)
+def test_the_score_goes_on_the_last_kept_token_and_padding_pays_nothing():
+    # Row 1 ends after one token; its padding token has kl 5 (ref -6) and must not count.
+    adv = advantages([1.0, -1.0], [[-1.0, -1.0], [-1.0, -1.0]], [[-1.0, -6.0], [-1.0, -1.0]],
+                     [[1.0, 0.0], [1.0, 1.0]], 1.0)
+    assert torch.allclose(adv, t([[1.0, 0.0], [-1.0, 0.0]]))
+
+
+def test_the_baseline_of_a_position_averages_the_rows_that_reach_it():
+    adv = advantages([3.0, 1.0, 2.0], [[-1.0] * 2] * 3, [[-1.0] * 2] * 3, [[1.0, 0.0], [1.0, 1.0], [1.0, 1.0]], 0.0)
+    assert torch.allclose(adv, t([[1.0, 0.0], [-1.0, -0.5], [0.0, 0.5]]))
+
+
+def test_log_ratio_to_reference_is_clamped():
+    # old - ref = 50, clamped to 10: reward -0.1 * 10 = -1 against 0 in the other row
+    adv = advantages([0.0, 0.0], [[-1.0], [-1.0]], [[-51.0], [-1.0]], [[1.0], [1.0]], 0.1)
+    assert torch.allclose(adv, t([[-0.5], [0.5]]))
+
+
+def test_shapes_are_checked_with_names():
+    with pytest.raises(ValueError, match="scores"):
+        advantages([1.0], [[-1.0]] * 2, [[-1.0]] * 2, [[1.0]] * 2, 0.1)
+    with pytest.raises(ValueError, match="ref_logp"):
+        advantages([1.0, 0.0], [[-1.0]] * 2, [[-1.0, -1.0]] * 2, [[1.0]] * 2, 0.1)
+
+
+def test_the_k3_loss_term_by_hand():
+    # k3 at d = ref - new = log 2: 2 - log 2 - 1 = 0.3069; at d = 0: 0; mean over the 2 kept tokens
+    new = t([[-1.0, -1.0, 5.0]], requires_grad=True)
+    term = k3_loss_term(new, t([[-1.0 + math.log(2.0), -1.0, -9.0]]), t([[1.0, 1.0, 0.0]]))
+    assert math.isclose(term.item(), (1 - math.log(2.0)) / 2, rel_tol=1e-5)
+    term.backward()  # d k3 / d new = -(e^d - 1) = -1 at d = log 2, halved by the mean
+    assert torch.allclose(new.grad, t([[-0.5, 0.0, 0.0]]), atol=1e-6)
+
+
+def test_standardized_scores_by_hand():
+    # scores (1, 0, 0, 0): mean 0.25, std sqrt(0.25 * 0.75) = 0.4330
+    z = standardized_scores(t([1.0, 0.0, 0.0, 0.0]))
+    assert torch.allclose(z, t([1.7317, -0.5772, -0.5772, -0.5772]), atol=1e-4)
+
+
+def test_scores_are_clipped_at_three():
+    # one 1 among 17 scores: mean 1/17, std 4/17, so z is about 4 for the 1 (clipped to 3)
     # and -(1/17) / (4/17 + 1e-4) = -1 / 4.0017 = -0.249894 for the others
-    adv = normalized_advantages(t([1.0] + [0.0] * 16))
-    assert adv[0].item() == 3.0 and torch.allclose(adv[1:], t(-0.249894), atol=1e-6)
+    z = standardized_scores(t([1.0] + [0.0] * 16))
+    assert z[0].item() == 3.0 and torch.allclose(z[1:], t(-0.249894), atol=1e-6)
 
 
-def test_equal_rewards_give_zero_advantage():
-    assert torch.equal(normalized_advantages(t([0.7, 0.7, 0.7])), torch.zeros(3))
-    with pytest.raises(ValueError, match="rewards"):
-        normalized_advantages(t([[1.0]]))
+def test_equal_scores_give_zero():
+    assert torch.equal(standardized_scores(t([0.7, 0.7, 0.7])), torch.zeros(3))
+    with pytest.raises(ValueError, match="scores"):
+        standardized_scores(t([[1.0]]))
 
 
 # ----------------------------------------------------------------------------- controller, GAE
@@ -104,6 +135,13 @@ def test_adaptive_kl_by_hand():
     assert math.isclose(adaptive_kl_update(0.1, 0.1, 0.1, 64, 640), 0.1)
     with pytest.raises(ValueError, match="target"):
         adaptive_kl_update(0.1, 0.1, 0.0, 64, 640)
+
+
+def test_adaptive_kl_refuses_a_step_that_could_turn_beta_negative():
+    # at e = -0.2 the factor is 1 - 0.2 * n_steps / horizon: 0.02 just below 5 horizons
+    assert math.isclose(adaptive_kl_update(1.0, 0.0, 1.0, 4900, 1000), 0.02)
+    with pytest.raises(ValueError, match="below 5"):
+        adaptive_kl_update(1.0, 0.0, 1.0, 5000, 1000)
 
 
 def test_gae_by_hand():
@@ -147,9 +185,9 @@ def test_ppo_train_uses_the_given_loss_and_controller(tiny):
     policy, rm, evalset = tiny
     calls = []
 
-    def my_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon, beta, kl_clamp):
-        calls.append(beta)
-        return ppo_token_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon, beta, kl_clamp)
+    def my_loss(new_logp, old_logp, advantages, mask, epsilon):
+        calls.append(epsilon)
+        return ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon)
 
     cfg = PPOConfig(iterations=3, batch_size=8, kl_target=1e6, kl_horizon=80)
     _, log = ppo_train(policy, policy, verifier_reward, 0.1, cfg, loss_fn=my_loss, evalset=evalset, progress=False)
@@ -158,3 +196,45 @@ def test_ppo_train_uses_the_given_loss_and_controller(tiny):
     assert np.allclose(log["beta"], [0.1, 0.098, 0.09604]) and math.isnan(log["rm_score"][0])
     with pytest.raises(ValueError, match="beta"):
         ppo_train(policy, policy, verifier_reward, -1.0, cfg, evalset=evalset, progress=False)
+
+
+def test_the_leash_is_in_the_reward_or_in_the_loss_never_both(tiny):
+    policy, rm, evalset = tiny
+    seen = {}
+
+    def spy_advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp):
+        seen.setdefault("advantage beta", []).append(beta)
+        return kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp)
+
+    def spy_loss(new_logp, old_logp, advantages, mask, epsilon):
+        seen.setdefault("advantages", []).append(advantages.clone())
+        return ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon)
+
+    cfg = PPOConfig(iterations=2, batch_size=8)
+    _, by_reward = ppo_train(policy, policy, rm_reward(rm), 0.5, cfg, loss_fn=spy_loss,
+                             advantage_fn=spy_advantages, evalset=evalset, progress=False)
+    assert seen.pop("advantage beta") == [0.5, 0.5]
+    seen.clear()
+    loss_cfg = PPOConfig(iterations=2, batch_size=8, kl_placement="loss")
+    _, by_loss = ppo_train(policy, policy, rm_reward(rm), 0.5, loss_cfg, loss_fn=spy_loss,
+                           advantage_fn=spy_advantages, evalset=evalset, progress=False)
+    assert seen.pop("advantage beta") == [0.0, 0.0]  # the score alone: no KL in the advantages
+    assert by_loss["objective/kl"][1] != by_reward["objective/kl"][1]
+    # The first gradient step starts on the reference: every kl_t, k3_t and k3's gradient is 0,
+    # so the two placements make exactly the same first step.
+    one = dict(iterations=1, batch_size=8, updates_per_batch=1)
+    a = ppo_train(policy, policy, rm_reward(rm), 0.5, PPOConfig(**one), evalset=evalset, progress=False)[0]
+    b = ppo_train(policy, policy, rm_reward(rm), 0.5, PPOConfig(**one, kl_placement="loss"), evalset=evalset,
+                  progress=False)[0]
+    assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+    with pytest.raises(ValueError, match="kl_placement"):
+        PPOConfig(kl_placement="both")
+
+
+def test_logged_clip_fraction_and_approx_kl_follow_trl(tiny):
+    # TRL: clipfrac = mean(pg_losses2 > pg_losses), approxkl = 0.5 * mean(logratio ** 2)
+    policy, rm, evalset = tiny
+    cfg = PPOConfig(iterations=1, batch_size=16, updates_per_batch=3, lr=3e-2, anneal_lr=False)
+    _, log = ppo_train(policy, policy, rm_reward(rm), 0.0, cfg, evalset=evalset, progress=False)
+    assert 0.0 < log["policy/clipfrac_avg"][0] < 1.0  # the first update has ratio 1: nothing binds
+    assert log["policy/approxkl_avg"][0] > 0.0

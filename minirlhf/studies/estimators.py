@@ -10,6 +10,7 @@ the three per-sample estimators of KL(policy || reference) are
     k1 = kl                                   unbiased, often negative, high variance
     k2 = kl**2 / 2                            never negative, low variance, biased
     k3 = exp(-kl) - 1 + kl  (= (r - 1) - log r)   never negative, unbiased, low variance
+                                                  near the reference (:func:`std_crossover`)
 
 These are the k1, k2, k3 of Schulman's note "Approximating KL Divergence" (2020), where the
 sampling distribution is called q and the other one p: KL[q, p] = E_{x~q}[log q(x)/p(x)].
@@ -29,7 +30,8 @@ import math
 import numpy as np
 
 __all__ = ["k1", "k2", "k3", "ESTIMATORS", "gaussian_logps", "true_kl", "closed_form",
-           "monte_carlo", "paired_difference", "PUBLISHED", "study", "format_study"]
+           "std_crossover", "monte_carlo", "paired_difference", "PUBLISHED", "study",
+           "format_study"]
 
 
 def _kl(logp_policy, logp_reference) -> np.ndarray:
@@ -89,6 +91,24 @@ def closed_form(mu: float) -> dict:
         "k2": (mu * mu / 4, math.sqrt(2 + mu * mu)),
         "k3": (0.0, math.sqrt(math.expm1(mu * mu) - mu * mu) / kl),
     }
+
+
+def std_crossover() -> float:
+    """Return the mu > 0 at which k3's standard deviation equals k1's; k3 is the noisier beyond.
+
+    From :func:`closed_form`, Var[k3] = exp(mu**2) - 1 - mu**2 and Var[k1] = mu**2, so with
+    x = mu**2 the crossover solves exp(x) = 1 + 2x. f(x) = exp(x) - 1 - 2x is 0 at x = 0, falls
+    until x = log 2 and rises after, so it is negative from 0 to the root and positive beyond:
+    bisection on [log 2, 2] finds the root.
+    """
+    lo, hi = math.log(2), 2.0  # f(x) = expm1(x) - 2x: f(lo) < 0 < f(hi)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if math.expm1(mid) - 2 * mid < 0:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt((lo + hi) / 2)
 
 
 def monte_carlo(mu: float, n: int = 10_000_000, seed: int = 0, chunk: int = 1_000_000) -> dict:

@@ -1,97 +1,200 @@
-"""Chapter 5 exercise: the per-token PPO-RLHF loss, with the completion mask and the KL leash."""
+"""Chapter 5 exercises: the leash in the per-token reward (advantages), and the clipped loss."""
 
 import math
 
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectScalarTensor
-from ...ppo import ppo_token_loss
+from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor
+from ...ppo import kl_shaped_advantages, ppo_token_loss
 
 
 def _t(values) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def _case(new, old, ref, adv, mask, epsilon, beta, expected, why, kl_clamp=10.0):
-    return Case({"new_logp": _t(new), "old_logp": _t(old), "ref_logp": _t(ref), "advantages": _t(adv),
-                 "mask": _t(mask), "epsilon": epsilon, "beta": beta, "kl_clamp": kl_clamp}, expected, why)
+def _as_t(x) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(x, dtype=np.float32))
 
 
-def _random_kwargs(rng: np.random.Generator) -> dict:
+def _prefix_mask(rng: np.random.Generator, B: int, T: int) -> np.ndarray:
+    """A completion mask: each row keeps a prefix of 1 to T tokens."""
+    lengths = rng.integers(1, T + 1, B)
+    return (np.arange(T)[None, :] < lengths[:, None]).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- 5.1 advantages
+
+
+class ExpectTokenAdvantages(ExpectArray):
+    """A (B, T) torch tensor of advantages; names the usual slips in words."""
+
+    def __init__(self):
+        super().__init__(atol=1e-4, kind="torch")
+
+    def problem(self, got, expected) -> str | None:
+        if type(got).__module__.startswith("torch") and hasattr(got, "shape"):
+            B, T = tuple(expected.shape)
+            if tuple(got.shape) == (B,):
+                return (f"the result has shape ({B},), one number per completion; the leash makes the "
+                        f"advantages differ token by token: return shape ({B}, {T})")
+            if tuple(got.shape) == (T, B) and B != T:
+                return f"the result has shape ({T}, {B}): transposed, expected ({B}, {T})"
+        return super().problem(got, expected)
+
+
+def _adv_case(scores, old, ref, mask, beta, expected, why, kl_clamp=10.0) -> Case:
+    return Case({"scores": _t(scores), "old_logp": _t(old), "ref_logp": _t(ref), "mask": _t(mask),
+                 "beta": beta, "kl_clamp": kl_clamp}, _t(expected), why)
+
+
+def _adv_random_kwargs(rng: np.random.Generator) -> dict:
     B, T = int(rng.integers(1, 7)), int(rng.integers(1, 5))
     old = rng.uniform(-4.0, -0.05, (B, T))
     ref = old + rng.normal(0.0, 0.5, (B, T))
     if rng.random() < 0.3:  # one runaway token, far from the reference
         ref[int(rng.integers(B)), int(rng.integers(T))] = -40.0
-    mask = (rng.random((B, T)) < 0.7).astype(np.float32)
-    mask[int(rng.integers(B)), 0] = 1.0  # at least one token counts
-    as_t = lambda x: torch.from_numpy(np.asarray(x, dtype=np.float32))  # noqa: E731
     return {
-        "new_logp": as_t(old + rng.normal(0.0, 0.3, (B, T))),
-        "old_logp": as_t(old),
-        "ref_logp": as_t(ref),
-        "advantages": as_t(np.clip(rng.normal(0.0, 1.0, B), -3.0, 3.0)),
-        "mask": as_t(mask),
-        "epsilon": float(rng.choice([0.1, 0.2, 0.3])),
+        "scores": _as_t(np.clip(rng.normal(0.0, 1.0, B), -3.0, 3.0)),
+        "old_logp": _as_t(old),
+        "ref_logp": _as_t(ref),
+        "mask": _as_t(_prefix_mask(rng, B, T)),
         "beta": float(rng.choice([0.0, 0.05, 0.08, 0.5, 1.0])),
         "kl_clamp": float(rng.choice([0.5, 2.0, 10.0])),
     }
 
 
+KL_SHAPED_ADVANTAGES = Exercise(
+    name="kl_shaped_advantages",
+    chapter=5,
+    title="The leash in the reward: per-token advantages",
+    expect=ExpectTokenAdvantages(),
+    cases=(
+        _adv_case([1.0, -1.0], [[-1.0] * 3] * 2, [[-1.0] * 3] * 2, [[1.0] * 3] * 2, 0.5,
+                  [[1.0] * 3, [-1.0] * 3],
+                  "no divergence (old = ref): the score reaches every token through the return, and the "
+                  "baseline, the mean of +1 and -1, is 0"),
+        _adv_case([1.0, 0.0], [[-0.9, -0.8, -0.7], [-1.0] * 3], [[-1.0] * 3] * 2, [[1.0] * 3] * 2, 0.5,
+                  [[0.35, 0.375, 0.425], [-0.35, -0.375, -0.425]],
+                  "kl = [0.1, 0.2, 0.3] in row 1: rewards [-0.05, -0.1, 1 - 0.15], returns [0.70, 0.75, "
+                  "0.85]; the first token also pays for the second and third tokens' KL"),
+        _adv_case([2.0, 0.0], [[-1.0] * 3] * 2, [[-1.0] * 3] * 2, [[1.0, 1.0, 0.0], [1.0] * 3], 0.5,
+                  [[1.0, 1.0, 0.0], [-1.0, -1.0, 0.0]],
+                  "row 1 ends after 2 tokens: its score is paid on its last kept token (index 1) and "
+                  "reaches index 0 through the return; the advantage of a dropped token is 0"),
+        _adv_case([3.0, 1.0, 2.0], [[-1.0] * 2] * 3, [[-1.0] * 2] * 3, [[1.0, 0.0], [1.0, 1.0], [1.0, 1.0]],
+                  0.0, [[1.0, 0.0], [-1.0, -0.5], [0.0, 0.5]],
+                  "the baseline of a position averages only the rows that reach it: at position 1, "
+                  "the mean of 1 and 2 is 1.5 (not (0 + 1 + 2) / 3)"),
+        _adv_case([0.0, 0.0], [[-0.5], [-1.0]], [[-30.0], [-1.0]], [[1.0], [1.0]], 0.1,
+                  [[-0.5], [0.5]],
+                  "a runaway token: log-ratio 29.5 is clamped to kl_clamp = 10, reward -0.1 * 10 = -1, "
+                  "and the baseline -0.5 (-1.475 without the clamp)"),
+        _adv_case([0.0, 0.0], [[-1.0], [-1.0]], [[-3.0], [-1.0]], [[1.0], [1.0]], 1.0,
+                  [[-0.5], [0.5]],
+                  "kl_clamp = 1 is an argument: kl = 2 is clamped to 1, reward -1, baseline -0.5",
+                  kl_clamp=1.0),
+        _adv_case([0.0, 0.0], [[-2.0], [-1.0]], [[-1.0], [-1.0]], [[1.0], [1.0]], 0.5,
+                  [[0.25], [-0.25]],
+                  "a token the policy likes less than the reference: kl = -1 keeps its sign, and the "
+                  "reward -0.5 * -1 = +0.5"),
+        _adv_case([1.0, -1.0], [[-1.0, -1.0], [-1.0, -1.0]], [[-1.0, -6.0], [-1.0, -1.0]],
+                  [[1.0, 0.0], [1.0, 1.0]], 1.0, [[1.0, 0.0], [-1.0, 0.0]],
+                  "row 1's second token is padding with kl = 5: the mask drops it, so its KL must not "
+                  "reach the return of row 1's first token"),
+        _adv_case([1.5], [[-1.0, -2.0]], [[-1.5, -1.0]], [[1.0, 1.0]], 0.5, [[0.0, 0.0]],
+                  "a batch of one completion: its baseline is its own return, so every advantage is 0"),
+        _adv_case([0.6, -0.6, 0.0], [[-1.0, -1.0], [-0.7, -1.0], [-1.0, -0.7]],
+                  [[-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]], [[1.0, 1.0]] * 3, 1.0,
+                  [[0.8, 0.7], [-0.7, -0.5], [-0.1, -0.2]],
+                  "three rows, all kept: returns [0.6, 0.6], [-0.9, -0.6], [-0.3, -0.3]; the baselines "
+                  "are the column means -0.2 and -0.1; B != T, so a baseline over the wrong axis fails"),
+    ),
+    hints=(
+        "Start with the per-token reward: `kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)` and "
+        "`rewards = -beta * kl * mask`, so the tokens the mask drops carry nothing.",
+        "The score goes on each completion's last kept token, at index `mask.sum(1).long() - 1`. Add it on a "
+        "copy: `rewards[torch.arange(len(scores)), last] += scores`.",
+        "The return-to-go sums the rewards from t to the end: `returns = rewards.flip(1).cumsum(1).flip(1)`. "
+        "Multiply by the mask again, so dropped positions hold 0.",
+        "The baseline of position t is the mean return of the rows that reach t: "
+        "`returns.sum(0) / mask.sum(0).clamp(min=1)`, shape (T,). Return `(returns - baseline) * mask`.",
+    ),
+    reference=kl_shaped_advantages,
+    random_kwargs=_adv_random_kwargs,
+)
+
+# ----------------------------------------------------------------------------- 5.2 the loss
+
+
+def _case(new, old, adv, mask, epsilon, expected, why):
+    return Case({"new_logp": _t(new), "old_logp": _t(old), "advantages": _t(adv), "mask": _t(mask),
+                 "epsilon": epsilon}, expected, why)
+
+
+def _random_kwargs(rng: np.random.Generator) -> dict:
+    B, T = int(rng.integers(1, 7)), int(rng.integers(1, 5))
+    old = rng.uniform(-4.0, -0.05, (B, T))
+    mask = _prefix_mask(rng, B, T)
+    return {
+        "new_logp": _as_t(old + rng.normal(0.0, 0.3, (B, T))),
+        "old_logp": _as_t(old),
+        "advantages": _as_t(np.clip(rng.normal(0.0, 1.0, (B, T)), -3.0, 3.0) * mask),
+        "mask": _as_t(mask),
+        "epsilon": float(rng.choice([0.1, 0.2, 0.3])),
+    }
+
+
 E05 = math.exp(0.5)  # the ratio when new_logp - old_logp = 0.5
-E01 = math.exp(0.1)
 
 PPO_TOKEN_LOSS = Exercise(
     name="ppo_token_loss",
     chapter=5,
-    title="The per-token PPO-RLHF loss",
+    title="The per-token clipped loss",
     expect=ExpectScalarTensor(
         atol=1e-4, per="token (over the tokens the mask keeps)",
-        why_inf="look for an exp of a huge number (is the log-ratio clamped?)",
+        why_inf="look for an exp of a huge number",
         sign_hint="the loss is minus the clipped objective, because the optimizer minimises it"),
     cases=(
-        _case([[-1.0], [-2.0]], [[-1.0], [-2.0]], [[-1.0], [-2.0]], [1.0, -0.5], [[1.0], [1.0]], 0.2, 0.1,
-              -(1.0 - 0.5) / 2, "on-policy, no KL: ratio 1, so the loss is -mean(A) = -(1 - 0.5) / 2"),
-        _case([[-1.0, -1.0, -0.1]], [[-1.0, -1.0, -3.0]], [[-1.0, -1.0, -3.0]], [2.0], [[1.0, 1.0, 0.0]],
-              0.2, 0.1, -2.0,
+        _case([[-1.0], [-2.0]], [[-1.0], [-2.0]], [[1.0], [-0.5]], [[1.0], [1.0]], 0.2,
+              -(1.0 - 0.5) / 2, "on-policy: ratio 1, so the loss is minus the mean advantage, -(1 - 0.5) / 2"),
+        _case([[-1.0, -1.0, -0.1]], [[-1.0, -1.0, -3.0]], [[2.0, 2.0, 2.0]], [[1.0, 1.0, 0.0]], 0.2, -2.0,
               "the third token is padding (mask 0) with a wild ratio: it must not count, and the mean is "
               "over the 2 kept tokens: -(2 + 2) / 2"),
-        _case([[-1.5]], [[-2.0]], [[-2.0]], [1.0], [[1.0]], 0.2, 0.1, -1.2,
+        _case([[-1.5]], [[-2.0]], [[1.0]], [[1.0]], 0.2, -1.2,
               "A > 0, ratio e^0.5 = 1.649 above 1 + epsilon: clipped to 1.2, loss -1.2 * 1"),
-        _case([[-1.5]], [[-1.0]], [[-1.0]], [-1.0], [[1.0]], 0.2, 0.1, 0.8,
+        _case([[-1.5]], [[-1.0]], [[-1.0]], [[1.0]], 0.2, 0.8,
               "A < 0, ratio e^-0.5 = 0.607 below 1 - epsilon: clipped to 0.8, loss -(0.8 * -1)"),
-        _case([[-1.0]], [[-1.0]], [[-3.0]], [0.5], [[1.0]], 0.2, 0.5, 0.5,
-              "the leash: kl = -1 - (-3) = 2 turns A = 0.5 - 0.5 * 2 = -0.5, negative: loss 0.5"),
-        _case([[-0.9]], [[-1.0]], [[-3.0]], [0.5], [[1.0]], 0.2, 0.5, 0.5 * E01,
-              "kl is fixed at rollout, old_logp - ref_logp = 2 (not new_logp - ref_logp = 2.1): "
-              "A = -0.5, ratio e^0.1, loss 0.5 e^0.1"),
-        _case([[-0.5]], [[-0.5]], [[-30.0]], [0.0], [[1.0]], 0.2, 0.1, 1.0,
-              "a runaway token: log-ratio 29.5 is clamped to kl_clamp = 10, so A = -0.1 * 10 = -1, loss 1 "
-              "(2.95 without the clamp)"),
-        _case([[-1.0]], [[-1.0]], [[-3.0]], [0.0], [[1.0]], 0.2, 1.0, 1.0,
-              "kl_clamp = 1 is an argument: kl = 2 is clamped to 1, A = -1, loss 1", kl_clamp=1.0),
-        _case([[-1.0, -2.0], [-0.5, -1.0]], [[-1.0, -2.0], [-1.0, -1.0]], [[-9.0, -9.0], [-9.0, -9.0]],
-              [1.0, -1.0], [[1.0, 1.0], [1.0, 0.0]], 0.2, 0.0, -(2.0 - E05) / 3,
-              "beta = 0, so ref_logp plays no part; A < 0 with ratio e^0.5 keeps the unclipped -e^0.5; "
-              "3 kept tokens: -(1 + 1 - e^0.5) / 3, a mean over tokens, not of row means"),
-        _case([[-1.0, -1.0], [-1.0, -1.0]], [[-1.0, -1.0], [-1.0, -1.0]], [[-1.0, -1.0], [-1.0, -1.0]],
-              [1.5, -0.5], [[1.0, 0.0], [1.0, 1.0]], 0.2, 0.1, -(1.5 - 0.5 - 0.5) / 3,
-              "one advantage per completion, shared by its tokens (row 1: 1.5; row 2: -0.5, -0.5); "
-              "B = T = 2, so an advantage broadcast along the wrong axis still runs"),
+        _case([[-1.5]], [[-1.0]], [[1.0]], [[1.0]], 0.2, -math.exp(-0.5),
+              "A > 0 but the ratio fell to e^-0.5 = 0.607: the min keeps the unclipped 0.607, so the "
+              "gradient can undo the fall; loss -0.607"),
+        _case([[-1.0, -2.0], [-0.5, -1.0]], [[-1.0, -2.0], [-1.0, -1.0]], [[1.0, 1.0], [-1.0, -1.0]],
+              [[1.0, 1.0], [1.0, 0.0]], 0.2, -(2.0 - E05) / 3,
+              "A < 0 with ratio e^0.5 keeps the unclipped -e^0.5; 3 kept tokens: -(1 + 1 - e^0.5) / 3"),
+        _case([[-1.0, -1.0], [-1.0, -1.0]], [[-1.0, -1.0], [-1.0, -1.0]], [[1.0, 1.0], [4.0, 0.0]],
+              [[1.0, 1.0], [1.0, 0.0]], 0.2, -2.0,
+              "a mean over the 3 kept tokens, -(1 + 1 + 4) / 3, not a mean of row means (-2.5)"),
+        _case([[-1.0, -1.0], [-1.0, -1.0]], [[-1.0, -1.0], [-1.0, -1.0]], [[1.5, 0.0], [-0.5, -0.5]],
+              [[1.0, 0.0], [1.0, 1.0]], 0.2, -(1.5 - 0.5 - 0.5) / 3,
+              "one advantage per token, used where it stands; B = T = 2, so transposed advantages "
+              "still run (and give -(1.5 + 0 - 0.5) / 3)"),
+        _case([[-1.5]], [[-2.0]], [[1.0]], [[1.0]], 0.1, -1.1,
+              "epsilon is an argument: at 0.1 the ratio e^0.5 is clipped to 1.1"),
+        _case([[-1.0, -1.5, -2.0]], [[-1.0, -2.0, -2.0]], [[0.5, -1.0, 0.0]], [[1.0, 1.0, 1.0]], 0.2,
+              -(0.5 - E05) / 3,
+              "a zero advantage adds 0 whatever the ratio, and still counts in the mean: -(0.5 - e^0.5 + 0) / 3"),
     ),
     hints=(
-        "Work per token on (B, T) tensors: `ratio = torch.exp(new_logp - old_logp)`. The leash uses the "
-        "policy that sampled, fixed at rollout: `kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)`.",
-        "`advantages` holds one number per completion, shape (B,). Give it a token axis before you subtract "
-        "the leash: `A = advantages[:, None] - beta * kl`, shape (B, T).",
-        "The clipped surrogate per token is `torch.minimum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)`. "
-        "Average it over the tokens the mask keeps, not over all B * T.",
-        "Put together: `surrogate = torch.minimum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)`, and "
-        "the loss is `-(surrogate * mask).sum() / mask.sum()`, with a minus because the optimizer minimises it.",
+        "Work per token on (B, T) tensors: `ratio = torch.exp(new_logp - old_logp)`. The advantages are "
+        "already per token, and the leash is already inside them.",
+        "The clipped surrogate per token is `torch.minimum(ratio * advantages, ratio.clamp(1 - epsilon, "
+        "1 + epsilon) * advantages)`.",
+        "Average over the tokens the mask keeps, not over all B * T: `(surrogate * mask).sum() / mask.sum()`.",
+        "Put together: the loss is `-(surrogate * mask).sum() / mask.sum()`, with a minus because the "
+        "optimizer minimises it. Return the tensor, not `.item()`.",
     ),
     reference=ppo_token_loss,
     random_kwargs=_random_kwargs,
 )
 
-IN_THIS_CHAPTER = (PPO_TOKEN_LOSS,)
+IN_THIS_CHAPTER = (KL_SHAPED_ADVANTAGES, PPO_TOKEN_LOSS)
