@@ -748,7 +748,8 @@ print(f"std of the rm arm's scores over one batch: {raw.std(unbiased=False):.2f}
 #
 # The eval curves above need a verifier, which real RLHF does not have. What a real run has
 # is what the trainer logs about its own batches. `ppo_train` logs them under the names TRL's
-# PPO trainer uses, so that the plots below read like a real run's dashboard. Here are both
+# PPO trainer uses (`trl/experimental/ppo/ppo_trainer.py`, where the metrics dict is filled),
+# so that the plots below read like a real run's dashboard. Here are both
 # arms of the seed-0 run your functions drove.
 #
 # | name | what it is | what to watch for |
@@ -758,7 +759,7 @@ print(f"std of the rm arm's scores over one batch: {raw.std(unbiased=False):.2f}
 # | `objective/entropy` | mean per-token entropy of the sampling distribution, in nats | A fall toward 0 means the policy has stopped exploring: every sample of a prompt is the same, and the advantages vanish. |
 # | `policy/clipfrac_avg` | fraction of completion tokens where the clip binds: the clipped term is the smaller one, so the token's gradient is cut off (TRL's definition, `pg_losses2 > pg_losses`) | Near 0, the updates barely move the policy; above about 0.2, they are too large for the clip to keep them proximal. A ratio outside the band with the advantage pointing back inside does not count: its gradient is not cut. |
 # | `policy/approxkl_avg` | $\tfrac12\,\mathrm{mean}\,(\log r)^2$ over the completion tokens, TRL's estimate of the KL between the sampling policy and the updated one (the k2 of Schulman's note) | How far one batch moved the policy; spikes come before instabilities. It is not `objective/kl`. |
-# | `val/completion_length` | mean number of completion tokens, up to and including the first `;` | A drift in length is a classic sign of reward hacking; here it also tells whether the answers kept their format. TRL's PPO logs the count of finished answers (`val/num_eos_tokens`), its GRPO `completions/mean_length`. |
+# | `val/completion_length` | mean number of completion tokens, up to and including the first `;` | A drift in length is a classic sign of reward hacking; here it also tells whether the answers kept their format. TRL's PPO logs the count of end tokens in the batch (`val/num_eos_tokens`), its GRPO `completions/mean_length` (`trl/trainer/grpo_trainer.py`). |
 # | `loss/policy_avg` | the PPO loss, averaged over the updates | Not a progress measure: the advantages are re-centred in every batch. Watch it only for NaN or spikes. |
 
 # %% tags=["hide-input"]

@@ -449,7 +449,9 @@ show_figure(
 # can travel in a given number of updates, and so how much damage a blind proxy can do, but
 # what the policy finds on the way comes from the reward alone. Against this RM a stronger
 # leash only makes the walk slower; against the verifier (chapter 5) the same leash slows a
-# walk uphill.
+# walk uphill. Gao et al. report the same at scale {cite}`gao2023scaling`: in their runs a KL
+# penalty did not raise the best gold score reachable at a given distance from the start; its
+# effect was like stopping the run early.
 #
 # ## Exercise 6.1: the adaptive KL controller
 #
@@ -671,7 +673,8 @@ show_figure(
 # - $\lambda = 0$: $A_t = \delta_t$. Only token $t$'s own step, so little noise, but it leans
 #   entirely on the critic: if $V$ is wrong, so is $A_t$.
 #
-# TRL and the original RLHF code use $\gamma = 1$, $\lambda = 0.95$.
+# TRL's PPO trainer (defaults `gamma=1.0`, `lam=0.95` in `trl/experimental/ppo/ppo_config.py`)
+# and the original RLHF code use $\gamma = 1$, $\lambda = 0.95$.
 #
 # **A worked example.** The completion `68;` of `23+45=` has three tokens. The reward model
 # pays $R = 1$ at the end and nothing before ($\beta = 0$, so no per-token KL): $r = (0, 0, 1)$.
@@ -845,7 +848,8 @@ show_figure(
 # value head is not, and every error in $V$ enters $A_t$ through $\delta_t$ as bias. That is
 # what "load-bearing" means: at real lengths, the advantage is mostly the critic's opinion,
 # so the critic has to be good, and in RLHF it is a network as large as the policy, trained
-# alongside it (TRL's value model, with its own loss and clip range).
+# alongside it (TRL's value model, with its own loss weight `vf_coef` and clip range
+# `cliprange_value`, in `trl/experimental/ppo/ppo_config.py`).
 #
 # Two caveats keep the toy honest. Real tokens are not independent coins and do not matter
 # equally; many are nearly forced, and a few decide the answer, which changes the constants
@@ -973,9 +977,11 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 # - **The size of the leash.** The penalty is per token, so a completion's total KL cost
 #   grows with its length: a $\beta$ that is gentle on four tokens is harsh on a hundred,
 #   and a policy can lower its cost by writing less. Real recipes watch the *summed* KL per
-#   completion (TRL's `objective/kl`) and often tune $\beta$ against it, or use a target.
+#   completion (TRL's `objective/kl`, `kl.sum(1).mean()` in
+#   `trl/experimental/ppo/ppo_trainer.py`) and often tune $\beta$ against it, or use a target.
 # - **Stopping.** Four tokens always end, or are malformed. Long answers can run to the
-#   length limit without an end token; TRL's `missing_eos_penalty` exists for that, and the
+#   length limit without an end token; TRL's `missing_eos_penalty` (in `ppo_config.py`) exists
+#   for that, and the
 #   reward model must be read at the right position.
 # - **New blind spots.** A reward model trained on long answers has more ways to be wrong:
 #   length, hedging, repetition, formatting. Over-optimization then looks like a policy that

@@ -16,9 +16,10 @@ a third right, and the completion never needs more than 4 tokens.
 The completion is read up to and including its first `;`. The answer must be 1 to 3 digits
 with no leading zero (``0;`` is fine, ``07;`` is not); anything else is *malformed*.
 
-A wrong answer is a *near-miss* when it lies within 10 of the true sum: the ones digit wrong,
-or the tens digit off by one (for 68: ``67;``, ``61;``, ``78;``, ``59;``), the slip of someone
-who has the size of the answer right; *other wrong* when it is any other number; *malformed*
+A wrong answer is a *near-miss* when it lies within 10 of the true sum (for 68: 58 to 78): the
+ones digit alone wrong (``61;``, ``67;``), the tens digit alone off by one (``58;``, ``78;``),
+or both digits changed (``59;``, ``71;``), the slip of someone who has the size of the answer
+right; *other wrong* when it is any other number; *malformed*
 when it does not parse.
 """
 
@@ -193,8 +194,8 @@ def verify(a: int, b: int, completion: str) -> float:
 def is_near_miss(truth: int, answer: int) -> bool:
     """Return True when ``answer`` is wrong but within 10 of ``truth`` (``NEAR_MISS_WINDOW``).
 
-    For 68 that is 58..67 and 69..78: the ones digit wrong, or the tens digit off by one,
-    as in a slipped carry (68 -> 78) or a slipped digit (68 -> 67).
+    For 68 that is 58..67 and 69..78: the ones digit alone wrong (68 -> 67), the tens digit
+    alone off by one, as in a slipped carry (68 -> 78), or both digits changed (68 -> 71).
 
     Defined in chapter 3.
     """
