@@ -190,12 +190,16 @@ g = make_generator(1)
 batch_pairs = task.sample_pairs(cfg.batch_size, g, task.train_pairs())  # (64, 2)
 batch_prompts = task.encode_prompts(batch_pairs)  # (64, 6)
 batch = generate(policy, batch_prompts, cfg.temperature, generator=g)  # (64, 4)
-print("score       mean    std     min     max   standardized: min    max   clipped")
-for name, reward_fn in (("rm", ppo.rm_reward(rm)), ("verifier", ppo.verifier_reward)):
+print(f"{'score':<9} {'mean':>6}  {'std':>5}  {'min':>6}  {'max':>6}  "
+      f"{'z min':>5}  {'z max':>5}  clipped")
+for name, reward_fn in (("rm", ppo.rm_reward(rm)),
+                        ("verifier", ppo.verifier_reward)):
     r = reward_fn(batch_pairs, batch_prompts, batch).float()  # (64,)
     z = ppo.standardized_scores(r, cfg.adv_clip, cfg.adv_eps)  # (64,)
-    print(f"{name:<9} {r.mean():+.3f}  {r.std(unbiased=False):.3f}  {r.min():+.3f}  {r.max():+.3f}"
-          f"     {z.min():+.2f}  {z.max():+.2f}   {int((z.abs() == cfg.adv_clip).sum()):>3} of 64")
+    n_clipped = int((z.abs() == cfg.adv_clip).sum())
+    print(f"{name:<9} {r.mean():+.3f}  {r.std(unbiased=False):.3f}  "
+          f"{r.min():+.3f}  {r.max():+.3f}  {z.min():+.2f}  {z.max():+.2f}"
+          f"  {n_clipped:>2} of 64")
 
 # %% [markdown]
 # ## Exercise 5.1: `kl_shaped_advantages`
@@ -205,14 +209,13 @@ for name, reward_fn in (("rm", ppo.rm_reward(rm)), ("verifier", ppo.verifier_rew
 # with mask $m_{b,t}$ and $L_b$ the index of the completion's last kept token:
 #
 # $$
-# \mathrm{kl}_{b,t} = \mathrm{clamp}(\texttt{old\_logp}_{b,t} - \texttt{ref\_logp}_{b,t},\, -c,\, c),
-# \qquad
-# r_{b,t} = -\beta\, \mathrm{kl}_{b,t}\, m_{b,t} + [t = L_b]\; z_b ,
-# $$
-#
-# $$
-# G_{b,t} = \sum_{t' \ge t} r_{b,t'}, \qquad
-# A_{b,t} = m_{b,t}\Big(G_{b,t} - \frac{\sum_{b'} m_{b',t}\, G_{b',t}}{\sum_{b'} m_{b',t}}\Big).
+# \begin{aligned}
+# \mathrm{kl}_{b,t} &= \mathrm{clamp}(\texttt{old\_logp}_{b,t} - \texttt{ref\_logp}_{b,t},\, -c,\, c),\\
+# r_{b,t} &= -\beta\, \mathrm{kl}_{b,t}\, m_{b,t} + [t = L_b]\; z_b ,\\
+# G_{b,t} &= \textstyle\sum_{t' \ge t} r_{b,t'},\\
+# \bar G_t &= \textstyle\sum_{b'} m_{b',t}\, G_{b',t} \big/ \sum_{b'} m_{b',t},\\
+# A_{b,t} &= m_{b,t}\,\big(G_{b,t} - \bar G_t\big).
+# \end{aligned}
 # $$
 #
 # **Contract.** `kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0)`:
@@ -270,7 +273,10 @@ check("kl_shaped_advantages", kl_shaped_advantages);
 # has no KL term:
 #
 # $$
-# \mathrm{ratio}_{b,t} = e^{\,\texttt{new\_logp}_{b,t} - \texttt{old\_logp}_{b,t}}, \qquad
+# \mathrm{ratio}_{b,t} = e^{\,\texttt{new\_logp}_{b,t} - \texttt{old\_logp}_{b,t}},
+# $$
+#
+# $$
 # \mathcal{L} = -\frac{1}{\sum_{b,t} m_{b,t}} \sum_{b,t} m_{b,t}\,
 # \min\!\big(\mathrm{ratio}_{b,t} A_{b,t},\;
 # \mathrm{clip}(\mathrm{ratio}_{b,t}, 1-\epsilon, 1+\epsilon)\, A_{b,t}\big).
