@@ -357,7 +357,8 @@ runs = {}
 for arm, (reward_fn, beta) in ARMS.items():
     _, runs[arm] = ppo.ppo_train(policy, reference, reward_fn, beta,
                                  ppo.PPOConfig(seed=0), rm=rm, loss_fn=loss_fn,
-                                 advantage_fn=advantage_fn, progress=PROGRESS)
+                                 advantage_fn=advantage_fn, progress=PROGRESS,
+                                 desc=f"{arm} arm, seed 0")
 print("arm (beta)        true accuracy     RM score of greedy   KL per token")
 for arm, log in runs.items():
     print(f"{arm + f' ({ARMS[arm][1]:g})':<16}"
