@@ -26,7 +26,7 @@ import numpy as np
 import minirlhf
 from minirlhf.course.exercises import check
 from minirlhf.course.explorer import explore, show_figure
-from minirlhf.palette import BLUE, GREEN, ORANGE, YELLOW  # safe for color blindness
+from minirlhf.palette import BLUE, GREEN, ORANGE, YELLOW  # color-blind safe
 from minirlhf.studies import estimators
 
 # %% [markdown]
@@ -339,26 +339,43 @@ for mu in (0.1, 0.5, 1.0, mu_cross, 1.5, 2.0):
 
 # %% tags=["hide-input"]
 mus = np.linspace(0.05, 2.0, 400)
-fig, ax = plt.subplots(figsize=(6, 3.2), constrained_layout=True)
-for name, color in (("k1", BLUE), ("k3", GREEN)):
-    ax.plot(mus, [estimators.closed_form(m)[name][1] for m in mus],
-            color=color, lw=2, label=name)
-ax.axvline(mu_cross, color="black", ls=":", lw=1.2,
-           label=f"equal noise, mu = {mu_cross:.2f}")
-ax.set_xlabel("mu, the mean of p = N(mu, 1); q = N(0, 1)")
-ax.set_ylabel("std of one sample / true KL")
-ax.set_yscale("log")
-ax.set_yticks([1, 2, 5, 10, 20, 40], ["1", "2", "5", "10", "20", "40"])
-ax.minorticks_off()
-ax.legend(frameon=False)
+noise = {name: [estimators.closed_form(m)[name][1] for m in mus]
+         for name in ("k1", "k3")}  # std / KL of one sample, per mu
+
+
+def draw_noise(narrow=False):
+    """Return the figure: std / KL of one sample of k1 and k3 against mu
+    (narrow: laid out for a phone)."""
+    size = 9 if narrow else 10  # font size, points
+    fig, ax = plt.subplots(figsize=(3.6, 3.0) if narrow else (6.5, 3.2),
+                           constrained_layout=True)
+    for name, color in (("k1", BLUE), ("k3", GREEN)):
+        ax.plot(mus, noise[name], color=color, lw=2, label=name)
+    ax.axvline(mu_cross, color="black", ls=":", lw=1.2,
+               label=f"equal noise, mu = {mu_cross:.2f}")
+    ax.set_xlabel("mu, the mean of p = N(mu, 1)" + ("" if narrow else
+                  "; q = N(0, 1)"), fontsize=size)
+    ax.set_ylabel("std of one sample / true KL", fontsize=size)
+    ax.set_yscale("log")
+    ax.set_yticks([1, 2, 5, 10, 20, 40], ["1", "2", "5", "10", "20", "40"])
+    ax.minorticks_off()
+    ax.tick_params(labelsize=size)
+    if narrow:  # above the plot, clear of the dotted line
+        fig.legend(frameon=False, fontsize=size, ncol=3,
+                   loc="outside upper center")
+    else:
+        ax.legend(frameon=False, fontsize=size, loc="upper right")
+    return fig
+
+
 show_figure(
-    fig,
+    draw_noise,
     alt="The standard deviation of one sample divided by the true KL, "
         "against mu, for k1 (falling as 2 / mu) and k3 (rising from the "
         f"square root of 2); the curves cross at mu = {mu_cross:.2f}.",
     caption="Noise of a single-sample estimate relative to the KL, from "
-            "the closed forms. Left of the dotted line k3 is the quieter "
-            "estimator, right of it k1.",
+            "the closed forms, for q = N(0, 1) and p = N(mu, 1). Left of "
+            "the dotted line k3 is the quieter estimator, right of it k1.",
 )
 
 # %% [markdown]
@@ -373,30 +390,51 @@ show_figure(
 
 # %% tags=["hide-input"]
 hist_rng = np.random.default_rng(1)
-fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), constrained_layout=True)
-for ax, mu, span in zip(axes, (0.1, 1.0), ((-60, 60), (-6, 10))):
-    logq, logp = estimators.gaussian_logps(mu, 100_000, hist_rng)
+n_hist = 100_000  # samples per panel
+spans = {0.1: (-60, 60), 1.0: (-6, 10)}  # plotted range of estimate / KL
+scaled = {}  # mu -> {estimator: single-sample estimates / true KL}
+for mu, span in spans.items():
+    logq, logp = estimators.gaussian_logps(mu, n_hist, hist_rng)
     kl_true = estimators.true_kl(mu)
-    bins = np.linspace(*span, 121)
-    colors = (BLUE, YELLOW, GREEN)
-    for (name, k), color in zip(estimators.ESTIMATORS.items(), colors):
-        values = np.clip(k(logq, logp) / kl_true, *span)
-        ax.hist(values, bins=bins, histtype="step", lw=1.6, color=color,
-                label=name, density=True)
-    ax.axvline(1.0, color="black", ls=":", lw=1.2, label="true KL")
-    ax.set_title(f"q = N(0, 1), p = N({mu:g}, 1), KL = {kl_true:g}")
-    ax.set_xlabel("single-sample estimate / true KL")
-    ax.set_yscale("log")
-axes[0].set_ylabel("density (log scale)")
-axes[0].legend(frameon=False, loc="upper left")
+    scaled[mu] = {name: np.clip(k(logq, logp) / kl_true, *span)
+                  for name, k in estimators.ESTIMATORS.items()}
+
+
+def draw_histograms(narrow=False):
+    """Return the figure: a histogram of single-sample estimates / KL per
+    estimator, one panel per mu (narrow: panels stacked, for a phone)."""
+    size = 9 if narrow else 10  # font size, points
+    fig, axes = plt.subplots(*((2, 1) if narrow else (1, 2)),
+                             figsize=(3.6, 5.8) if narrow else (6.8, 3.5),
+                             constrained_layout=True)
+    for ax, (mu, span) in zip(axes, spans.items()):
+        bins = np.linspace(*span, 121)
+        colors = (BLUE, YELLOW, GREEN)
+        for (name, values), color in zip(scaled[mu].items(), colors):
+            ax.hist(values, bins=bins, histtype="step", lw=1.6, color=color,
+                    label=name, density=True)
+        ax.axvline(1.0, color="black", ls=":", lw=1.2, label="true KL")
+        ax.set_title(f"p = N({mu:g}, 1), KL = {estimators.true_kl(mu):g}",
+                     fontsize=size)
+        ax.set_xlabel("single-sample estimate / true KL", fontsize=size)
+        ax.set_ylabel("density (log scale)", fontsize=size)
+        ax.set_yscale("log")
+        ax.tick_params(labelsize=size)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, frameon=False, fontsize=size, ncol=4,
+               loc="outside upper center")  # above: clear of the curves
+    return fig
+
+
 show_figure(
-    fig,
+    draw_histograms,
     alt="Histograms of single-sample KL estimates divided by the true "
         "KL, for mu = 0.1 and mu = 1. k1 spreads widely on both sides of "
         "zero; k2 and k3 are never negative and gather near the truth.",
     caption="Single-sample estimates of KL[q, p] divided by the true KL "
-            "(dotted line at 1), 100,000 samples per panel. Values "
-            "outside the plotted range are piled at its edges.",
+            f"(dotted line at 1), q = N(0, 1), {n_hist:,} samples per "
+            "panel. Values outside the plotted range are piled at its "
+            "edges.",
 )
 
 # %% [markdown]
@@ -441,14 +479,22 @@ for beta in (0.0, 0.1, 0.5, 1.0, 1.5):
 
 
 # %% tags=["hide-input"]
-def draw_leash(beta):
+def draw_leash(beta, narrow=False):
     """Return a figure: the per-token shaped rewards at this beta, and
-    the penalty and the shaped return against beta."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.3))
+    the penalty and the shaped return against beta (narrow: the two
+    panels stacked, for a phone)."""
+    size = 9 if narrow else 10  # font size, points
+    fig, (left, right) = plt.subplots(
+        *((2, 1) if narrow else (1, 2)),
+        figsize=(3.6, 6.2) if narrow else (6.8, 3.4))
     # Fixed margins: a constrained layout would triple the drawing time.
-    fig.subplots_adjust(left=0.1, right=0.99, top=0.91, bottom=0.15,
-                        wspace=0.3)
-    # Left: what each token is paid.
+    if narrow:
+        fig.subplots_adjust(left=0.19, right=0.97, top=0.95, bottom=0.08,
+                            hspace=0.45)
+    else:
+        fig.subplots_adjust(left=0.12, right=0.99, top=0.91, bottom=0.15,
+                            wspace=0.4)
+    # Left (top on a phone): what each token is paid.
     x = np.arange(len(kl))
     score = np.where(x == len(kl) - 1, R, 0.0)
     left.bar(x, score, color=BLUE, label="reward-model score R")
@@ -457,26 +503,29 @@ def draw_leash(beta):
                  label="shaped reward r_t")
     left.axhline(0, color="grey", lw=0.8)
     left.set_xticks(x, [repr(c) for c in completion])
-    left.set_xlabel("token of the completion")
-    left.set_ylabel("reward (reward-model units)")
+    left.set_xlabel("token of the completion", fontsize=size)
+    left.set_ylabel("reward (reward-model units)", fontsize=size)
     left.set_ylim(-0.8, 1.15)
-    left.set_title(f"per-token shaped reward, β = {beta:g}")
+    left.set_title(f"per-token shaped reward, β = {beta:g}", fontsize=size)
     left.legend(frameon=False, fontsize=8, loc="upper left")
-    # Right: the two summaries against beta.
+    # Right (bottom on a phone): the two summaries against beta.
     betas = np.linspace(0, 1.5, 151)
     ret, pen = R - beta * kl.sum(), beta * kl.mean()
     right.plot(betas, R - betas * kl.sum(), color=BLUE,
                label="shaped return R − β Σ kl_t")
     right.plot(betas, betas * kl.mean(), color=ORANGE,
                label="penalty β · mean kl_t")
-    right.axvline(beta, color="black", ls=":", lw=1)
+    # A drop line from the upper dot: it never crosses the legend.
+    right.vlines(beta, -0.55, max(ret, pen), color="black", ls=":", lw=1)
     right.scatter([beta, beta], [ret, pen], color=[BLUE, ORANGE],
                   zorder=3)
-    right.set_xlabel("β (KL coefficient)")
-    right.set_ylabel("reward (reward-model units)")
+    right.set_xlabel("β (KL coefficient)", fontsize=size)
+    right.set_ylabel("reward (reward-model units)", fontsize=size)
     right.set_ylim(-0.55, 1.1)
-    right.set_title(f"return {ret:.2f}, penalty {pen:.2f}")
+    right.set_title(f"return {ret:.2f}, penalty {pen:.2f}", fontsize=size)
     right.legend(frameon=False, fontsize=8, loc="upper right")
+    for ax in (left, right):
+        ax.tick_params(labelsize=size)
     return fig
 
 
@@ -488,6 +537,12 @@ explore(
     alt="For the completion '68;' at beta = {beta}: left, the per-token "
         "shaped rewards; right, the shaped return falling and the "
         "penalty rising linearly with beta.",
+    caption="The leash on the completion '68;'. Move the β slider. First "
+            "panel: what each token is paid, −β kl_t on every token and "
+            "the score R on the last (dots: their sum r_t). Second panel: "
+            "the shaped return and the per-token penalty against β; the "
+            "dots mark the slider's β. The return falls three times as "
+            "fast as the penalty rises.",
 )
 
 # %% [markdown]

@@ -22,7 +22,7 @@ import torch
 import minirlhf
 from minirlhf.course.exercises import check
 from minirlhf.course.explorer import explore, show_figure
-from minirlhf.palette import BLUE, GREEN, ORANGE, PINK  # safe for color blindness
+from minirlhf.palette import BLUE, GREEN, ORANGE, PINK  # color-blind safe
 from minirlhf.studies import double_count, estimators
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
@@ -190,26 +190,43 @@ except ValueError as err:
 # %% tags=["hide-input"]
 epsilon = 0.2
 ratios = np.linspace(0.0, 2.0, 401)
-fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharex=True,
-                         constrained_layout=True)
 flats = ((1 + epsilon, 2.0), (0.0, 1 - epsilon))  # zero gradient there
-for ax, adv, flat in zip(axes, (1.0, -1.0), flats):
-    unclipped = ratios * adv
-    clipped = np.clip(ratios, 1 - epsilon, 1 + epsilon) * adv
-    ax.axvspan(*flat, color=PINK, alpha=0.18, lw=0,
-               label="flat: zero gradient")
-    ax.plot(ratios, unclipped, color="grey", ls="--", lw=1.2,
-            label="ratio · A (unclipped)")
-    ax.plot(ratios, np.minimum(unclipped, clipped), color=BLUE, lw=2.2,
-            label="min(ratio · A, clip(ratio) · A)")
-    for edge in (1 - epsilon, 1 + epsilon):
-        ax.axvline(edge, color="black", ls=":", lw=1)
-    ax.set_title(f"A = {adv:+g}, ε = {epsilon:g}")
-    ax.set_xlabel(r"probability ratio $\pi_\theta / \pi_{old}$")
-axes[0].set_ylabel("surrogate term (advantage units)")
-axes[0].legend(frameon=False, fontsize=8, loc="upper left")
+
+
+def draw_clip(narrow=False):
+    """Return the figure: one token's clipped surrogate against its ratio,
+    for A = +1 and A = -1 (narrow: panels stacked, for a phone)."""
+    size = 9 if narrow else 10  # font size, points
+    fig, axes = plt.subplots(*((2, 1) if narrow else (1, 2)),
+                             figsize=(3.6, 5.8) if narrow else (6.8, 3.6),
+                             sharex=True, constrained_layout=True)
+    for ax, adv, flat in zip(axes, (1.0, -1.0), flats):
+        unclipped = ratios * adv
+        clipped = np.clip(ratios, 1 - epsilon, 1 + epsilon) * adv
+        ax.axvspan(*flat, color=PINK, alpha=0.18, lw=0,
+                   label="flat: zero gradient")
+        ax.plot(ratios, unclipped, color="grey", ls="--", lw=1.2,
+                label="ratio · A (unclipped)")
+        ax.plot(ratios, np.minimum(unclipped, clipped), color=BLUE,
+                lw=2.2, label="min(ratio · A, clip(ratio) · A)")
+        for edge in (1 - epsilon, 1 + epsilon):
+            ax.axvline(edge, color="black", ls=":", lw=1)
+        ax.set_title(f"A = {adv:+g}, ε = {epsilon:g}", fontsize=size)
+        ax.tick_params(labelsize=size, labelbottom=True)
+    # Side by side the panels share a y label; stacked, an x label.
+    for ax in axes if narrow else axes[:1]:
+        ax.set_ylabel("surrogate term (advantage units)", fontsize=size)
+    for ax in axes[1:] if narrow else axes:
+        ax.set_xlabel(r"probability ratio $\pi_\theta / \pi_{old}$",
+                      fontsize=size)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, frameon=False, fontsize=size,
+               ncol=1 if narrow else 3, loc="outside upper center")
+    return fig
+
+
 show_figure(
-    fig,
+    draw_clip,
     alt="Two panels of the clipped surrogate against the ratio. For "
         "A = +1 it rises along ratio times A until 1.2 and is flat "
         "after; for A = -1 it is flat below 0.8 and follows ratio times "
@@ -322,17 +339,25 @@ print_table(epsilon=0.2, beta=0.1)
 STATE_COLORS = (BLUE, PINK, ORANGE)
 
 
-def draw_batch(epsilon, beta):
-    """Return a figure of the batch: the ratios against the clip band, and
-    the rewards, shaped advantages and surrogate terms."""
-    ratio, kl, adv, term, state, J = token_table(epsilon, beta)
+def draw_batch(eps, beta, narrow=False):
+    """Return a figure of the batch at clip range eps and KL coefficient
+    beta: the ratios against the clip band, and the rewards, shaped
+    advantages and surrogate terms (narrow: laid out for a phone)."""
+    ratio, kl, adv, term, state, J = token_table(eps, beta)
     x = np.arange(len(ratio))
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.8), sharex=True)
+    size = 9 if narrow else 10  # font size, points
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(3.6, 6.6) if narrow else (6.8, 5.0), sharex=True)
     # Fixed margins: a constrained layout would triple the drawing time.
-    fig.subplots_adjust(left=0.09, right=0.99, top=0.93, bottom=0.07,
-                        hspace=0.08)
+    # The legends sit above each panel, clear of the bars.
+    if narrow:
+        fig.subplots_adjust(left=0.19, right=0.97, top=0.83, bottom=0.07,
+                            hspace=0.6)
+    else:
+        fig.subplots_adjust(left=0.11, right=0.99, top=0.87, bottom=0.06,
+                            hspace=0.3)
     # Top: each ratio as a bar from 1, colored by its state.
-    top.axhspan(1 - epsilon, 1 + epsilon, color=GREEN, alpha=0.15, lw=0,
+    top.axhspan(1 - eps, 1 + eps, color=GREEN, alpha=0.15, lw=0,
                 label="clip band 1 ± ε")
     colors = [STATE_COLORS[s] for s in state]
     top.bar(x, ratio - 1, bottom=1, color=colors, width=0.6)
@@ -340,11 +365,14 @@ def draw_batch(epsilon, beta):
         top.bar([0], [0], bottom=1, color=STATE_COLORS[s], label=name)
     top.axhline(1, color="grey", lw=0.8)
     top.set_ylim(0.45, 1.65)
-    top.set_ylabel(r"ratio $\pi_\theta / \pi_{old}$")
-    top.legend(frameon=False, fontsize=8, ncol=4, loc="upper center")
+    top.set_ylabel(r"ratio $\pi_\theta / \pi_{old}$", fontsize=size)
+    top.legend(frameon=False, fontsize=size, ncol=2 if narrow else 4,
+               loc="lower center", bbox_to_anchor=(0.5, 1.0))
     n_clipped = int((state == 1).sum())
-    top.set_title(f"ε = {epsilon:g}, β = {beta:g}:  J = {J:+.3f},  "
-                  f"{n_clipped} of {len(ratio)} tokens clipped")
+    fig.suptitle(f"ε = {eps:g}, β = {beta:g}:  J = {J:+.3f}"
+                 + ("\n" if narrow else ",  ")
+                 + f"{n_clipped} of {len(ratio)} tokens clipped",
+                 fontsize=size + 1, y=0.99)
     # Bottom: reward, shaped advantage and the surrogate term per token.
     bottom.bar(x - 0.17, rewards, width=0.32, color="lightgrey",
                edgecolor="grey", label="reward")
@@ -354,22 +382,34 @@ def draw_batch(epsilon, beta):
                    label="surrogate term")
     bottom.axhline(0, color="grey", lw=0.8)
     bottom.set_ylim(-2.3, 1.6)
-    bottom.set_ylabel("advantage units")
-    bottom.set_xticks(x, [f"token {i}" for i in x])
-    bottom.legend(frameon=False, fontsize=8, ncol=3, loc="lower left")
+    bottom.set_ylabel("advantage units", fontsize=size)
+    bottom.set_xticks(x, [str(i) if narrow else f"token {i}" for i in x])
+    if narrow:
+        bottom.set_xlabel("token", fontsize=size)
+    bottom.legend(frameon=False, fontsize=size, ncol=1 if narrow else 3,
+                  loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    for ax in (top, bottom):
+        ax.tick_params(labelsize=size)
     return fig
 
 
 explore(
     draw_batch,
-    {"epsilon": [0.05, 0.1, 0.2, 0.3, 0.5],
+    {"eps": [0.05, 0.1, 0.2, 0.3, 0.5],
      "beta": [0.0, 0.1, 0.2, 0.5, 1.0]},
-    default={"epsilon": 0.2, "beta": 0.1},
-    labels={"epsilon": "ε", "beta": "β"},
-    alt="Batch of six tokens at epsilon = {epsilon}, beta = {beta}: top, "
+    default={"eps": 0.2, "beta": 0.1},
+    labels={"eps": "ε", "beta": "β"},
+    alt="Batch of six tokens at epsilon = {eps}, beta = {beta}: top, "
         "each token's ratio against the clip band, colored by whether "
         "it is clipped; bottom, rewards, shaped advantages and surrogate "
         "terms.",
+    caption="The six-token batch. Move the ε and β sliders. Upper panel: "
+            "each token's probability ratio as a bar from 1, against the "
+            "clip band (green), colored by its state. Lower panel: each "
+            "token's reward, its shaped advantage and its surrogate term "
+            "(dots). A smaller ε clips more tokens; a larger β lowers the "
+            "shaped advantage of every token with kl > 0 and can turn a "
+            "clipped token into one outside the band but kept.",
 )
 
 # %% [markdown]

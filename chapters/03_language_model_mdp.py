@@ -29,12 +29,14 @@ from minirlhf.course.exercises import check
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.experiment import REFERENCE
-from minirlhf.model import completion_mask, generate, make_generator, n_params
+from minirlhf.model import (completion_mask, generate, make_generator,
+                            n_params)
 from minirlhf.palette import BLUE, ORANGE  # safe for color blindness
 from minirlhf.studies import rm_blind_spot
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
-# Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
+# Progress bars and status lines for a person at JupyterLab; none in the
+# book build or nbval.
 PROGRESS = someone_watching()
 
 # %% [markdown]
@@ -84,7 +86,8 @@ for text in ["68;;", "67;;", "78;;", "71;;", "60;;", "86;;", "6;;;", "068;",
     ids = torch.tensor([task.encode(text)])  # (1, 4)
     read = task.decode_completions(ids)[0]
     mask = completion_mask(ids)[0].int().tolist()
-    rows.append(f"{text:<11} {read:<8} {str(task.parse_completion(read)):<7} "
+    parsed = str(task.parse_completion(read))
+    rows.append(f"{text:<11} {read:<8} {parsed:<7} "
                 f"{task.answer_kind(a, b, read):<13} "
                 f"{task.verify(a, b, read):<7} {mask}")
 print("\n".join(rows))
@@ -123,12 +126,12 @@ policy, sft_metrics = store.load_sft(progress=PROGRESS)
 policy.eval()
 
 pairs = torch.tensor([[23, 45], [7, 5]])
-states = task.encode_prompts(pairs)  # (2, 6): the first state of each episode
+states = task.encode_prompts(pairs)  # (2, 6): each episode's first state
 g = make_generator(0)
 history = []  # per step: (states, actions, log-probs of the actions)
 with torch.no_grad():
     for t in range(task.COMPLETION_LEN):
-        logits = policy(states)[:, -1, :]  # (2, 13): scores of the next token
+        logits = policy(states)[:, -1, :]  # (2, 13): next-token scores
         probs = F.softmax(logits, dim=-1)  # (2, 13): pi(a | s_t)
         actions = torch.multinomial(probs, 1, generator=g)  # (2, 1): a_t
         logp = F.log_softmax(logits, dim=-1).gather(1, actions)  # (2, 1)
@@ -307,7 +310,8 @@ print("\n".join(rows))
 
 # %%
 config = sft.SFTConfig()
-curve = sft.sft_learning_curve(steps=300, every=10, config=config, progress=PROGRESS)
+curve = sft.sft_learning_curve(steps=300, every=10, config=config,
+                               progress=PROGRESS)
 steps = np.array(curve["steps"])  # every 10 steps
 accuracy = np.array(curve["accuracy"])
 stop = curve["stop"]  # where the book's policy stopped
@@ -319,30 +323,56 @@ print(f"{config}\ntraining prompts: {len(task.train_pairs()):,}; "
       "accuracy " + " ".join(f"{a:5.3f}" for a in accuracy[near]))
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
-ax.plot(steps, accuracy, color=BLUE, marker="o", ms=3, lw=1.6,
-        label="greedy accuracy on the 400 eval prompts")
-ax.axvline(stop, color=ORANGE, ls="--", lw=1.2)
-ax.scatter([stop], [at_stop], color=ORANGE, s=60, zorder=3,
-           label=f"stop at step {stop}: the partial-SFT policy")
-ax.annotate(f"{at_stop:.3f}", (stop, at_stop), xytext=(-38, 8),
-            textcoords="offset points", color=ORANGE)
-ax.annotate(f"{accuracy[-1]:.3f} after {steps[-1]} steps",
-            (steps[-1], accuracy[-1]), xytext=(-125, 14),
-            textcoords="offset points", color=BLUE)
-ax.set_xlabel("SFT step (one batch of 128 sums)")
-ax.set_ylabel("greedy accuracy (fraction right)")
-ax.set_ylim(0, 1)
-ax.set_xlim(0, steps[-1] + 5)
-ax.legend(frameon=False, loc="upper left")
+n_eval = len(task.eval_pairs())  # held-out prompts behind each point
+
+
+def draw_curve(narrow=False):
+    """Return the figure: greedy accuracy against SFT steps, with the
+    step where the book's policy stops (narrow: laid out for a phone)."""
+    size = 9 if narrow else 10  # font size, points
+    fig, ax = plt.subplots(figsize=(3.6, 3.2) if narrow else (6.8, 3.4),
+                           constrained_layout=True)
+    ax.plot(steps, accuracy, color=BLUE, marker="o", ms=3, lw=1.6,
+            label="greedy accuracy")
+    ax.axvline(stop, color=ORANGE, ls="--", lw=1.2)
+    ax.scatter([stop], [at_stop], color=ORANGE, s=60, zorder=3,
+               label=("stop at" if narrow else "partial-SFT policy,")
+               + f" step {stop}")
+    # Labels placed where the curve is not: left of the dot, above the end.
+    ax.annotate(f"{at_stop:.3f}", (stop, at_stop), xytext=(-8, 0),
+                textcoords="offset points", color=ORANGE, fontsize=size,
+                ha="right", va="bottom")
+    ax.annotate(f"{accuracy[-1]:.3f}" + ("" if narrow else
+                f" after {steps[-1]} steps"),
+                (steps[-1], accuracy[-1]), xytext=(0, 8),
+                textcoords="offset points", color=BLUE, fontsize=size,
+                ha="right", va="bottom")
+    per_step = f" (one batch of {config.batch_size} sums)"
+    ax.set_xlabel("SFT step" + ("" if narrow else per_step), fontsize=size)
+    ax.set_ylabel("greedy accuracy" + ("" if narrow else
+                  " (fraction right)"), fontsize=size)
+    ax.set_ylim(0, 1)
+    ax.set_xlim(0, steps[-1] + 5)
+    ax.tick_params(labelsize=size)
+    if narrow:  # above the plot, clear of the curve and the dashed line
+        fig.legend(frameon=False, fontsize=size, ncol=2,
+                   loc="outside upper center")
+    else:
+        ax.legend(frameon=False, fontsize=size, loc="upper left")
+    return fig
+
+
 show_figure(
-    fig,
+    draw_curve,
     alt=f"Greedy accuracy against SFT steps: at most "
         f"{accuracy[steps <= 100].max():.3f} in the first 100 steps, then "
         f"rising steeply; {at_stop:.3f} at step {stop}, "
         f"where training stops, and {accuracy[-1]:.3f} at step {steps[-1]}.",
-    caption="The SFT learning curve. Training stops at the dashed line, "
-            "in the steep part, on purpose.",
+    caption=f"The SFT learning curve: greedy accuracy on the {n_eval} "
+            f"held-out prompts, measured every {steps[1] - steps[0]} "
+            "steps. Training stops at the dashed "
+            "line, in the steep part, on purpose; the orange dot is the "
+            "policy the rest of the book starts from.",
 )
 
 # %%
@@ -407,8 +437,8 @@ for name, done in (("greedy", greedy), ("temp 0.7", sampled)):
 wrong = [k for k in kinds if k != "correct"]
 rows += ["", "share of the greedy mistakes that are near-misses: "
          f"{wrong.count('near_miss') / len(wrong):.2f}", ""]
-# Where each near-miss differs from the truth: every near-miss of the 400 true sums (the
-# window), and the near-misses the policy writes greedily.
+# Where each near-miss differs from the truth: every near-miss of the 400
+# true sums (the window), and the near-misses the policy writes greedily.
 truths = eval_pairs.sum(1).tolist()
 window = rm_blind_spot.composition(truths)
 written = dict.fromkeys(window, 0)
@@ -416,17 +446,22 @@ for t, text in zip(truths, texts):
     answer = task.parse_completion(text)
     if answer is not None and task.is_near_miss(t, answer):
         written[rm_blind_spot.near_miss_class(t, answer)] += 1
-rows.append(f"{'share of the near-misses that differ in':<40}"
-            "ones digit only  tens digit only  several digits")
-for name, counts in ((f"the {len(task.near_misses(68))} near-misses of 68",
-                      rm_blind_spot.composition([68])),
-                     ("every near-miss of the 400 sums", window),
-                     (f"the policy's {sum(written.values())} greedy near-misses",
-                      written)):
+# One column per class, its name on two lines: ones, tens, several digits.
+widths = (12, 12, 9)
+head = (("ones digit", "tens digit", "several"), ("only", "only", "digits"))
+rows.append("where the near-misses differ from the truth (shares per row)")
+rows += [" " * 40 + "".join(f"{h:>{w}}" for h, w in zip(line, widths))
+         for line in head]
+for name, counts in (
+        (f"the {len(task.near_misses(68))} near-misses of 68",
+         rm_blind_spot.composition([68])),
+        ("every near-miss of the 400 sums", window),
+        (f"the policy's {sum(written.values())} greedy near-misses",
+         written)):
     total = sum(counts.values())
     shares = [counts[c] / total for c in rm_blind_spot.NEAR_MISS_CLASSES]
-    rows.append(f"  {name:<38}{shares[0]:>15.2f}{shares[1]:>17.2f}"
-                f"{shares[2]:>16.2f}")
+    rows.append(f"  {name:<38}"
+                + "".join(f"{v:>{w}.2f}" for v, w in zip(shares, widths)))
 print("\n".join(rows))
 
 # %% [markdown]

@@ -33,12 +33,16 @@ from minirlhf.course.frontend import someone_watching
 from minirlhf.experiment import REFERENCE
 from minirlhf.model import (GPTConfig, TinyGPT, generate, make_generator,
                             n_params, reward_scores)
-from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY  # safe for color blindness
+# the Okabe-Ito colors, safe for color blindness
+from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY
 from minirlhf.studies import rm_blind_spot
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
-# Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
+# Progress bars and status lines for a person at JupyterLab; none in the
+# book build or under nbval.
 PROGRESS = someone_watching()
+# 9-pt text: figures are drawn 6.8 in wide for the page, 3.6 in for a phone
+plt.rcParams["font.size"] = 9
 
 
 def signed(x, width=0):
@@ -250,7 +254,8 @@ print(f"mean score of the correct answers, 400 held-out prompts: "
 # the 95% intervals come from resampling prompts, not pairs.
 
 # %%
-table = rm_blind_spot.blind_spot_table(rm)  # every near-miss: about 8,000 pairs
+# every near-miss of every held-out prompt: about 8,000 pairs
+table = rm_blind_spot.blind_spot_table(rm)
 print(rm_blind_spot.format_table(table))
 
 # %% tags=["hide-input"]
@@ -262,42 +267,76 @@ KIND_LABELS = {
     "ones_digit": "near-miss:\nones digit only",
 }
 by_kind = {kind: table[kind]["margins"] for kind in KIND_LABELS}
-fig, ax = plt.subplots(figsize=(8.4, 4.4), constrained_layout=True)
-rng = np.random.default_rng(0)  # horizontal jitter only
-colors = [BLUE, GREEN, PINK, SKY, ORANGE]
-for x, ((kind, m), color) in enumerate(zip(by_kind.items(), colors)):
-    ax.scatter(x + rng.uniform(-0.28, 0.28, len(m)), m, s=6,
-               alpha=min(0.35, 250 / len(m)), color=color, lw=0)
-    ax.boxplot(m, positions=[x], widths=0.62, showfliers=False,
-               medianprops={"color": "black"}, whiskerprops={"color": "grey"},
-               capprops={"color": "grey"}, boxprops={"color": "grey"})
-    ax.scatter([x], [m.mean()], marker="D", s=46, color="black", zorder=4,
-               label="mean" if x == 0 else None)
-    ax.annotate(f"mean {signed(m.mean())}\nright {(m > 0).mean():.3f}",
-                (x, m.max()), xytext=(0, 6), textcoords="offset points",
-                ha="center", va="bottom", fontsize=10)
-ax.axhline(0, color="black", lw=0.9, ls="--", label="margin 0: no preference")
-ax.set_xticks(range(len(by_kind)), list(KIND_LABELS.values()))
-ax.set_ylabel("margin r(correct) − r(wrong)\n(reward-model units)")
-ax.set_xlabel("kind of wrong answer, on the 400 held-out prompts")
-ax.set_ylim(min(m.min() for m in by_kind.values()) - 0.8,
-            max(m.max() for m in by_kind.values()) + 3.2)
-ax.legend(frameon=False, loc="upper right")
+COLORS = [BLUE, GREEN, PINK, SKY, ORANGE]
+GREY = {"color": "grey"}
+
+
+def draw_margins(narrow=False):
+    """Return the strip and box plots of the margins by kind of wrong
+    answer: one column per kind, or one row per kind on a phone."""
+    fig, ax = plt.subplots(figsize=(3.6, 6.2) if narrow else (6.8, 4.3),
+                           layout="constrained")
+    rng = np.random.default_rng(0)  # jitter across the column only
+    for i, ((kind, m), color) in enumerate(zip(by_kind.items(), COLORS)):
+        spread = i + rng.uniform(-0.22, 0.22, len(m))
+        ax.scatter(*((m, spread) if narrow else (spread, m)), s=6, lw=0,
+                   alpha=min(0.35, 250 / len(m)), color=color)
+        ax.boxplot(m, positions=[i], widths=0.5, showfliers=False,
+                   orientation="horizontal" if narrow else "vertical",
+                   medianprops={"color": "black"}, whiskerprops=GREY,
+                   capprops=GREY, boxprops=GREY)
+        ax.scatter(*((m.mean(), i) if narrow else (i, m.mean())),
+                   marker="D", s=40, color="black", zorder=4,
+                   label="mean" if i == 0 else None)
+        stats = f"mean {signed(m.mean())}, right {(m > 0).mean():.3f}"
+        if narrow:  # the kind and its numbers above its row
+            name = " ".join(KIND_LABELS[kind].split())
+            ax.text(0.02, i - 0.32, f"{name}\n{stats}", va="bottom",
+                    transform=ax.get_yaxis_transform(), zorder=5,
+                    bbox={"color": "white", "pad": 0.5})  # over the line
+        else:
+            ax.annotate(stats.replace(", ", "\n"), (i, m.max()),
+                        xytext=(0, 5), textcoords="offset points",
+                        ha="center", va="bottom")
+    zero = ax.axvline if narrow else ax.axhline
+    zero(0, color="black", lw=0.9, ls="--", label="margin 0: no preference")
+    lo = min(m.min() for m in by_kind.values()) - 0.8
+    hi = max(m.max() for m in by_kind.values())
+    label = "margin r(correct) − r(wrong)\n(reward-model units)"
+    if narrow:
+        ax.set_yticks([])
+        ax.set_ylim(len(by_kind) - 0.6, -1.0)  # the first kind on top
+        ax.set_xlim(lo, hi + 0.8)
+        ax.set_xlabel(label)
+        fig.legend(loc="outside upper center", ncols=2, frameon=False)
+    else:
+        ax.set_xticks(range(len(by_kind)), list(KIND_LABELS.values()))
+        ax.set_ylim(lo, hi + 3.2)
+        ax.set_ylabel(label)
+        ax.set_xlabel("kind of wrong answer, on the 400 held-out prompts")
+        ax.legend(frameon=False, loc="upper right")
+    return fig
+
+
 show_figure(
-    fig,
+    draw_margins,
     alt="Strip and box plots of the reward model's margin per held-out "
         "pair, by kind of wrong answer. "
-        + " ".join(f"{label.replace(chr(10), ' ')}: mean "
+        + " ".join(f"{' '.join(label.split())}: mean "
                    f"{signed(by_kind[kind].mean())}, ranked right "
                    f"{(by_kind[kind] > 0).mean():.3f}."
                    for kind, label in KIND_LABELS.items())
-        + " The garbage and dropped-or-added margins lie far above zero; the "
-        "near-miss margins crowd around zero, the ones-digit ones centred on it.",
-    caption="The reward model's margin r(correct) − r(wrong) on held-out "
-            "prompts, per pair (dots), with box and mean (diamond): one pair "
-            "per prompt for the far-off kinds, every near-miss of each prompt "
-            "for the others. Above the dashed line the RM ranks the correct "
-            "answer higher.",
+        + " The garbage and dropped-or-added margins lie far above zero; "
+        "the near-miss margins crowd around zero, the ones-digit ones "
+        "centred on it.",
+    caption="What the RM can tell apart: its margin r(correct) − r(wrong) "
+            "per held-out pair (dots), with box and mean (diamond), by "
+            "kind of wrong answer; past the dashed zero line it ranks the "
+            "correct answer higher. Garbage and answers of the wrong "
+            "length lie far past the line; near-misses crowd around it, "
+            "and those in the ones digit sit right on it. One pair per "
+            "prompt for the far-off kinds, every near-miss of each prompt "
+            "for the others.",
 )
 
 # %% [markdown]
@@ -313,7 +352,8 @@ show_figure(
 # %%
 a, b = 23, 45
 answers = [68, 67, 69, 58, 78, 86, 60, 50, 150, 6, 680]
-prompt = task.encode_prompts(torch.tensor([[a, b]] * len(answers)))  # (11, 6)
+pair = torch.tensor([[a, b]] * len(answers))  # (11, 2)
+prompt = task.encode_prompts(pair)  # (11, 6)
 with torch.no_grad():
     r = reward_scores(rm, prompt, task.encode_answers(answers))  # (11,)
 rows = ["answer  RM score  verifier's kind"]
@@ -352,7 +392,8 @@ near = task.near_miss_mask(truth, wrong)
 only_ones = (wrong // 10 == truth // 10) & (wrong != truth)
 gap = (wrong - truth).abs()
 rows = [("training pairs drawn", f"{len(truth):,}"),
-        ("  with a near-miss as the rejected answer", f"{int(near.sum()):,}"),
+        ("  with a near-miss as the rejected answer",
+         f"{int(near.sum()):,}"),
         ("  that differ from the truth in the ones digit only",
          f"{int(only_ones.sum()):,}"),
         ("  smallest gap |wrong - truth|", f"{int(gap.min())}"),
@@ -384,14 +425,15 @@ def moved_digit(truth, place, k, g):
     digit = (truth // place) % 10
     up, down = truth + k * place, truth - k * place
     length = n_digits(truth)
-    up_ok = (digit + k <= 9) & (up <= task.MAX_SUM) & (n_digits(up) == length)
+    up_ok = ((digit + k <= 9) & (up <= task.MAX_SUM)
+             & (n_digits(up) == length))
     down_ok = (digit - k >= 0) & (n_digits(down) == length)
     coin = torch.rand(truth.shape, generator=g) < 0.5
     use_up = up_ok & (~down_ok | coin)
     return torch.where(use_up, up, down), up_ok | down_ok
 
 
-eval_truth = eval_pairs.sum(1)  # (400,); r_true holds the RM's scores of them
+eval_truth = eval_pairs.sum(1)  # (400,); r_true holds their RM scores
 g = make_generator(5)
 ks = np.arange(1, 10)
 moved = {}  # place -> (mean margin, fraction ranked right, pairs) per k
@@ -408,43 +450,55 @@ for place in (1, 10):
 rows = ["digit moved by k   " + "".join(f"{k:>6}" for k in ks)]
 for place, name in ((1, "ones"), (10, "tens")):
     margin, ranked = moved[place][:, 0], moved[place][:, 1]
-    rows += [f"{name}: mean margin  " + "".join(signed(v, 6) for v in margin),
-             f"{name}: ranked right " + "".join(f"{v:>6.2f}" for v in ranked)]
+    rows += [f"{name}: mean margin  "
+             + "".join(signed(v, 6) for v in margin),
+             f"{name}: ranked right "
+             + "".join(f"{v:>6.2f}" for v in ranked)]
 print("\n".join(rows))
 
 # %% tags=["hide-input"]
-fig, (left, right) = plt.subplots(1, 2, figsize=(8.4, 3.4),
-                                  constrained_layout=True, sharex=True)
-for place, name, color, marker in ((10, "tens digit", BLUE, "o"),
-                                    (1, "ones digit", ORANGE, "s")):
-    left.plot(ks, moved[place][:, 0], color=color, marker=marker,
-              label=f"{name} moved by k")
-    right.plot(ks, moved[place][:, 1], color=color, marker=marker,
-               label=f"{name} moved by k")
-left.axhline(0, color="black", lw=0.9, ls="--")
-right.axhline(0.5, color="black", lw=0.9, ls="--")
-right.text(9, 0.47, "coin toss", ha="right", va="top", fontsize=9.5)
-left.set_ylabel("mean margin r(correct) − r(wrong)\n(reward-model units)")
-right.set_ylabel("fraction ranked right")
-right.set_ylim(0, 1.02)
-for ax in (left, right):
-    ax.set_xlabel("k: how far one digit of the true sum is moved")
-    ax.set_xticks(ks)
-left.legend(frameon=False, loc="upper left")
+def draw_moved(narrow=False):
+    """Return the mean margin and the fraction ranked right against k: two
+    panels side by side, or one above the other on a phone."""
+    rows, cols = (2, 1) if narrow else (1, 2)
+    size = (3.6, 5.0) if narrow else (6.8, 3.0)
+    fig, (top, low) = plt.subplots(rows, cols, sharex=True, figsize=size,
+                                   layout="constrained")
+    for place, name, color, marker in ((10, "tens digit", BLUE, "o"),
+                                        (1, "ones digit", ORANGE, "s")):
+        for ax, column in ((top, 0), (low, 1)):
+            ax.plot(ks, moved[place][:, column], color=color, marker=marker,
+                    label=f"{name} moved by k")
+    top.axhline(0, color="black", lw=0.9, ls="--")
+    low.axhline(0.5, color="black", lw=0.9, ls="--")
+    low.text(9, 0.47, "coin toss", ha="right", va="top")
+    top.set_ylabel("mean margin r(correct) − r(wrong)\n"
+                   "(reward-model units)")
+    low.set_ylabel("fraction ranked right")
+    low.set_ylim(0, 1.05)
+    for ax in (low,) if narrow else (top, low):
+        ax.set_xlabel("k: how far one digit of the sum is moved")
+        ax.set_xticks(ks)
+    top.legend(frameon=False, loc="upper left")
+    return fig
+
+
 show_figure(
-    fig,
+    draw_moved,
     alt="Two panels against k from 1 to 9. Moving the tens digit by k: "
         f"the mean margin rises from {signed(moved[10][0, 0])} at k = 1 to "
-        f"{signed(moved[10][-1, 0])} at k = 9, and the fraction ranked right "
-        f"from {moved[10][0, 1]:.2f} to {moved[10][-1, 1]:.2f}. Moving the "
-        f"ones digit: the mean margin stays between "
+        f"{signed(moved[10][-1, 0])} at k = 9, and the fraction ranked "
+        f"right from {moved[10][0, 1]:.2f} to {moved[10][-1, 1]:.2f}. "
+        f"Moving the ones digit: the mean margin stays between "
         f"{signed(moved[1][:, 0].min())} and "
         f"{signed(moved[1][:, 0].max())}, and "
         f"the fraction ranked right between {moved[1][:, 1].min():.2f} and "
         f"{moved[1][:, 1].max():.2f}, near a coin toss, for every k.",
-    caption="What the RM reads: the size of the answer. Left, its mean "
-            "margin when one digit of the true sum is moved by k; right, how "
-            "often it still ranks the truth higher.",
+    caption="What the RM reads: the size of the answer. Move the tens digit "
+            "of the true sum further (blue) and the RM's mean margin and "
+            "the fraction of pairs it ranks right both climb; move the ones "
+            "digit (orange) and both stay flat, the margin near 0 and the "
+            "fraction near a coin toss, however far it moves.",
 )
 
 # %% [markdown]
@@ -478,30 +532,32 @@ greedy = generate(policy, eval_prompts, greedy=True)  # (400, 4)
 kinds = task.batch_kinds(eval_pairs, greedy)
 with torch.no_grad():
     scores = reward_scores(rm, eval_prompts, greedy).numpy()  # (400,)
-rows = ["the policy's answers   count   mean RM score"]
+rows = ["the policy's answers".ljust(27)
+        + f"{'count':>6}{'mean RM score':>23}"]
 for kind in task.KINDS:
     chosen = np.array([k == kind for k in kinds])
     if chosen.any():
         mean = scores[chosen].mean()
-        rows.append(f"{kind:<20} {chosen.sum():>7}   {signed(mean, 13)}")
+        rows.append(f"{kind:<27}{chosen.sum():>6}{signed(mean, 23)}")
 
 gain = r_true.numpy() - scores  # (400,): r(truth) - r(the policy's answer)
-groups = {rm_blind_spot.LABELS[c]: [] for c in rm_blind_spot.NEAR_MISS_CLASSES}
+groups = {rm_blind_spot.LABELS[c]: []
+          for c in rm_blind_spot.NEAR_MISS_CLASSES}
 groups |= {"every near-miss": [], "other wrong": []}
-for truth, text, kind, d in zip(eval_truth.tolist(), task.decode_completions(greedy),
-                                kinds, gain):
+texts = task.decode_completions(greedy)
+for truth, text, kind, d in zip(eval_truth.tolist(), texts, kinds, gain):
     if kind == "near_miss":
         c = rm_blind_spot.near_miss_class(truth, task.parse_completion(text))
         groups[rm_blind_spot.LABELS[c]].append(d)
         groups["every near-miss"].append(d)
     elif kind == "other_wrong":
         groups["other wrong"].append(d)
-rows += ["", "the policy's wrong answer      count   r(truth) - r(answer)   "
-         "truth scores higher"]
+rows += ["", "the policy's wrong answer".ljust(27) + f"{'count':>6}"
+         f"{'r(truth) - r(answer)':>23}{'truth scores higher':>21}"]
 for name, d in groups.items():
     d = np.array(d)
-    rows.append(f"{name:<28} {len(d):>7}   {signed(d.mean(), 20)}   "
-                f"{(d > 0).mean():>19.2f}")
+    rows.append(f"{name:<27}{len(d):>6}{signed(d.mean(), 23)}"
+                f"{(d > 0).mean():>21.2f}")
 print("\n".join(rows))
 
 # %% [markdown]
@@ -578,7 +634,7 @@ def train_rm_with_near_misses(steps, share, cfg=None):
         if n_near:  # a wrong answer within 10 of the truth
             rejected[:n_near] = task.wrong_answers(batch[:n_near],
                                                    "near_miss", g)
-        # 2. score both sides in one forward pass, then the Bradley-Terry step
+        # 2. score both sides in one pass, then the Bradley-Terry step
         scores = reward_scores(model, prompts.repeat(2, 1),
                                torch.cat([chosen, rejected]))  # (2B,)
         r_chosen, r_rejected = scores.chunk(2)

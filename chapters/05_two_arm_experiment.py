@@ -27,9 +27,12 @@
 # ```
 
 # %%
+import ast
 import inspect
 import json
-from dataclasses import asdict
+import re
+import textwrap
+from dataclasses import asdict, fields
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -47,7 +50,8 @@ from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
 from minirlhf.paths import OUTPUTS
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
-# Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
+# Progress bars and status lines for a person at JupyterLab; none in the
+# book build or under nbval.
 PROGRESS = someone_watching()
 
 # %% [markdown]
@@ -75,16 +79,18 @@ PROGRESS = someone_watching()
 # %%
 models = store.load_all(progress=PROGRESS)
 policy, rm = models["policy"], models["rm"]
-reference = policy  # ppo_train trains a copy: this network stays the frozen reference
+reference = policy  # ppo_train trains a copy: this one stays frozen
 cfg = ppo.PPOConfig()
 
 g = make_generator(0)
-pairs = task.sample_pairs(8, g, task.train_pairs())  # (8, 2): training prompts
+pairs = task.sample_pairs(8, g, task.train_pairs())  # (8, 2)
 prompts = task.encode_prompts(pairs)  # (8, 6)
-completions = generate(policy, prompts, cfg.temperature, generator=g)  # (8, 4)
+completions = generate(policy, prompts, cfg.temperature,
+                       generator=g)  # (8, 4)
 mask = completion_mask(completions)  # (8, 4)
 with torch.no_grad():
-    logp = completion_logprobs(policy, prompts, completions, cfg.temperature)  # (8, 4)
+    logp = completion_logprobs(policy, prompts, completions,
+                               cfg.temperature)  # (8, 4)
 rm_score = ppo.rm_reward(rm)(pairs, prompts, completions)  # (8,)
 verified = ppo.verifier_reward(pairs, prompts, completions)  # (8,)
 kinds = task.batch_kinds(pairs, completions)
@@ -144,11 +150,55 @@ for i in range(len(pairs)):
 # a batch mean. Everything else, the rollout, the leash in the per-token reward, the clipped
 # surrogate and the mask, is the same as here.
 #
-# Every setting lives in one dataclass, shown here from the package's source rather than
-# retyped; its defaults are the recipe. The arms pass their own $\beta$ next to it.
+# Every setting lives in one dataclass, `ppo.PPOConfig`; its defaults are the recipe, and
+# the arms pass their own $\beta$ next to it. The table below is read from the package's
+# source rather than retyped: each setting's name and default as written in the class,
+# and the docstring under it, which says what the setting does and what TRL calls it.
 
-# %%
-print(inspect.getsource(ppo.PPOConfig))
+# %% tags=["hide-input"]
+def settings_table(cls, name_w=18, default_w=10, width=77):
+    """Return a dataclass's docstring and a text table of its fields (name,
+    default, docstring), each read from the class's source."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    node = ast.parse(source).body[0]  # the class statement
+
+    def wrap(text, w):
+        text = " ".join(text.replace("``", "`").split())
+        # no line break inside `code` or [an interval]: non-breaking spaces
+        text = re.sub(r"`[^`]*`|\[[^]]*\]",
+                      lambda m: m.group().replace(" ", "\xa0"), text)
+        return [line.replace("\xa0", " ") for line in
+                textwrap.wrap(text, w, break_on_hyphens=False)]
+
+    lines = []
+    for text in ast.get_docstring(node).split("\n\n"):
+        if not text.startswith("Defined in chapter"):
+            lines += wrap(text, width) + [""]
+    doc_w = width - name_w - default_w
+    lines.append(f"{'setting':<{name_w}}{'default':<{default_w}}"
+                 "what it does; TRL's counterpart")
+    lines.append(f"{'-' * (name_w - 1)} {'-' * (default_w - 1)} "
+                 f"{'-' * doc_w}")
+    names, body = [], node.body
+    for stmt, after in zip(body, body[1:] + [None]):
+        if not isinstance(stmt, ast.AnnAssign):
+            continue
+        name = stmt.target.id
+        default = ast.get_source_segment(source, stmt.value)
+        has_doc = (isinstance(after, ast.Expr)
+                   and isinstance(after.value, ast.Constant)
+                   and isinstance(after.value.value, str))
+        assert has_doc, f"{name} has no docstring"
+        doc = wrap(after.value.value, doc_w)
+        names.append(name)
+        lines.append(f"{name:<{name_w}}{default:<{default_w}}{doc[0]}")
+        lines += [" " * (name_w + default_w) + more for more in doc[1:]]
+        lines.append("")
+    assert names == [f.name for f in fields(cls)], names  # one row per field
+    return "\n".join(lines).rstrip()
+
+
+print(settings_table(ppo.PPOConfig))
 
 # %% [markdown]
 # ```{admonition} Where the KL goes, and why it is counted once
@@ -187,9 +237,11 @@ print(inspect.getsource(ppo.PPOConfig))
 
 # %%
 g = make_generator(1)
-batch_pairs = task.sample_pairs(cfg.batch_size, g, task.train_pairs())  # (64, 2)
+batch_pairs = task.sample_pairs(cfg.batch_size, g,
+                                task.train_pairs())  # (64, 2)
 batch_prompts = task.encode_prompts(batch_pairs)  # (64, 6)
-batch = generate(policy, batch_prompts, cfg.temperature, generator=g)  # (64, 4)
+batch = generate(policy, batch_prompts, cfg.temperature,
+                 generator=g)  # (64, 4)
 print(f"{'score':<9} {'mean':>6}  {'std':>5}  {'min':>6}  {'max':>6}  "
       f"{'z min':>5}  {'z max':>5}  clipped")
 for name, reward_fn in (("rm", ppo.rm_reward(rm)),
@@ -245,7 +297,8 @@ for name, reward_fn in (("rm", ppo.rm_reward(rm)),
 # values worked by hand.
 
 # %% tags=["solution"]
-def kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0):
+def kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta,
+                         kl_clamp=10.0):
     """Return the advantages (B, T): the leash -beta * kl as a per-token
     reward, the score on the last kept token, returns-to-go, minus the
     batch mean of the returns at each position."""
@@ -253,7 +306,7 @@ def kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0):
     kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)  # (B, T), fixed
     rewards = -beta * kl * mask  # (B, T): the leash, token by token
     last = mask.sum(1).long() - 1  # (B,): each completion's last kept token
-    rewards[torch.arange(len(scores)), last] += scores  # the score, at the end
+    rewards[torch.arange(len(scores)), last] += scores  # score at the end
     returns = rewards.flip(1).cumsum(1).flip(1) * mask  # (B, T): G_t
     baseline = returns.sum(0) / mask.sum(0).clamp(min=1)  # (T,)
     return (returns - baseline) * mask
@@ -328,8 +381,10 @@ check("ppo_token_loss", ppo_token_loss);
 # `minirlhf.ppo.ppo_token_loss`, and it says which.
 
 # %%
-mine = {"kl_shaped_advantages": (kl_shaped_advantages, ppo.kl_shaped_advantages),
-        "ppo_token_loss": (ppo_token_loss, ppo.ppo_token_loss)}
+mine = {
+    "kl_shaped_advantages": (kl_shaped_advantages, ppo.kl_shaped_advantages),
+    "ppo_token_loss": (ppo_token_loss, ppo.ppo_token_loss),
+}
 drive = {}
 for name, (yours, reference_fn) in mine.items():
     verdict = run_cases(yours, get(name))
@@ -338,12 +393,14 @@ for name, (yours, reference_fn) in mine.items():
         print(f"Your {name} passes every check: it drives the runs below.")
     else:
         drive[name] = reference_fn
+        n_checks = len(verdict.results)
         why = ("is not written yet" if verdict.not_implemented
-               else f"passes {verdict.n_passed} of {len(verdict.results)} checks")
-        print(f"Your {name} {why}, so the runs below use the package's "
+               else f"passes {verdict.n_passed} of {n_checks} checks")
+        print(f"Your {name} {why},\nso the runs below use the package's "
               f"minirlhf.ppo.{name}.\nWrite it, run its check, then run the "
-              "notebook from here again: yours will drive the runs.")
-advantage_fn, loss_fn = drive["kl_shaped_advantages"], drive["ppo_token_loss"]
+              "notebook from here again:\nyours will drive the runs.")
+advantage_fn = drive["kl_shaped_advantages"]
+loss_fn = drive["ppo_token_loss"]
 
 # %% [markdown]
 # Now the two arms, seed 0, 25 iterations each, with those functions. Nothing else differs between
@@ -352,14 +409,16 @@ advantage_fn, loss_fn = drive["kl_shaped_advantages"], drive["ppo_token_loss"]
 
 # %%
 ARMS = {"rm": (ppo.rm_reward(rm), experiment.DEFAULT_BETA["rm"]),
-        "verifier": (ppo.verifier_reward, experiment.DEFAULT_BETA["verifier"])}
+        "verifier": (ppo.verifier_reward,
+                     experiment.DEFAULT_BETA["verifier"])}
 runs = {}
 for arm, (reward_fn, beta) in ARMS.items():
-    _, runs[arm] = ppo.ppo_train(policy, reference, reward_fn, beta,
-                                 ppo.PPOConfig(seed=0), rm=rm, loss_fn=loss_fn,
-                                 advantage_fn=advantage_fn, progress=PROGRESS,
-                                 desc=f"{arm} arm, seed 0")
-print("arm (beta)        true accuracy     RM score of greedy   KL per token")
+    _, runs[arm] = ppo.ppo_train(
+        policy, reference, reward_fn, beta, ppo.PPOConfig(seed=0), rm=rm,
+        loss_fn=loss_fn, advantage_fn=advantage_fn, progress=PROGRESS,
+        desc=f"{arm} arm, seed 0")
+print("arm (beta)        true accuracy     RM score of greedy"
+      "   KL per token")
 for arm, log in runs.items():
     print(f"{arm + f' ({ARMS[arm][1]:g})':<16}"
           f"{log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f}"
@@ -394,9 +453,11 @@ BETA = {arm: beta for arm, (_, beta) in ARMS.items()}
 
 def run_experiment():
     """Return the results of both arms for every seed, laid out as
-    `python -m minirlhf.experiment` writes them (it also draws the figures)."""
+    `python -m minirlhf.experiment` writes them (it also draws the
+    figures)."""
     done = experiment.run_experiment(SEEDS, cfg.iterations, BETA["rm"],
-                                     BETA["verifier"], cfg, progress=PROGRESS)
+                                     BETA["verifier"], cfg,
+                                     progress=PROGRESS)
     experiment.write_outputs(done, OUTPUTS)
     return json.loads((OUTPUTS / "results.json").read_text())
 
@@ -423,7 +484,8 @@ eval_prompts = task.encode_prompts(eval_pairs)  # (400, 6)
 g = make_generator(0)
 sheets = {
     "every answer correct": task.correct_completions(eval_pairs),
-    "every answer a near-miss": task.wrong_answers(eval_pairs, "near_miss", g),
+    "every answer a near-miss": task.wrong_answers(eval_pairs, "near_miss",
+                                                   g),
     "every answer garbage": task.wrong_answers(eval_pairs, "random", g),
 }
 with torch.no_grad():
@@ -438,73 +500,82 @@ for name, score in yardstick.items():
 # markers at its start and end, and on the second the first two yardsticks.
 
 # %% tags=["hide-input"]
-FIGURES = {
-    "accuracy": ("true accuracy (greedy, 400 eval prompts)",
-                 "What the verifier says"),
+FIGURES = {  # key: (y label, title, the y label on a phone)
+    "accuracy": ("true accuracy\n(greedy, 400 eval prompts)",
+                 "What the verifier says", "true accuracy (greedy)"),
     "rm_score": ("RM score of the greedy answers\n(reward-model units)",
-                 "What the reward model says"),
-    "kl": ("KL to the reference\n(nats per token)", "How far each arm moved"),
+                 "What the reward model says", "RM score (RM units)"),
+    "kl": ("KL to the reference\n(nats per token)", "How far each arm moved",
+           "KL (nats per token)"),
 }
 
 
-def draw_metric(key):
+def draw_metric(key, narrow=False):
     """Return a figure of `key` per iteration: both arms, mean over seeds
-    with its 95% interval as a band."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.4), constrained_layout=True)
-    experiment.plot_curves(results, key, FIGURES[key][0], FIGURES[key][1],
+    with its 95% interval as a band; narrow=True lays it out for a phone."""
+    ylabel, title, short = FIGURES[key]
+    fig, ax = plt.subplots(figsize=(3.6, 4.3) if narrow else (6.8, 3.7),
+                           constrained_layout=True)
+    experiment.plot_curves(results, key, short if narrow else ylabel, title,
                            ax=ax)
     if key == "accuracy":
         for arm in ARMS:
             ref = experiment.REFERENCE[arm]
-            ax.plot([0, cfg.iterations], [ref["start"], ref["end"]], ls="none",
-                    marker="o", mfc="white", mec=ARM_COLORS[arm], ms=8,
-                    mew=1.6, label=f"reference run, {arm} arm")
-        ax.legend(frameon=False, fontsize=8, ncol=2)
-        return fig
+            ax.plot([0, cfg.iterations], [ref["start"], ref["end"]],
+                    ls="none", marker="o", mfc="white", mec=ARM_COLORS[arm],
+                    ms=8, mew=1.6, label=f"reference run, {arm} arm")
     if key == "rm_score":
-        for (name, score), ls in zip(list(yardstick.items())[:2], ("--", ":")):
-            ax.axhline(score, color="black", lw=1, ls=ls)
-            ax.text(0.2, score, name, ha="left", va="bottom",
-                    fontsize=8)
-        low, high = ax.get_ylim()  # room for the legend below the lines
-        near = yardstick["every answer a near-miss"]
-        ax.set_ylim(min(low, near - 0.3 * (high - low)), high)
-    ax.legend(frameon=False, fontsize=8, loc="lower right")
+        names = list(yardstick)[:2]  # all correct, all near-misses
+        for name, ls in zip(names, ("--", ":")):
+            ax.axhline(yardstick[name], color="black", lw=1, ls=ls,
+                       label=f"RM score of {name}")
+    # the legend under the axes, where it cannot cover a curve
+    ax.get_legend().remove()
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center",
+               ncol=1 if narrow else 2, frameon=False, fontsize=8)
     return fig
 
 
 def end_text(arm, key, digits=3):
     """Return 'start -> end' of the seed means of one arm and metric."""
     c = curves[arm][key].mean(0)
-    return f"{c[0]:.{digits}f} at the start to {c[-1]:.{digits}f} after {cfg.iterations} iterations"
+    return (f"{c[0]:.{digits}f} at the start to {c[-1]:.{digits}f} "
+            f"after {cfg.iterations} iterations")
 
 
+BAND = f"mean over {len(SEEDS)} seeds, band: 95% interval of the mean"
 show_figure(
-    draw_metric("accuracy"),
+    lambda narrow=False: draw_metric("accuracy", narrow),
     alt=f"True accuracy per PPO iteration, mean over {len(SEEDS)} seeds. "
-        f"Verifier arm: from {end_text('verifier', 'accuracy')}. RM arm: from "
-        f"{end_text('rm', 'accuracy')}.",
+        f"Verifier arm: from {end_text('verifier', 'accuracy')}. RM arm: "
+        f"from {end_text('rm', 'accuracy')}.",
     caption="True accuracy of the greedy answers on the 400 evaluation "
-            f"prompts, mean over {len(SEEDS)} seeds (band: 95% interval of the "
-            "mean). Open markers: the book's reference run.",
+            f"prompts ({BAND}; open markers: the book's reference run). The "
+            "verifier arm climbs away from the common start; the rm arm "
+            "ends a little below it.",
 )
 show_figure(
-    draw_metric("rm_score"),
+    lambda narrow=False: draw_metric("rm_score", narrow),
     alt=f"Mean RM score of the greedy answers per iteration. Verifier arm: "
         f"from {end_text('verifier', 'rm_score', 2)}. RM arm: from "
-        f"{end_text('rm', 'rm_score', 2)}. For comparison, every answer correct "
-        f"scores {yardstick['every answer correct']:.2f} and every answer a "
-        f"near-miss {yardstick['every answer a near-miss']:.2f}.",
-    caption="The reward model's mean score of the same greedy answers: the "
-            "proxy the RM arm is trained on.",
+        f"{end_text('rm', 'rm_score', 2)}. For comparison, every answer "
+        f"correct scores {yardstick['every answer correct']:.2f} and every "
+        f"answer a near-miss {yardstick['every answer a near-miss']:.2f}.",
+    caption="The reward model's mean score of the same greedy answers, the "
+            f"proxy the rm arm is trained on ({BAND}). By the end, the rm "
+            "arm's answers score higher than the verifier arm's although "
+            "fewer are right: by the RM's measure, the worse policy looks "
+            "the better one.",
 )
 show_figure(
-    draw_metric("kl"),
+    lambda narrow=False: draw_metric("kl", narrow),
     alt=f"Per-token KL from the policy to the reference per iteration. "
         f"Verifier arm: from {end_text('verifier', 'kl')}. RM arm: from "
         f"{end_text('rm', 'kl')}.",
-    caption="Exact KL(policy || reference) per completion token of the greedy "
-            "answers, at the sampling temperature.",
+    caption="Exact KL(policy || reference) per completion token of the "
+            f"greedy answers, at the sampling temperature ({BAND}). The "
+            "verifier arm, on the lighter leash, moves further from the "
+            "reference than the rm arm.",
 )
 
 # %% [markdown]
@@ -526,11 +597,13 @@ print(f"{'':<{W}}{'start':>7}{'end, ours':>17}     reference run")
 for arm in ARMS:
     s, ref = summary[arm], experiment.REFERENCE[arm]
     print(f"{arm + ' arm, true accuracy':<{W}}{s['start']:>7.3f}"
-          f"{pm(s['end'], s['end_ci']):>17}     {ref['start']:.3f} -> {ref['end']:.3f}")
+          f"{pm(s['end'], s['end_ci']):>17}     "
+          f"{ref['start']:.3f} -> {ref['end']:.3f}")
 for arm in ARMS:
     s, ref = summary[arm], experiment.REFERENCE[arm]
-    print(f"{arm + ' arm, RM score of greedy':<{W}}{s['rm_score_start']:>+7.2f}"
-          f"{pm(s['rm_score_end'], s['rm_score_end_ci'], 2, '+'):>17}     "
+    end = pm(s["rm_score_end"], s["rm_score_end_ci"], 2, "+")
+    print(f"{arm + ' arm, RM score of greedy':<{W}}"
+          f"{s['rm_score_start']:>+7.2f}{end:>17}     "
           f"about {ref['rm_score']:+.1f}")
 for arm in ARMS:
     s, ref = summary[arm], experiment.REFERENCE[arm]
@@ -544,13 +617,13 @@ for arm in ARMS:
 # arms at the end.
 
 # %%
-acc_end = {arm: curves[arm]["accuracy"][:, -1] for arm in ARMS}  # (5,) each
+acc = {arm: curves[arm]["accuracy"] for arm in ARMS}  # (5, 26) each
+acc_end = {arm: acc[arm][:, -1] for arm in ARMS}  # (5,) each
 rm_end = {arm: curves[arm]["rm_score"][:, -1] for arm in ARMS}
 tests = {
     "verifier arm, gain over its start":
-        curves["verifier"]["accuracy"][:, -1] - curves["verifier"]["accuracy"][:, 0],
-    "rm arm, gain over its start":
-        curves["rm"]["accuracy"][:, -1] - curves["rm"]["accuracy"][:, 0],
+        acc["verifier"][:, -1] - acc["verifier"][:, 0],
+    "rm arm, gain over its start": acc["rm"][:, -1] - acc["rm"][:, 0],
     "end accuracy, verifier - rm": acc_end["verifier"] - acc_end["rm"],
     "end RM score, verifier - rm": rm_end["verifier"] - rm_end["rm"],
 }
@@ -559,7 +632,8 @@ gap = {}
 for name, d in tests.items():
     mean, half = experiment.mean_ci95(d)
     gap[name] = (mean, half)
-    print(f"{name:<36}{mean:>+8.3f}   [{mean - half:+.3f}, {mean + half:+.3f}]"
+    print(f"{name:<36}{mean:>+8.3f}   "
+          f"[{mean - half:+.3f}, {mean + half:+.3f}]"
           f"   {'yes' if abs(mean) <= half else 'no'}")
 
 # %% [markdown]
@@ -567,24 +641,27 @@ for name, d in tests.items():
 # does not hold is printed as such, not hidden):
 
 # %%
+acc_gap, acc_half = gap["end accuracy, verifier - rm"]
+rm_gap = gap["end RM score, verifier - rm"][0]
+rm_range = (yardstick["every answer correct"]
+            - yardstick["every answer garbage"])
+kl_end_rm = summary["rm"]["kl_end"]
+kl_end_ver = summary["verifier"]["kl_end"]
 claims = [
     ("verifier arm gains at least 0.15",
      summary["verifier"]["gain"], summary["verifier"]["gain"] >= 0.15),
     ("rm arm gains at most 0.02",
      summary["rm"]["gain"], summary["rm"]["gain"] <= 0.02),
     ("verifier arm ends above rm arm (interval excludes 0)",
-     gap["end accuracy, verifier - rm"][0],
-     gap["end accuracy, verifier - rm"][0] > gap["end accuracy, verifier - rm"][1]),
+     acc_gap, acc_gap > acc_half),
     ("RM scores arms alike: |gap| < (correct - garbage) / 10",
-     gap["end RM score, verifier - rm"][0],
-     abs(gap["end RM score, verifier - rm"][0]) < 0.1 * (
-         yardstick["every answer correct"] - yardstick["every answer garbage"])),
+     rm_gap, abs(rm_gap) < 0.1 * rm_range),
     ("rm arm's KL ends below verifier arm's",
-     summary["rm"]["kl_end"] - summary["verifier"]["kl_end"],
-     summary["rm"]["kl_end"] < summary["verifier"]["kl_end"]),
+     kl_end_rm - kl_end_ver, kl_end_rm < kl_end_ver),
 ]
 for text, value, holds in claims:
-    print(f"{'holds' if holds else 'DOES NOT HOLD':<15}{text:<56}{value:+.3f}")
+    verdict = "holds" if holds else "DOES NOT HOLD"
+    print(f"{verdict:<15}{text:<56}{value:+.3f}")
 
 # %% [markdown]
 # One caution about what these intervals cover. They measure the spread over PPO seeds, all
@@ -593,8 +670,9 @@ for text, value, holds in claims:
 # third of the prompts right, as one from which this recipe gains clearly. That is a choice
 # made after seeing outcomes, so the next cell measures what it hides: it makes the other
 # starts the same way (SFT seeds 0 to 4, each stopped at the first multiple of 5 steps where
-# greedy accuracy reaches 1/3) and runs both arms from each, with PPO seed 0. The results are
-# stored in `outputs/sft_starts.json` and recomputed when the code changes (about a minute).
+# greedy accuracy reaches 1/3) and runs both arms from each with PPO seeds 0, 1 and 2,
+# averaging each arm's gain over the three. The results are stored in
+# `outputs/sft_starts.json` and recomputed when the code changes (about a minute).
 
 # %%
 SFT_SEEDS = [0, 1, 2, 3, 4]
@@ -602,55 +680,73 @@ PPO_SEEDS = [0, 1, 2]
 
 
 def partial_policy(seed):
-    """Return (policy, steps): SFT with `seed`, stopped at the first multiple of
-    5 steps whose greedy eval accuracy is at least 1/3 (at most 300 steps)."""
-    _, curve = sft.train_sft(sft.SFTConfig(seed=seed, steps=300), eval_every=5,
-                             progress=PROGRESS)
-    steps = next(s for s, a in zip(curve["steps"], curve["accuracy"]) if a >= 1 / 3)
-    policy_s, _ = sft.train_sft(sft.SFTConfig(seed=seed, steps=steps), progress=PROGRESS)
+    """Return (policy, steps): SFT with `seed`, stopped at the first
+    multiple of 5 steps whose greedy eval accuracy is at least 1/3 (at most
+    300 steps)."""
+    _, curve = sft.train_sft(sft.SFTConfig(seed=seed, steps=300),
+                             eval_every=5, progress=PROGRESS)
+    steps = next(s for s, a in zip(curve["steps"], curve["accuracy"])
+                 if a >= 1 / 3)
+    policy_s, _ = sft.train_sft(sft.SFTConfig(seed=seed, steps=steps),
+                                progress=PROGRESS)
     return policy_s, steps
 
 
+def arm_gain(arm, start, seed):
+    """Return an arm's accuracy at the end minus at the start, from the
+    partial policy `start`, with PPO seed `seed`."""
+    _, log = experiment.run_arm(arm, start, rm, seed, BETA[arm], cfg,
+                                progress=PROGRESS)
+    return log["accuracy"][-1] - log["accuracy"][0]
+
+
 def run_starts():
-    """Return {'arms': {sft_seed: {'steps', 'start', 'rm', 'verifier'}}}: each
-    arm's gain in accuracy from that SFT seed's partial policy, per PPO seed."""
+    """Return {'arms': {sft_seed: {'steps', 'start', 'rm', 'verifier'}}}:
+    each arm's gain in accuracy from that SFT seed's partial policy, per PPO
+    seed."""
     out = {}
     for seed in SFT_SEEDS:
         start, steps = partial_policy(seed)
         row = {"steps": steps, "start": sft.greedy_accuracy(start)}
         for arm in ARMS:
-            row[arm] = [(lambda a: a[-1] - a[0])(experiment.run_arm(
-                arm, start, rm, s, BETA[arm], cfg, progress=PROGRESS)[1]["accuracy"])
-                for s in PPO_SEEDS]
+            row[arm] = [arm_gain(arm, start, s) for s in PPO_SEEDS]
         out[str(seed)] = row
     return {"arms": out}
 
 
 by_start = load_or_run(
     OUTPUTS / "sft_starts.json",
-    {"sft_seeds": SFT_SEEDS, "ppo_seeds": PPO_SEEDS, "beta": BETA, "ppo": asdict(cfg)},
+    {"sft_seeds": SFT_SEEDS, "ppo_seeds": PPO_SEEDS, "beta": BETA,
+     "ppo": asdict(cfg)},
     {}, run_starts)["arms"]
 book_seed = str(sft.SFTConfig().seed)
 print(f"mean gain over PPO seeds {PPO_SEEDS}")
 print("SFT seed  steps  start   rm arm   verifier arm")
 for seed, r in by_start.items():
     mark = "  <- the book's start" if seed == book_seed else ""
-    print(f"{seed:>8}  {r['steps']:>5}  {r['start']:.3f}  {np.mean(r['rm']):+.3f}"
-          f"   {np.mean(r['verifier']):+.3f}{mark}")
+    print(f"{seed:>8}  {r['steps']:>5}  {r['start']:.3f}  "
+          f"{np.mean(r['rm']):+.3f}   {np.mean(r['verifier']):+.3f}{mark}")
 gain_v = {k: float(np.mean(r["verifier"])) for k, r in by_start.items()}
 gain_r = {k: float(np.mean(r["rm"])) for k, r in by_start.items()}
+n_starts = len(gain_v)
 rank = sorted(gain_v, key=gain_v.get, reverse=True).index(book_seed) + 1
-print(f"verifier arm gains at least 0.15 from {sum(g >= 0.15 for g in gain_v.values())}"
-      f" of {len(gain_v)} starts; mean over starts {np.mean(list(gain_v.values())):+.3f};"
-      f" the book's start ranks {rank} of {len(gain_v)}")
-print(f"rm arm gains at most 0.02 from {sum(g <= 0.02 for g in gain_r.values())} of "
-      f"{len(gain_r)} starts; the verifier arm gains more than the rm arm from "
-      f"{sum(gain_v[k] > gain_r[k] for k in gain_v)} of {len(gain_v)}")
+n_big = sum(g >= 0.15 for g in gain_v.values())
+n_flat = sum(g <= 0.02 for g in gain_r.values())
+n_ahead = sum(gain_v[k] > gain_r[k] for k in gain_v)
+print()
+print(f"verifier arm gains at least 0.15 from {n_big} of {n_starts} starts")
+print(f"verifier arm, mean gain over the starts: "
+      f"{np.mean(list(gain_v.values())):+.3f}")
+print(f"the book's start ranks {rank} of {n_starts} by the verifier arm's "
+      "gain")
+print(f"rm arm gains at most 0.02 from {n_flat} of {n_starts} starts")
+print(f"verifier arm gains more than the rm arm from {n_ahead} of "
+      f"{n_starts} starts")
 
 # %% [markdown]
-# Read the last two lines before the chapter's claims. What carries over from start to
-# start is the direction: the verifier arm gains more than the rm arm, and the rm arm does
-# not gain. The size does not: "at least 0.15" holds for the book's start, which was chosen
+# Read the five lines under the table before the chapter's claims. What carries over from
+# start to start is the direction: the verifier arm gains more than the rm arm, and the rm
+# arm does not gain. The size does not: "at least 0.15" holds for the book's start, which was chosen
 # as one that gains clearly, and the mean over starts is the fairer number for a partial
 # policy in general. With 64 samples per iteration and 25 iterations, how much the
 # verifier's 0-or-1 signal can teach depends on how many of the policy's samples are right,
@@ -679,7 +775,8 @@ for arm, (reward_fn, _) in ARMS.items():
     r = reward_fn(rep_pairs, rep_prompts, rep).float().view(-1, K)  # (64, 8)
     total, within = r.var(unbiased=False), r.var(1, unbiased=False).mean()
     prompt_share[arm] = 1 - (within / total).item()
-    print(f"{arm:<9} {total:>9.3f}   {within:>15.3f}   {prompt_share[arm]:>19.0%}")
+    print(f"{arm:<9} {total:>9.3f}   {within:>15.3f}   "
+          f"{prompt_share[arm]:>19.0%}")
 
 # %% [markdown]
 # For the RM, most of what varies in a batch is which prompt was drawn, not how good the
@@ -699,7 +796,8 @@ for arm, (reward_fn, _) in ARMS.items():
 def rm_minus_prompt_baseline(pairs, prompts, completions):
     """Return the RM's score of each completion minus its score of the
     reference's greedy answer to the same prompt (B,)."""
-    baseline = reward_scores(rm, prompts, generate(reference, prompts, greedy=True))
+    greedy = generate(reference, prompts, greedy=True)  # (B, 4)
+    baseline = reward_scores(rm, prompts, greedy)  # (B,)
     return reward_scores(rm, prompts, completions) - baseline  # (B,)
 
 
@@ -719,11 +817,14 @@ centred = load_or_run(
     {"seeds": SEEDS, "beta": BETA["rm"], "ppo": asdict(cfg)},
     {("rm", "0"): runs["rm"]}, run_centred)["arms"]["rm"]
 control = {}  # baseline -> metric -> (mean, half-width) at the end
-print(f"{'rm arm, end of run':<24}{'true accuracy':>16}{'RM score':>15}{'KL':>15}")
+print(f"{'rm arm, end of run':<24}{'true accuracy':>16}{'RM score':>15}"
+      f"{'KL':>15}")
+centred_logs = [centred[str(s)] for s in SEEDS]
 for name, arm_logs in (("batch-mean baseline", logs["rm"]),
-                       ("per-prompt baseline", [centred[str(s)] for s in SEEDS])):
-    control[name] = {k: experiment.mean_ci95([log[k][-1] for log in arm_logs])
-                     for k in ("accuracy", "rm_score", "kl")}
+                       ("per-prompt baseline", centred_logs)):
+    control[name] = {
+        k: experiment.mean_ci95([log[k][-1] for log in arm_logs])
+        for k in ("accuracy", "rm_score", "kl")}
     print(f"{name:<24}{pm(*control[name]['accuracy']):>16}"
           f"{pm(*control[name]['rm_score'], 2, '+'):>15}"
           f"{pm(*control[name]['kl']):>15}")
@@ -745,10 +846,14 @@ for name, arm_logs in (("batch-mean baseline", logs["rm"]),
 # %%
 raw = ppo.rm_reward(rm)(batch_pairs, batch_prompts, batch)  # the batch above
 centred_scores = rm_minus_prompt_baseline(batch_pairs, batch_prompts, batch)
-print(f"std of the rm arm's scores over one batch: {raw.std(unbiased=False):.2f} raw, "
-      f"{centred_scores.std(unbiased=False):.2f} with the per-prompt baseline "
-      f"\nafter standardizing, a difference between two answers counts "
-      f"{raw.std(unbiased=False) / centred_scores.std(unbiased=False):.1f} times more")
+std_raw = raw.std(unbiased=False)
+std_centred = centred_scores.std(unbiased=False)
+print("std of the rm arm's scores over one batch:")
+print(f"  raw                           {std_raw:.2f}")
+print(f"  with the per-prompt baseline  {std_centred:.2f}")
+print("after standardizing, a difference between two answers counts "
+      f"{std_raw / std_centred:.1f}\n"
+      "times more with the per-prompt baseline")
 
 # %% [markdown]
 # ## Watching a run: the training statistics
@@ -770,40 +875,67 @@ print(f"std of the rm arm's scores over one batch: {raw.std(unbiased=False):.2f}
 # | `loss/policy_avg` | the PPO loss, averaged over the updates | Not a progress measure: the advantages are re-centred in every batch. Watch it only for NaN or spikes. |
 
 # %% tags=["hide-input"]
-STATS = [("objective/scores", "RM units, or fraction right"),
-         ("objective/kl", "nats per token"), ("objective/entropy", "nats per token"),
+STATS = [("objective/scores", "RM units, or\nfraction right"),
+         ("objective/kl", "nats per token"),
+         ("objective/entropy", "nats per token"),
          ("policy/clipfrac_avg", "fraction of tokens"),
          ("policy/approxkl_avg", "nats per token"),
          ("val/completion_length", "tokens"), ("loss/policy_avg", "loss")]
-fig, axes = plt.subplots(2, 4, figsize=(10, 4.8), constrained_layout=True)
 it = np.arange(1, cfg.iterations + 1)
-for ax, (key, unit) in zip(axes.flat, STATS):
-    for arm in ARMS:
-        ax.plot(it, runs[arm][key], color=ARM_COLORS[arm], lw=1.6, label=f"{arm} arm")
-    ax.set_title(key, fontsize=9.5)
-    ax.set_ylabel(unit, fontsize=8.5)
-    ax.tick_params(labelsize=8)
-for ax in axes[1]:
-    ax.set_xlabel("PPO iteration")
-axes.flat[-1].axis("off")
-axes.flat[-1].legend(*axes.flat[0].get_legend_handles_labels(), frameon=False,
-                     loc="center")
+
+
+def draw_dashboard(narrow=False):
+    """Return one panel per statistic, both arms of the seed-0 run: three
+    columns (legend in the free slot), or one column on a phone."""
+    cols = 1 if narrow else 3
+    rows = -(-len(STATS) // cols)
+    fig, axes = plt.subplots(
+        rows, cols, squeeze=False, constrained_layout=True,
+        figsize=(3.6, 1.7 * rows + 0.4) if narrow else (6.8, 2.0 * rows))
+    for ax, (key, unit) in zip(axes.flat, STATS):
+        for arm in ARMS:
+            ax.plot(it, runs[arm][key], color=ARM_COLORS[arm], lw=1.6,
+                    label=f"{arm} arm")
+        ax.set_title(key, fontsize=9)
+        ax.set_ylabel(unit, fontsize=8)
+        ax.tick_params(labelsize=8)
+    # the x label on the lowest panel of each column
+    for col in range(cols):
+        last = max(k for k in range(col, len(STATS), cols))
+        axes.flat[last].set_xlabel("PPO iteration", fontsize=8)
+    for ax in axes.flat[len(STATS):]:
+        ax.axis("off")
+    handles = axes.flat[0].get_legend_handles_labels()
+    if narrow:
+        fig.legend(*handles, loc="outside upper center", ncol=2,
+                   frameon=False, fontsize=9)
+    else:
+        axes.flat[-1].legend(*handles, loc="center", frameon=False,
+                             fontsize=9)
+    return fig
+
+
 show_figure(
-    fig,
-    alt="Seven panels of training statistics per iteration for the seed-0 run "
-        "of both arms: objective/scores, objective/kl, objective/entropy, "
-        "policy/clipfrac_avg, policy/approxkl_avg, val/completion_length and "
-        "loss/policy_avg.",
-    caption="The training statistics of one run of each arm (seed 0), under "
-            "TRL's names. objective/scores is in the reward's own units: RM "
-            "units for the rm arm, the fraction of correct samples for the "
-            "verifier arm.",
+    draw_dashboard,
+    alt="Seven panels of training statistics per iteration for the seed-0 "
+        "run of both arms: objective/scores, objective/kl, "
+        "objective/entropy, policy/clipfrac_avg, policy/approxkl_avg, "
+        "val/completion_length and loss/policy_avg.",
+    caption="The training statistics of one run of each arm (seed 0), "
+            "under TRL's names; objective/scores is in the reward's own "
+            "units (RM units for the rm arm, the fraction of correct "
+            "samples for the verifier arm). Both arms' scores rise, the "
+            "clip fraction and the approximate KL fall to almost 0 after "
+            "the first iterations, and the entropy and the completion "
+            "length hardly move: nothing here tells the arm that learned "
+            "sums from the one that did not.",
 )
-print(f"mean of iterations 1-5 -> 21-25   {'rm arm':>11}  {'verifier arm':>16}")
+print(f"mean of iterations 1-5 -> 21-25   {'rm arm':>11}  "
+      f"{'verifier arm':>16}")
 for key, _ in STATS:
     print(f"{key:<24}" + "".join(
-        f"{np.mean(runs[arm][key][:5]):>11.3f} -> {np.mean(runs[arm][key][-5:]):<6.3f}"
-        for arm in ARMS).rstrip())
+        f"{np.mean(runs[arm][key][:5]):>11.3f} -> "
+        f"{np.mean(runs[arm][key][-5:]):<6.3f}" for arm in ARMS).rstrip())
 
 # %% [markdown]
 # Read the two dashboards as if there were no verifier. Both arms' `objective/scores` rise
@@ -841,20 +973,23 @@ def run_sweep():
             else:
                 _, log = experiment.run_arm(arm, policy, rm, 0, beta, cfg,
                                             progress=PROGRESS)
-            out[arm][str(beta)] = {k: log[k] for k in ("accuracy", "rm_score", "kl")}
+            out[arm][str(beta)] = {k: log[k]
+                                   for k in ("accuracy", "rm_score", "kl")}
     return {"arms": out}
 
 
 sweep = load_or_run(
-    OUTPUTS / "beta_sweep.json", {"betas": BETAS, "seed": 0, "ppo": asdict(cfg)},
+    OUTPUTS / "beta_sweep.json",
+    {"betas": BETAS, "seed": 0, "ppo": asdict(cfg)},
     {(arm, str(beta)): runs[arm] for arm, (_, beta) in ARMS.items()},
     run_sweep)["arms"]
 print("        rm arm                   verifier arm")
 print("beta    accuracy         KL      accuracy         KL")
 for beta in BETAS:
+    pair = (sweep["rm"][str(beta)], sweep["verifier"][str(beta)])
     print(f"{beta:<6}" + "".join(
-        f"  {log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f}  {log['kl'][-1]:.3f}"
-        for log in (sweep["rm"][str(beta)], sweep["verifier"][str(beta)])))
+        f"  {log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f}"
+        f"  {log['kl'][-1]:.3f}" for log in pair))
 
 # %% [markdown]
 # The sweep also settles the control of the previous section: here are the batch-mean rm
@@ -866,11 +1001,13 @@ kl_centred, _ = control["per-prompt baseline"]["kl"]
 by_kl = sorted((sweep["rm"][str(b)]["kl"][-1], b) for b in BETAS)
 below = max((kl, b) for kl, b in by_kl if kl <= kl_centred)
 above = min((kl, b) for kl, b in by_kl if kl > kl_centred)
-print(f"per-prompt baseline, beta {BETA['rm']:g}: KL {kl_centred:.3f}, accuracy "
-      f"{pm(*control['per-prompt baseline']['accuracy'])} (mean of {len(SEEDS)} seeds)")
+print("rm arm's baseline   beta     KL   accuracy")
+print(f"{'per-prompt':<18}{BETA['rm']:>6g}  {kl_centred:.3f}   "
+      f"{pm(*control['per-prompt baseline']['accuracy'])} "
+      f"(mean of {len(SEEDS)} seeds)")
 for kl, b in (below, above):
     log = sweep["rm"][str(b)]
-    print(f"batch-mean baseline, beta {b:g}: KL {kl:.3f}, accuracy "
+    print(f"{'batch-mean':<18}{b:>6g}  {kl:.3f}   "
           f"{log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f} (seed 0)")
 
 # %% [markdown]
@@ -887,48 +1024,59 @@ for kl, b in (below, above):
 
 # %% tags=["hide-input"]
 LIVE_BETAS = [0.0, 0.01, 0.02, 0.05, 0.08, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0]
-ACC_LIM = (min(min(log["accuracy"]) for arm in ARMS for log in sweep[arm].values()) - 0.03,
-           max(max(log["accuracy"]) for arm in ARMS for log in sweep[arm].values()) + 0.03)
-KL_TOP = 1.15 * max(max(log["kl"]) for arm in ARMS for log in sweep[arm].values())
+SWEPT = [log for arm in ARMS for log in sweep[arm].values()]  # every run
+ACC_LIM = (min(min(log["accuracy"]) for log in SWEPT) - 0.03,
+           max(max(log["accuracy"]) for log in SWEPT) + 0.03)
+KL_TOP = 1.15 * max(max(log["kl"]) for log in SWEPT)
 
 
-def draw_leash(beta, found):
+def draw_leash(beta, found, narrow=False):
     """Return a figure of accuracy and KL per iteration for the runs in
-    `found` ({arm: log}), all at this beta."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.3),
-                                      constrained_layout=True)
+    `found` ({arm: log}), all at this beta: side by side, or stacked for a
+    phone (narrow=True)."""
+    fig, (left, right) = plt.subplots(
+        2 if narrow else 1, 1 if narrow else 2, constrained_layout=True,
+        figsize=(3.6, 5.6) if narrow else (6.8, 3.3))
     start = runs["rm"]["accuracy"][0]
     for arm, log in found.items():
         x = np.arange(len(log["accuracy"]))
         left.plot(x, log["accuracy"], color=ARM_COLORS[arm], lw=1.8,
                   label=f"{arm} arm")
-        right.plot(x, log["kl"], color=ARM_COLORS[arm], lw=1.8, label=f"{arm} arm")
-    left.axhline(start, color="grey", ls=":", lw=1)
-    left.text(0.5, start, " start", va="bottom", fontsize=8, color="grey")
+        right.plot(x, log["kl"], color=ARM_COLORS[arm], lw=1.8)
+    left.axhline(start, color="grey", ls=":", lw=1.2,
+                 label="start (both arms)")
     left.set_ylim(*ACC_LIM)
-    left.set_ylabel("true accuracy (greedy)")
-    right.set_ylim(0, max(KL_TOP, *(1.15 * max(log["kl"]) for log in found.values())))
-    right.set_ylabel("KL to the reference (nats per token)")
+    left.set_ylabel("true accuracy (greedy)", fontsize=9)
+    kl_top = max(KL_TOP, *(1.15 * max(log["kl"]) for log in found.values()))
+    right.set_ylim(0, kl_top)
+    right.set_ylabel("KL to the reference\n(nats per token)", fontsize=9)
     for ax in (left, right):
-        ax.set_xlabel("PPO iteration")
-        ax.legend(frameon=False, fontsize=8, loc="upper left")
-    left.set_title(f"β = {beta:g}: accuracy")
-    right.set_title(f"β = {beta:g}: distance from the reference")
+        ax.set_xlabel("PPO iteration", fontsize=9)
+        ax.tick_params(labelsize=9)
+    left.set_title("accuracy", fontsize=10)
+    right.set_title("distance from the reference", fontsize=10)
+    fig.suptitle(f"β = {beta:g}", fontsize=11)
+    # the legend under the axes, where it cannot cover a curve
+    fig.legend(*left.get_legend_handles_labels(), loc="outside lower center",
+               ncol=2 if narrow else 3, frameon=False, fontsize=9)
     return fig
 
 
 def leash_alt(beta, found):
     """Return the alt text of one frame."""
     return f"At beta = {beta:g}: " + "; ".join(
-        f"{arm} arm accuracy {log['accuracy'][0]:.3f} to {log['accuracy'][-1]:.3f}, "
-        f"KL {log['kl'][-1]:.3f} per token" for arm, log in found.items()) + "."
+        f"{arm} arm accuracy {log['accuracy'][0]:.3f} to "
+        f"{log['accuracy'][-1]:.3f}, KL {log['kl'][-1]:.3f} per token"
+        for arm, log in found.items()) + "."
 
 
-leash_runs = {(arm, float(b)): log for arm in ARMS for b, log in sweep[arm].items()}
+leash_runs = {(arm, float(b)): log
+              for arm in ARMS for b, log in sweep[arm].items()}
 
 
 def leash_at(beta):
-    """Return {arm: log} at this beta (seed 0), training an arm not run yet."""
+    """Return {arm: log} at this beta (seed 0), training an arm not run
+    yet."""
     for arm in ARMS:
         if (arm, beta) not in leash_runs:
             _, leash_runs[arm, beta] = experiment.run_arm(
@@ -936,10 +1084,22 @@ def leash_at(beta):
     return {arm: leash_runs[arm, beta] for arm in ARMS}
 
 
-explore(lambda beta: draw_leash(beta, leash_at(beta)),
-        {"beta": BETAS if building_book() else LIVE_BETAS}, default={"beta": 0.5},
-        labels={"beta": "β"}, alt=lambda beta: leash_alt(beta, leash_at(beta)),
-        continuous_update=False)
+def draw_frame(beta, narrow=False):
+    """Return the slider's figure at this beta (wide, or for a phone)."""
+    return draw_leash(beta, leash_at(beta), narrow)
+
+
+explore(draw_frame, {"beta": BETAS if building_book() else LIVE_BETAS},
+        default={"beta": 0.5}, labels={"beta": "β (uneven steps)"},
+        alt=lambda beta: leash_alt(beta, leash_at(beta)),
+        continuous_update=False,
+        caption="Accuracy and per-token KL to the reference per iteration, "
+                "both arms, seed 0, at the β the slider selects. The slider "
+                "steps through the values that were run, unevenly spaced: "
+                f"{', '.join(f'{b:g}' for b in BETAS)}. Drag it right, to a "
+                "tighter leash, and both arms end closer to the reference; "
+                "at every β the verifier arm ends above the dotted start "
+                "line and the rm arm near it.")
 
 
 # %% [markdown]
@@ -952,45 +1112,56 @@ ver, rma = summary["verifier"], summary["rm"]
 lengths = [np.mean(runs[arm]["val/completion_length"]) for arm in ARMS]
 gain = {arm: {b: log["accuracy"][-1] - log["accuracy"][0]
               for b, log in sweep[arm].items()} for arm in ARMS}
-kl_end = {arm: {b: log["kl"][-1] for b, log in sweep[arm].items()} for arm in ARMS}
+kl_end = {arm: {b: log["kl"][-1] for b, log in sweep[arm].items()}
+          for arm in ARMS}
 n_net = n_params(policy)
-# What a critic would know, for the verifier's reward: V(s_t) is the chance that the
-# starting policy, sampling at 0.7, completes the right answer from state s_t.
+# What a critic would know, for the verifier's reward: V(s_t) is the chance
+# that the starting policy, sampling at 0.7, completes the right answer
+# from state s_t.
 truth = task.correct_completions(eval_pairs)  # (400, 4)
 with torch.no_grad():
-    lp = completion_logprobs(policy, eval_prompts, truth, cfg.temperature)  # (400, 4)
+    lp = completion_logprobs(policy, eval_prompts, truth,
+                             cfg.temperature)  # (400, 4)
 lp = lp * completion_mask(truth)
 v_start = lp.sum(1).exp()  # V(s_0): the whole right answer
 v_first = lp[:, 1:].sum(1).exp()  # V(s_1) after the right first digit
-print(f"1. One iteration: {cfg.batch_size} episodes of {np.mean(lengths):.2f} tokens "
-      f"on average, {cfg.batch_size * np.mean(lengths):.0f} actions;\n"
-      "   one reward per episode, on its last token.")
-print(f"2. A value head the size of the policy: {n_net:,} more parameters. The prompt\n"
-      f"   alone explains {prompt_share['rm']:.0%} of the RM reward's variance in a batch, "
-      f"{prompt_share['verifier']:.0%} of the verifier's.\n"
-      f"   Verifier's value, mean over the eval prompts: V(s_0) = {v_start.mean():.2f}; after "
-      f"the right first digit {v_first.mean():.2f},\n   after a wrong one 0.")
-print(f"3. rm arm: RM score {rma['rm_score_start']:+.2f} -> "
-      f"{pm(rma['rm_score_end'], rma['rm_score_end_ci'], 2, '+')}; accuracy "
-      f"gain {pm(rma['gain'], rma['gain_ci'], 3, '+')}.")
-print(f"   rm arm, per-prompt baseline: RM score "
-      f"{pm(*control['per-prompt baseline']['rm_score'], 2, '+')}, accuracy "
-      f"{pm(*control['per-prompt baseline']['accuracy'])}.")
-print(f"   verifier arm: accuracy gain {pm(ver['gain'], ver['gain_ci'], 3, '+')}.")
+per_prompt = control["per-prompt baseline"]
+d_acc = gap["end accuracy, verifier - rm"][0]
 d_rm, h_rm = gap["end RM score, verifier - rm"]
-print(f"4. Verifier arm minus rm arm at the end: accuracy "
-      f"{gap['end accuracy, verifier - rm'][0]:+.3f}, RM score {d_rm:+.2f} "
-      f"[{d_rm - h_rm:+.2f}, {d_rm + h_rm:+.2f}].")
-print(f"   RM score of the rm arm's answers ({rma['end']:.0%} correct): "
-      f"{rma['rm_score_end']:+.2f}; of all-correct answers:\n   "
-      f"{yardstick['every answer correct']:+.2f}; all near-misses: "
-      f"{yardstick['every answer a near-miss']:+.2f}; all garbage: "
-      f"{yardstick['every answer garbage']:+.2f}.")
+print(f"1. One iteration: {cfg.batch_size} episodes of "
+      f"{np.mean(lengths):.2f} tokens on average, "
+      f"{cfg.batch_size * np.mean(lengths):.0f} actions;\n"
+      "   one reward per episode, on its last token.")
+print(f"2. A value head the size of the policy: {n_net:,} more parameters.\n"
+      f"   The prompt alone explains {prompt_share['rm']:.0%} of the RM "
+      "reward's variance in a batch,\n"
+      f"   {prompt_share['verifier']:.0%} of the verifier's.\n"
+      "   Verifier's value, mean over the eval prompts: "
+      f"V(s_0) = {v_start.mean():.2f};\n"
+      f"   after the right first digit {v_first.mean():.2f}, "
+      "after a wrong one 0.")
+print(f"3. rm arm: RM score {rma['rm_score_start']:+.2f} -> "
+      f"{pm(rma['rm_score_end'], rma['rm_score_end_ci'], 2, '+')}; "
+      f"accuracy gain {pm(rma['gain'], rma['gain_ci'], 3, '+')}.\n"
+      "   rm arm, per-prompt baseline: RM score "
+      f"{pm(*per_prompt['rm_score'], 2, '+')},\n"
+      f"   accuracy {pm(*per_prompt['accuracy'])}.\n"
+      "   verifier arm: accuracy gain "
+      f"{pm(ver['gain'], ver['gain_ci'], 3, '+')}.")
+print(f"4. Verifier arm minus rm arm at the end: accuracy {d_acc:+.3f},\n"
+      f"   RM score {d_rm:+.2f} [{d_rm - h_rm:+.2f}, {d_rm + h_rm:+.2f}].\n"
+      f"   RM score of the rm arm's answers ({rma['end']:.0%} correct): "
+      f"{rma['rm_score_end']:+.2f};\n"
+      f"   of all-correct answers: {yardstick['every answer correct']:+.2f};"
+      " all near-misses: "
+      f"{yardstick['every answer a near-miss']:+.2f};\n"
+      f"   all garbage: {yardstick['every answer garbage']:+.2f}.")
 for arm in ARMS:
     print(f"{'5.' if arm == 'rm' else '  '} {arm} arm, beta {BETAS[0]:g} to "
           f"{BETAS[-1]:g}: accuracy gain {min(gain[arm].values()):+.3f} to "
-          f"{max(gain[arm].values()):+.3f}, KL {min(kl_end[arm].values()):.3f} "
-          f"to {max(kl_end[arm].values()):.3f}.")
+          f"{max(gain[arm].values()):+.3f},\n"
+          f"   KL {min(kl_end[arm].values()):.3f} to "
+          f"{max(kl_end[arm].values()):.3f}.")
 
 # %% [markdown]
 # 1. **RLHF is PPO with text as the environment.** Nothing in the loop is specific to

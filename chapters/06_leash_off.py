@@ -33,12 +33,16 @@ from minirlhf.course.exercises import check
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.model import generate, reward_scores
-from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY, YELLOW  # safe for color blindness
+# the Okabe-Ito colors, safe for color blindness
+from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY, YELLOW
 from minirlhf.studies import variance
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
-# Progress bars and status lines for a person at JupyterLab; none in the book build or nbval.
+# Progress bars and status lines for a person at JupyterLab; none in the
+# book build or under nbval.
 PROGRESS = someone_watching()
+# 9-pt text: figures are drawn 6.8 in wide for the page, 3.6 in for a phone
+plt.rcParams["font.size"] = 9
 
 # %% [markdown]
 # ## The leash off
@@ -65,11 +69,12 @@ runs = {}  # (arm, seed) -> (trained policy, log); arm: beta or "adaptive"
 
 
 def run(arm, beta, seed, **settings):
-    """Train chapter 5's rm arm at this beta from the partial-SFT policy (both
-    the start and the frozen reference); keep the trained copy and its log."""
+    """Train chapter 5's rm arm at this beta from the partial-SFT policy
+    (both the start and the frozen reference); keep the trained copy and
+    its log."""
     config = ppo.PPOConfig(iterations=ITERATIONS, **settings)
-    runs[arm, seed] = experiment.run_arm("rm", policy, rm, seed, beta, config,
-                                         evalset, progress=PROGRESS)
+    runs[arm, seed] = experiment.run_arm("rm", policy, rm, seed, beta,
+                                         config, evalset, progress=PROGRESS)
 
 
 for beta in (0.0, 0.5):
@@ -79,7 +84,7 @@ for beta in (0.0, 0.5):
 
 # %%
 def curve(arm, key):
-    """Return the per-iteration values of `key` for every seed: (seeds, n)."""
+    """Return the per-iteration values of `key`, every seed: (seeds, n)."""
     values = np.array([runs[arm, seed][1][key] for seed in SEEDS])
     # The exact KL can come out a hair below 0 (float rounding); it is >= 0.
     return values.clip(min=0.0) if key == "kl" else values
@@ -103,47 +108,73 @@ for beta in (0.0, 0.5):
 mean_acc = curve(0.0, "accuracy").mean(0)
 print(f"beta = 0: the mean accuracy peaks at {mean_acc.max():.3f} "
       f"(iteration {mean_acc.argmax()}), then falls")
-print("\nthe early rise, seed by seed: highest accuracy in the first 10 iterations")
+print("\nthe early rise, seed by seed: the highest accuracy in the first 10"
+      "\niterations, at which iteration, and its gain over the start")
+print(("beta " + "".join(f"   seed {seed:<15}" for seed in SEEDS)).rstrip())
 for beta in (0.0, 0.5):
-    acc = curve(beta, "accuracy")
-    print(f"beta = {beta}: " + ", ".join(
-        f"seed {seed} {row[1:11].max():.3f} at {row[1:11].argmax() + 1}"
-        f" ({row[1:11].max() - row[0]:+.3f})" for seed, row in zip(SEEDS, acc)))
-same_first = all(runs[0.0, seed][1]["accuracy"][1] == runs[0.5, seed][1]["accuracy"][1]
-                 for seed in SEEDS)
-print(f"after iteration 1, beta = 0 and beta = 0.5 give the same accuracy in every seed: {same_first}")
+    acc = curve(beta, "accuracy")[:, :11]  # (seeds, 11): the start and 10
+    print(f"{beta:<5}" + "".join(
+        f"{row[1:].max():>8.3f} at {row[1:].argmax() + 1:<2} "
+        f"({row[1:].max() - row[0]:+.3f})" for row in acc))
+same_first = all(runs[0.0, seed][1]["accuracy"][1]
+                 == runs[0.5, seed][1]["accuracy"][1] for seed in SEEDS)
+print(f"after iteration 1, beta = 0 and beta = 0.5 give the same accuracy\n"
+      f"in every seed: {same_first}")
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 3, figsize=(9.6, 3.3), constrained_layout=True)
+def panels(n, narrow, height, **shared):
+    """Return (fig, axes): n panels side by side on the page, 6.8 in wide
+    and `height` tall, or one panel per row on a phone, 3.6 in wide."""
+    if narrow:
+        return plt.subplots(n, 1, figsize=(3.6, 0.7 + 2.3 * n),
+                            layout="constrained", **shared)
+    return plt.subplots(1, n, figsize=(6.8, height), layout="constrained",
+                        **shared)
+
+
 its = np.arange(ITERATIONS + 1)
-panels = (("accuracy", "true accuracy (verifier, greedy)"),
-          ("rm_score", "RM score of the greedy answers\n(reward-model units)"),
-          ("kl", "KL to the reference\n(nats per token)"))
-for ax, (key, label) in zip(axes, panels):
-    for beta, color in ((0.0, ORANGE), (0.5, BLUE)):
-        values = curve(beta, key)
-        for row in values:
-            ax.plot(its, row, color=color, lw=0.8, alpha=0.35)
-        ax.plot(its, values.mean(0), color=color, lw=2.2,
-                label=f"β = {beta:g} (mean of {len(SEEDS)} seeds)")
-    ax.set_xlabel("PPO iteration")
-    ax.set_ylabel(label)
-axes[0].legend(frameon=False, loc="lower left", fontsize=8.5)
 acc0, acc5 = curve(0.0, "accuracy"), curve(0.5, "accuracy")
 sc0 = curve(0.0, "rm_score")
+
+
+def draw_leash_off(narrow=False):
+    """Return accuracy, RM score and KL against the iteration, both arms."""
+    fig, axes = panels(3, narrow, 3.0, sharex=True)
+    for ax, key, label in (
+            (axes[0], "accuracy", "true accuracy\n(verifier, greedy)"),
+            (axes[1], "rm_score", "RM score of the greedy\nanswers "
+                                  "(reward-model units)"),
+            (axes[2], "kl", "KL to the reference\n(nats per token)")):
+        for beta, color in ((0.0, ORANGE), (0.5, BLUE)):
+            values = curve(beta, key)
+            for row in values:
+                ax.plot(its, row, color=color, lw=0.8, alpha=0.35)
+            ax.plot(its, values.mean(0), color=color, lw=2.2,
+                    label=f"β = {beta:g} (mean of {len(SEEDS)} seeds)")
+        ax.set_ylabel(label)
+    for ax in axes[-1:] if narrow else axes:
+        ax.set_xlabel("PPO iteration")
+    fig.legend(*axes[0].get_legend_handles_labels(), frameon=False,
+               loc="outside upper center", ncols=1 if narrow else 2)
+    return fig
+
+
 show_figure(
-    fig,
+    draw_leash_off,
     alt="Three panels against PPO iteration, 0 to 40, three seeds per arm. "
         f"With beta = 0 the true accuracy rises to {mean_acc.max():.3f} in "
         f"the first iterations, then falls to {acc0[:, -1].mean():.3f}, "
         f"while the RM score rises from {sc0[:, 0].mean():+.2f} to "
         f"{sc0[:, -1].mean():+.2f} and the KL to the reference climbs to "
         f"{curve(0.0, 'kl')[:, -1].mean():.2f} nats per token. With beta = "
-        f"0.5 the accuracy ends at {acc5[:, -1].mean():.3f} and the KL stays "
-        f"below {curve(0.5, 'kl').max():.2f}.",
+        f"0.5 the accuracy ends at {acc5[:, -1].mean():.3f} and the KL "
+        f"stays below {curve(0.5, 'kl').max():.2f}.",
     caption="The leash off (β = 0, orange) against chapter 5's leash "
-            "(β = 0.5, blue): thin lines are single seeds, thick lines their "
-            "mean.",
+            "(β = 0.5, blue). Without the leash the RM score climbs and "
+            "the KL to the reference keeps growing, while the true accuracy "
+            "rises for a few iterations and then falls below its start; "
+            "the leashed runs stay close to the reference. Thin lines are "
+            "single seeds, thick lines their mean.",
 )
 
 # %% [markdown]
@@ -152,7 +183,7 @@ show_figure(
 # The true accuracy goes up too, for a few iterations, and then down, until it ends well below
 # where it started.
 #
-# Read the early rise with care (the seed-by-seed lines above). It is not a gift of the missing
+# Read the early rise with care (the seed-by-seed table above). It is not a gift of the missing
 # leash: the $\beta = 0.5$ runs rise just as early. In the first iteration the policy *is* the
 # reference, so every $\mathrm{kl}_t$ is 0 and the leash costs nothing: the two arms make the
 # same updates and reach the same accuracy. The rise shows that near the start, following
@@ -189,23 +220,33 @@ KIND_STYLE = {"correct": (GREEN, "correct"),
               "near_miss": (YELLOW, "near-miss (within 10)"),
               "other_wrong": (ORANGE, "other wrong number"),
               "malformed": (PINK, "malformed")}
-fig, axes = plt.subplots(1, 2, figsize=(9.2, 3.4), sharey=True,
-                         constrained_layout=True)
-for ax, beta in zip(axes, (0.5, 0.0)):
-    layers = [kinds[beta][k].mean(0) for k in task.KINDS]
-    ax.stackplot(its, layers, colors=[KIND_STYLE[k][0] for k in task.KINDS],
-                 labels=[KIND_STYLE[k][1] for k in task.KINDS], alpha=0.9)
-    ax.set_xlim(0, ITERATIONS)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("PPO iteration")
-    ax.set_title(f"β = {beta:g}" + (" (chapter 5's leash)" if beta else
-                                     " (the leash off)"))
-axes[0].set_ylabel("fraction of the 400 greedy answers")
-handles, names = axes[1].get_legend_handles_labels()
-fig.legend(handles[::-1], names[::-1], loc="outside right upper",
-           frameon=False, fontsize=8.5)
+
+
+def draw_kinds(narrow=False):
+    """Return the kinds of greedy answer against the iteration, one panel
+    per arm."""
+    fig, axes = panels(2, narrow, 3.1, sharex=True, sharey=True)
+    for ax, beta in zip(axes, (0.5, 0.0)):
+        layers = [kinds[beta][k].mean(0) for k in task.KINDS]
+        ax.stackplot(its, layers, alpha=0.9,
+                     colors=[KIND_STYLE[k][0] for k in task.KINDS],
+                     labels=[KIND_STYLE[k][1] for k in task.KINDS])
+        ax.set_xlim(0, ITERATIONS)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"β = {beta:g}" + (" (chapter 5's leash)" if beta else
+                                         " (the leash off)"))
+        if narrow or ax is axes[0]:
+            ax.set_ylabel("fraction of the 400\ngreedy answers")
+    for ax in axes[-1:] if narrow else axes:
+        ax.set_xlabel("PPO iteration")
+    fig.legend(*axes[0].get_legend_handles_labels(), frameon=False,
+               loc="outside upper center", ncols=1 if narrow else 4,
+               reverse=True)  # the order of the layers, top first
+    return fig
+
+
 show_figure(
-    fig,
+    draw_kinds,
     alt="Two stacked area charts of the kinds of greedy answer against PPO "
         "iteration, mean of three seeds. With beta = 0.5 the layers hardly "
         f"move: correct {kinds[0.5]['correct'][:, 0].mean():.2f} to "
@@ -217,7 +258,10 @@ show_figure(
         f"{kinds[0.0]['other_wrong'][:, -1].mean():.2f}; nothing is "
         "malformed.",
     caption="What the greedy answers are, iteration by iteration (mean of "
-            "three seeds).",
+            "three seeds). On chapter 5's leash the layers hardly move; "
+            "with the leash off the correct layer thins and the layer of "
+            "other wrong numbers thickens, while the near-misses keep "
+            "most of the answers and nothing becomes malformed.",
 )
 
 # %% [markdown]
@@ -229,7 +273,8 @@ show_figure(
 # unleashed runs:
 
 # %%
-eval_pairs, eval_prompts = evalset.pairs, evalset.prompts  # (400, 2), (400, 6)
+eval_pairs = evalset.pairs  # (400, 2)
+eval_prompts = evalset.prompts  # (400, 6)
 
 
 def greedy(model):
@@ -268,8 +313,10 @@ for k, row in moves.items():
 # %%
 OFFSETS = np.arange(-25, 26)
 with torch.no_grad():
-    margin = rmlib.margin_by_offset(rm, OFFSETS)  # {d: r(truth) - r(truth+d)}
-relative = -np.array([margin[int(d)] for d in OFFSETS])  # r(truth+d)-r(truth)
+    # {d: r(truth) - r(truth + d)}, averaged over the 400 prompts
+    margin = rmlib.margin_by_offset(rm, OFFSETS)
+# r(truth + d) - r(truth), one per offset
+relative = -np.array([margin[int(d)] for d in OFFSETS])
 start_offsets = task.answer_offsets(eval_pairs, start).numpy()  # (400,)
 end_offsets = np.concatenate([task.answer_offsets(eval_pairs, end).numpy()
                               for end in ends])  # (1200,)
@@ -281,7 +328,7 @@ print(f"for scale: the RM's mean margin of the truth over garbage is "
 
 
 def share(offsets, lo, hi):
-    """Return the fraction of answers whose distance to the truth is lo..hi."""
+    """Return the share of answers at a distance lo..hi from the truth."""
     return np.mean((np.abs(offsets) >= lo) & (np.abs(offsets) <= hi))
 
 
@@ -293,28 +340,39 @@ for label, lo, hi in (("0 (correct)", 0, 0), ("1 to 5 away", 1, 5),
           f"   {share(end_offsets, lo, hi):>22.3f}")
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(8.6, 4.4), constrained_layout=True)
-edges = np.arange(-25.5, 26.5)
-ax.axvspan(-10.5, 10.5, color=YELLOW, alpha=0.15, lw=0)
-for values, color, label in (
-        (start_offsets, BLUE, "partial-SFT policy (start)"),
-        (end_offsets, ORANGE, f"β = 0, {ITERATIONS} iterations (3 seeds)")):
-    ax.hist(values, bins=edges, density=True, histtype="stepfilled",
-            alpha=0.35, color=color, label=label)
-    ax.hist(values, bins=edges, density=True, histtype="step", color=color)
-ax.set_xlabel("answer − true sum (the shaded band: near-misses)")
-ax.set_ylabel("fraction of greedy answers")
-ax.set_xlim(-25.5, 25.5)
-right = ax.twinx()
-right.plot(OFFSETS, relative, color="black", lw=2,
-           label="RM: mean r(truth + d) − r(truth)")
-right.axhline(0, color="black", lw=0.8, ls=":")
-right.set_ylabel("RM score relative to the truth\n(reward-model units)")
-lines, more = ax.get_legend_handles_labels(), right.get_legend_handles_labels()
-fig.legend(lines[0] + more[0], lines[1] + more[1], frameon=False,
-           loc="outside upper center", ncols=3, fontsize=8.5)
+def draw_offsets(narrow=False):
+    """Return the histograms of answer - truth, before and after, over the
+    RM's mean score of each offset relative to the truth."""
+    fig, ax = plt.subplots(figsize=(3.6, 4.8) if narrow else (6.8, 3.9),
+                           layout="constrained")
+    edges = np.arange(-25.5, 26.5)
+    ax.axvspan(-10.5, 10.5, color=YELLOW, alpha=0.15, lw=0)
+    for values, color, label in (
+            (start_offsets, BLUE, "partial-SFT policy (start)"),
+            (end_offsets, ORANGE,
+             f"β = 0, {ITERATIONS} iterations (3 seeds)")):
+        ax.hist(values, bins=edges, density=True, histtype="stepfilled",
+                alpha=0.35, color=color, label=label)
+        ax.hist(values, bins=edges, density=True, histtype="step",
+                color=color)
+    ax.set_xlabel("answer − true sum" + ("\n" if narrow else " ")
+                  + "(the shaded band: near-misses)")
+    ax.set_ylabel("fraction of greedy answers")
+    ax.set_xlim(-25.5, 25.5)
+    rm_ax = ax.twinx()
+    rm_ax.plot(OFFSETS, relative, color="black", lw=2,
+               label="RM: mean r(truth + d) − r(truth)")
+    rm_ax.axhline(0, color="black", lw=0.8, ls=":")
+    rm_ax.set_ylabel("RM score relative to the truth\n"
+                     "(reward-model units)")
+    (h1, n1), (h2, n2) = (a.get_legend_handles_labels() for a in (ax, rm_ax))
+    fig.legend(h1 + h2, n1 + n2, frameon=False, loc="outside upper center",
+               ncols=1 if narrow else 2)
+    return fig
+
+
 show_figure(
-    fig,
+    draw_offsets,
     alt="Histogram of answer minus true sum for the greedy answers, before "
         "and after 40 iterations with beta = 0, with the RM's mean score "
         "relative to the truth as a black curve on a second axis. The RM "
@@ -324,8 +382,12 @@ show_figure(
         f"{np.mean(end_offsets == 0):.0%}; the answers spread over the flat "
         "stretch and just beyond it.",
     caption="Where the answers go: how far each greedy answer is from the "
-            "truth, before (blue) and after (orange) 40 iterations without a "
-            "leash, over the RM's average opinion of each offset (black).",
+            "truth, before (blue) and after (orange) 40 iterations without "
+            "a leash, over the RM's average opinion of each offset (black, "
+            "right-hand axis). The RM's curve is flat near the truth; the "
+            "exact answers lose ground and the answers spread over that "
+            "flat stretch, toward the edge of the near-miss band and just "
+            "beyond it.",
 )
 
 # %% [markdown]
@@ -403,39 +465,48 @@ print(f"answers that became correct ({len(found)}): the old answer had "
 # %%
 print("KL per token   mean accuracy of the beta = 0 runs at that distance")
 kl_all, acc_all = curve(0.0, "kl").ravel(), curve(0.0, "accuracy").ravel()
-for lo, hi in ((0.0, 0.02), (0.02, 0.05), (0.05, 0.1), (0.1, 0.2), (0.2, 1.0)):
+BANDS = ((0.0, 0.02), (0.02, 0.05), (0.05, 0.1), (0.1, 0.2), (0.2, 1.0))
+for lo, hi in BANDS:
     inside = (kl_all >= lo) & (kl_all < hi)
     if inside.any():
         print(f"{lo:.2f} to {hi:.2f}   {acc_all[inside].mean():.3f}  "
               f"({inside.sum()} evaluations)")
 
 # %% tags=["hide-input"]
-fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5),
-                                  constrained_layout=True, sharex=True)
-for beta, color, marker in ((0.0, ORANGE, "o"), (0.5, BLUE, "s")):
-    x = np.sqrt(curve(beta, "kl"))
-    left.scatter(x, curve(beta, "accuracy"), s=10, alpha=0.6, color=color,
-                 marker=marker, label=f"β = {beta:g}", lw=0)
-    right.scatter(x, curve(beta, "rm_score"), s=10, alpha=0.6, color=color,
-                  marker=marker, label=f"β = {beta:g}", lw=0)
-left.axhline(curve(0.0, "accuracy")[0, 0], color="grey", lw=0.8, ls=":")
-left.set_ylabel("true accuracy (verifier, greedy)")
-right.set_ylabel("RM score of the greedy answers\n(reward-model units)")
-for ax in (left, right):
-    ax.set_xlabel("√KL to the reference (√(nats per token))")
-left.legend(frameon=False, loc="lower left")
+def draw_distance(narrow=False):
+    """Return true accuracy and RM score against sqrt(KL), every run and
+    evaluation, one panel each."""
+    fig, (acc_ax, rm_ax) = panels(2, narrow, 3.1, sharex=True)
+    for beta, color, marker in ((0.0, ORANGE, "o"), (0.5, BLUE, "s")):
+        x = np.sqrt(curve(beta, "kl"))
+        for ax, key in ((acc_ax, "accuracy"), (rm_ax, "rm_score")):
+            ax.scatter(x, curve(beta, key), s=10, alpha=0.6, color=color,
+                       marker=marker, label=f"β = {beta:g}", lw=0)
+    acc_ax.axhline(curve(0.0, "accuracy")[0, 0], color="grey", lw=0.8,
+                   ls=":")
+    acc_ax.set_ylabel("true accuracy\n(verifier, greedy)")
+    rm_ax.set_ylabel("RM score of the greedy\nanswers (reward-model units)")
+    for ax in (rm_ax,) if narrow else (acc_ax, rm_ax):
+        ax.set_xlabel("√KL to the reference\n(√(nats per token))")
+    acc_ax.legend(frameon=False, loc="lower left")
+    return fig
+
+
 show_figure(
-    fig,
+    draw_distance,
     alt="Two scatter plots against the square root of the per-token KL to "
-        "the reference, one point per run and iteration. Left: the true "
-        "accuracy of the beta = 0 runs rises a little at small distances, "
-        "then falls steadily; the beta = 0.5 points stay at small distances "
-        "and are no more accurate than the beta = 0 points there. Right: the "
-        "RM score rises with distance for both arms.",
-    caption="Over-optimization against distance, as Gao et al. plot it: true "
-            "accuracy (left, the dotted line is the start) and the proxy's "
-            "score (right) for every evaluation of every run, against the "
-            "square root of the KL.",
+        "the reference, one point per run and iteration. True accuracy: "
+        "the beta = 0 runs rise a little at small distances, then fall "
+        "steadily; the beta = 0.5 points stay at small distances and are "
+        "no more accurate than the beta = 0 points there. RM score: it "
+        "rises with distance for both arms.",
+    caption="Over-optimization against distance, as Gao et al. plot it: "
+            "every evaluation of every run, against the square root of the "
+            "KL. Without the leash the true accuracy rises a little near "
+            "the start (the dotted line is where it began), then falls the "
+            "further the policy goes, while the proxy's score keeps rising; "
+            "the leashed runs stay near the start and are no more accurate "
+            "there.",
 )
 
 # %% [markdown]
@@ -539,7 +610,7 @@ check("adaptive_kl_update", adaptive_kl_update);
 #   run, while one noisy batch still moves it by no more than 5%.
 
 # %%
-TARGET = 0.05  # nats per token, where the beta = 0 runs had not lost accuracy
+TARGET = 0.05  # nats per token: the beta = 0 runs had lost no accuracy yet
 HORIZON = 256  # samples, 4 iterations of 64: beta moves <= 5% per iteration
 step = 0.2 * ppo.PPOConfig().batch_size / HORIZON
 print(f"target {TARGET} nats per token, horizon {HORIZON} samples: beta "
@@ -561,44 +632,63 @@ for arm in (0.1, "adaptive", 0.5):
     name = "adaptive from 0.1" if arm == "adaptive" else f"fixed {arm}"
     print(f"{name:<19} mean   {curve(arm, 'accuracy')[:, -1].mean():>12.3f}"
           f"   {curve(arm, 'kl')[:, -1].mean():>6.3f}")
+# What the leash charges one completion in the adaptive runs' last batch:
+# beta times the batch's per-token KL times the completion length.
+charge = np.mean([log["beta"][-1] * log["objective/kl"][-1]
+                  * log["val/completion_length"][-1]
+                  for log in (runs["adaptive", s][1] for s in SEEDS)])
+print(f"\nadaptive runs, last batch: the leash charges a completion "
+      f"{charge:.2f}\n(the standardized score it competes with has std 1)")
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 3, figsize=(9.6, 3.3), constrained_layout=True)
 arms = ((0.1, ORANGE, "fixed β = 0.1"),
         ("adaptive", GREEN, "adaptive, from β = 0.1"),
         (0.5, BLUE, "fixed β = 0.5"))
 train_its = np.arange(1, ITERATIONS + 1)
-for arm, color, label in arms:
-    for ax, x, key in ((axes[0], train_its, "objective/kl"),
-                       (axes[1], train_its, "beta"),
-                       (axes[2], its, "accuracy")):
-        values = curve(arm, key)
-        for row in values:
-            ax.plot(x, row, color=color, lw=0.7, alpha=0.3)
-        ax.plot(x, values.mean(0), color=color, lw=2.2, label=label)
-axes[0].axhline(TARGET, color="black", ls="--", lw=1)
-axes[0].text(1, TARGET, " target", va="bottom", fontsize=8.5)
-axes[0].set_ylabel("KL of the training batch\n(k1, nats per token)")
-axes[1].set_ylabel("β used in the iteration")
-axes[2].set_ylabel("true accuracy (verifier, greedy)")
-for ax in axes:
-    ax.set_xlabel("PPO iteration")
-fig.legend(*axes[1].get_legend_handles_labels(), frameon=False,
-           loc="outside upper center", ncols=3, fontsize=8.5)
 beta_end = curve("adaptive", "beta")[:, -1]
+
+
+def draw_adaptive(narrow=False):
+    """Return the batch KL, beta and accuracy against the iteration, for
+    the two fixed leashes and the adaptive one."""
+    fig, axes = panels(3, narrow, 3.1, sharex=True)
+    for arm, color, label in arms:
+        for ax, x, key in ((axes[0], train_its, "objective/kl"),
+                           (axes[1], train_its, "beta"),
+                           (axes[2], its, "accuracy")):
+            values = curve(arm, key)
+            for row in values:
+                ax.plot(x, row, color=color, lw=0.7, alpha=0.3)
+            ax.plot(x, values.mean(0), color=color, lw=2.2, label=label)
+    axes[0].axhline(TARGET, color="black", ls="--", lw=1,
+                    label=f"KL target, {TARGET} nats per token")
+    axes[0].set_ylabel("KL of the training batch\n(k1, nats per token)")
+    axes[1].set_ylabel("β used in the iteration")
+    axes[2].set_ylabel("true accuracy\n(verifier, greedy)")
+    for ax in axes[-1:] if narrow else axes:
+        ax.set_xlabel("PPO iteration")
+    fig.legend(*axes[0].get_legend_handles_labels(), frameon=False,
+               loc="outside upper center", ncols=1 if narrow else 2)
+    return fig
+
+
 show_figure(
-    fig,
+    draw_adaptive,
     alt="Three panels against PPO iteration for three arms with three seeds "
         "each: fixed beta 0.1, the adaptive controller starting at 0.1 with "
-        f"target {TARGET} and horizon {HORIZON}, and fixed beta 0.5. Left: "
-        "the training-batch KL; the fixed 0.1 arm climbs well past the dashed "
-        "target, the adaptive arm climbs past it more slowly and levels off. "
-        "Middle: beta; the adaptive arm's beta dips, then rises to between "
-        f"{beta_end.min():.2f} and {beta_end.max():.2f}. Right: true "
-        "accuracy.",
+        f"target {TARGET} and horizon {HORIZON}, and fixed beta 0.5. The "
+        "training-batch KL: the fixed 0.1 arm climbs well past the dashed "
+        "target, the adaptive arm climbs past it more slowly and levels "
+        "off. Beta: the adaptive arm's beta dips, then rises to between "
+        f"{beta_end.min():.2f} and {beta_end.max():.2f}. The last panel: "
+        "true accuracy.",
     caption="The adaptive leash against two fixed ones: the KL of each "
-            "training batch (left), β (middle), true accuracy (right); thin "
-            "lines are seeds, thick lines their mean.",
+            "training batch against the dashed target, the β each arm "
+            "used, and the true accuracy; thin lines are seeds, thick "
+            "lines their mean. The adaptive β dips while the KL is below "
+            "the target and climbs once the KL is past it; its runs "
+            "overshoot the target and level off below the fixed β = 0.1 "
+            "runs.",
 )
 
 # %% [markdown]
@@ -607,15 +697,16 @@ show_figure(
 # target, $\beta$ climbs by up to 5% an iteration and keeps climbing as long as the KL stays
 # above it. The adaptive runs end with a leash several times tighter than where they started
 # and travel less far than the fixed $\beta = 0.1$ runs, but they overshoot the target and do
-# not come back to it within the run. Two reasons, both general:
+# not come back to it within the run. Three reasons, all general:
 #
 # - **The controller acts on distance already travelled.** A KL above the target only says the
 #   policy has gone too far; raising $\beta$ slows further travel, and pulls the policy back
 #   only slowly, against a reward that keeps pushing. Here the learning rate also anneals to 0
 #   over the run, so late corrections have little left to act on.
 # - **The leash is small next to the reward.** The standardized score is of order 1; the leash
-#   charges a completion $\beta$ times the sum of its tokens' KL, and with $\beta = 0.3$, a KL
-#   of 0.1 per token and 3 to 4 tokens that is about 0.1. It takes a large $\beta$, or a long
+#   charges a completion $\beta$ times the sum of its tokens' KL, and even at the end of the
+#   adaptive runs, with $\beta$ several times its start, that is a small fraction of the
+#   score's spread (the last line printed above). It takes a large $\beta$, or a long
 #   time, for the leash to win.
 # - **It is an integral controller.** Take logarithms of the update:
 #   $\log\beta_{k+1} = \log\beta_k + \log(1 + e_k\, n/\text{horizon}) \approx \log\beta_k +
@@ -782,52 +873,69 @@ for i, T in enumerate(study["T"]):
         f"{study['measured'][m][i]:>12.2f}{study['exact'][m][i]:>10.2f}"
         for m in variance.METHODS))
 at4 = {m: study["exact"][m][study["T"].index(4)] for m in variance.METHODS}
-print(f"\nat T = 4 the per-state value removes {1 - at4['value, lam = 1'] / at4['batch mean']:.0%}"
-      f" of the batch mean's noise-to-signal, GAE {1 - at4['value + GAE'] / at4['batch mean']:.0%}")
+saved = {m: 1 - at4[m] / at4["batch mean"] for m in variance.METHODS}
+print(f"\nat T = 4 the per-state value removes "
+      f"{saved['value, lam = 1']:.0%} of the batch mean's\n"
+      f"noise-to-signal, GAE {saved['value + GAE']:.0%}")
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(8, 4.2), constrained_layout=True)
 T_all = np.array(study["T"])
-styles = {"batch mean": (ORANGE, "o"), "value, lam = 1": (BLUE, "s"),
-          "value + GAE": (GREEN, "^")}
-labels = {"batch mean": "batch-mean baseline (chapter 5)",
-          "value, lam = 1": "per-state value, λ = 1",
-          "value + GAE": "per-state value + GAE, λ = 0.95"}
-for m in variance.METHODS:
-    color, marker = styles[m]
-    ax.plot(T_all, study["exact"][m], color=color, lw=1, ls="--")
-    ax.plot(T_all, study["measured"][m], color=color, marker=marker, lw=0,
-            label=labels[m])
 B = study["settings"]["batch_size"]
-ax.axhline(B, color="grey", lw=1, ls=":")
-ax.text(1.05, B * 1.15, f"batch of {B}: noise = signal", fontsize=8.5,
-        color="dimgrey")
-ax.axvspan(3.5, 4.5, color=YELLOW, alpha=0.3, lw=0)
-ax.text(4.6, 0.45, "our answers\n(≤ 4 tokens)", fontsize=8.5)
-ax.axvspan(100, 512, color=SKY, alpha=0.15, lw=0)
-ax.text(110, 0.45, "a typical chat answer", fontsize=8.5)
-ax.set_xscale("log", base=2)
-ax.set_xticks(T_all, [str(T) for T in T_all])
-ax.set_yscale("log")
-ax.set_ylim(0.3, 2000)
-ax.set_xlabel("completion length T (tokens)")
-ax.set_ylabel("noise-to-signal ratio of one token's\n"
-              "gradient, Var(g) / E[g]² (completions)")
-ax.legend(frameon=False, loc="upper left", fontsize=8.5)
+STYLES = {"batch mean": (ORANGE, "o", "batch-mean baseline (chapter 5)"),
+          "value, lam = 1": (BLUE, "s", "per-state value, λ = 1"),
+          "value + GAE": (GREEN, "^", "per-state value + GAE, λ = 0.95")}
+
+
+def draw_noise(narrow=False):
+    """Return the noise-to-signal ratio against the completion length, one
+    line per baseline: measured (markers) and exact (dashed)."""
+    fig, ax = plt.subplots(figsize=(3.6, 4.6) if narrow else (6.8, 3.9),
+                           layout="constrained")
+    for m in variance.METHODS:
+        color, marker, label = STYLES[m]
+        ax.plot(T_all, study["exact"][m], color=color, lw=1, ls="--")
+        ax.plot(T_all, study["measured"][m], color=color, marker=marker,
+                lw=0, label=label)
+    ax.axhline(B, color="grey", lw=1, ls=":")
+    gap = "\n" if narrow else " "  # two or three lines on a phone
+    ax.text(1.05, B * 1.15, f"batch of {B}:{gap}noise = signal",
+            color="dimgrey")
+    ax.axvspan(3.5, 4.5, color=YELLOW, alpha=0.3, lw=0)
+    ax.text(4.6, 0.45, "our answers\n(≤ 4 tokens)")
+    ax.axvspan(100, 512, color=SKY, alpha=0.15, lw=0)
+    ax.text(110, 0.45, f"a typical{gap}chat{gap}answer")
+    ax.set_xscale("log", base=2)
+    ticks = T_all[::2] if narrow else T_all  # 1, 4, 16, ... on a phone
+    ax.set_xticks(ticks, [str(T) for T in ticks])
+    ax.set_yscale("log")
+    ax.set_ylim(0.3, 2000)
+    ax.set_xlabel("completion length T (tokens)")
+    ax.set_ylabel("noise-to-signal ratio of one token's\n"
+                  "gradient, Var(g) / E[g]² (completions)")
+    if narrow:
+        fig.legend(frameon=False, loc="outside upper center")
+    else:
+        ax.legend(frameon=False, loc="upper left")
+    return fig
+
+
 show_figure(
-    fig,
+    draw_noise,
     alt="Log-log plot of the noise-to-signal ratio of one token's policy "
         "gradient against completion length, 1 to 512 tokens; markers are "
         "measured, dashed lines exact. The batch-mean baseline grows in "
         "proportion to the length, from "
         f"{study['exact']['batch mean'][2]:.1f} "
-        f"at 4 tokens to {study['exact']['batch mean'][-1]:.0f} at 512. The "
-        "per-state value with lambda = 1 grows half as fast. With GAE at "
-        "lambda 0.95 it levels off below "
+        f"at 4 tokens to {study['exact']['batch mean'][-1]:.0f} at 512. "
+        "The per-state value with lambda = 1 grows half as fast. With GAE "
+        "at lambda 0.95 it levels off below "
         f"{max(study['exact']['value + GAE']):.0f}.",
     caption="How many completions it takes for one token's gradient to rise "
             "above its noise, by baseline, in a toy where every token "
-            "contributes equally to a reward paid at the end.",
+            "contributes equally to a reward paid at the end. With the "
+            "batch mean the count grows in proportion to the length, about "
+            "one completion per token; the per-state value halves it, and "
+            "GAE levels it off.",
 )
 
 # %% [markdown]
@@ -898,25 +1006,25 @@ def exact_gradient(quantity):
 
 logp, logp_ref = theta.log_softmax(0), logits_ref.log_softmax(0)
 p, p_ref = logp.exp(), logp_ref.exp()
-k1 = (logp - logp_ref).detach()  # per-token values, used as rewards: constants
+k1 = (logp - logp_ref).detach()  # per-token values, as rewards: constants
 k3 = (torch.exp(-k1) - 1 + k1)
 grads = {
-    "grad KL(pi || ref), exact": exact_gradient((p * (logp - logp_ref)).sum()),
+    "grad KL(pi||ref), exact": exact_gradient((p * (logp - logp_ref)).sum()),
     "k1 in the reward": exact_gradient((p.detach() * logp * k1).sum()),
     "k3 in the reward": exact_gradient((p.detach() * logp * k3).sum()),
-    "grad KL(ref || pi), exact": exact_gradient(
+    "grad KL(ref||pi), exact": exact_gradient(
         (p_ref * (logp_ref - logp)).sum()),
     "k3 in the loss (GRPO)": exact_gradient(  # differentiated, samples fixed
         (p.detach() * (torch.exp(logp_ref - logp) - 1
                        - (logp_ref - logp))).sum()),
 }
-grads["difference of the exact two"] = (grads["grad KL(pi || ref), exact"]
-                                       - grads["grad KL(ref || pi), exact"])
-exact = grads["grad KL(pi || ref), exact"]
-print(f"{'gradient (5 logits)':<67}{'norm':>7}{'cos':>6}")
+grads["difference of the two"] = (grads["grad KL(pi||ref), exact"]
+                                       - grads["grad KL(ref||pi), exact"])
+exact = grads["grad KL(pi||ref), exact"]
+print(f"{'gradient (5 logits)':<64}{'norm':>7}{'cos':>6}")
 for name, g in grads.items():
     cosine = torch.dot(g, exact) / (g.norm() * exact.norm())
-    print(f"{name:<27}", " ".join(f"{v:+.4f}" for v in g.tolist()),
+    print(f"{name:<24}", " ".join(f"{v:+.4f}" for v in g.tolist()),
           f"{g.norm().item():6.4f}{cosine.item():+6.2f}")
 
 # %% [markdown]

@@ -23,7 +23,6 @@ analyses). The engine imports neither, and changes no global setting when import
 points (the command line, the notebooks, the benchmark) choose the torch thread count.
 """
 
-from .experiment import run_experiment
 from .objectives import kl_penalty, ppo_rlhf_objective
 from .ppo import PPOConfig, ppo_train, rm_reward, verifier_reward
 from .reward_model import RMConfig
@@ -35,3 +34,13 @@ __all__ = [
     "rm_reward", "verifier_reward", "load_sft", "load_rm", "run_experiment",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # run_experiment is imported on first use, so that `python -m minirlhf.experiment` does not
+    # find its own module already imported (runpy warns about that).
+    if name == "run_experiment":
+        from .experiment import run_experiment
+
+        return run_experiment
+    raise AttributeError(f"module 'minirlhf' has no attribute {name!r}")

@@ -11,9 +11,13 @@ reference values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_k
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
+import os
+import signal
 import sys
+import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -251,6 +255,19 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     return written
 
 
+MAX_SEEDS = 1000  # --seeds above this is refused: at a few seconds a seed, that is hours already
+SECONDS_PER_ARM_ITERATION = 0.07  # a rough cost on a laptop CPU, for the estimate made before the first seed
+# The files write_outputs makes, so the command can check their places before it runs.
+OUTPUT_FILES = (*FIGURES, "results.json")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ending in where to look."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -258,6 +275,13 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seed_count(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEEDS}, got {value} (each seed runs both arms)")
     return value
 
 
@@ -271,34 +295,119 @@ def _beta(text: str) -> float:
     return value
 
 
+def _folder(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a folder, e.g. --out outputs/run1")
+    return Path(text)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _merge(parts: list[dict]) -> dict:
+    """Return the results of several one-seed runs of :func:`run_experiment` as one run's."""
+    merged = copy.deepcopy(parts[0])
+    for part in parts[1:]:
+        for arm, runs in part["arms"].items():
+            merged["arms"][arm].update(runs)
+        merged["settings"]["seeds"] += part["settings"]["seeds"]
+        merged["wall_seconds"] += part["wall_seconds"]
+    return merged
+
+
+def _run_seeds(seeds: int, iterations: int, beta_rm: float, beta_verifier: float) -> tuple[list[dict], bool]:
+    """Run the experiment one seed at a time, saying "seed k of N" and, for a long run, the time
+    it will take. Return (the results of the seeds that finished, whether Ctrl-C stopped it)."""
+    parts: list[dict] = []
+    guess = seeds * len(ARMS) * iterations * SECONDS_PER_ARM_ITERATION
+    if guess > 60:
+        print(f"{seeds} seeds x {len(ARMS)} arms x {iterations} iterations: about {_duration(guess)} "
+              "(a rough estimate, measured after the first seed); Ctrl-C stops and keeps the finished seeds",
+              flush=True)
+    try:
+        for k in range(seeds):
+            if seeds > 1:
+                print(f"seed {k + 1} of {seeds}", flush=True)
+            began = time.perf_counter()
+            parts.append(run_experiment([k], iterations, beta_rm, beta_verifier))
+            took, left = time.perf_counter() - began, seeds - k - 1
+            if k == 0 and left and took * seeds > 60:
+                print(f"seed 1 took {took:.1f} s: about {_duration(took * left)} to go for the other {left}",
+                      flush=True)
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)  # off the progress bar's line
+        return parts, True
+    return parts, False
+
+
+def _keep_somewhere(results: dict) -> Path:
+    """Write ``results`` (with its summary) to a new file in the system's temporary folder."""
+    fd, name = tempfile.mkstemp(prefix="minirlhf-results-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({**results, "summary": summarize(results), "reference": REFERENCE}, f, indent=1)
+    return Path(name)
+
+
 def main(argv=None) -> int:
     """Run the experiment from the command line; return the exit status.
 
+    The output folder and the model folder are checked before anything runs; Ctrl-C keeps
+    the seeds that finished; a write that fails at the end keeps the results in a file of the
+    system's temporary folder and says where.
+
     Defined in chapter 5.
     """
-    parser = argparse.ArgumentParser(prog="python -m minirlhf.experiment", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=_positive_int, default=5, help="number of seeds, 0..n-1 (default 5)")
+    parser = _Parser(prog="python -m minirlhf.experiment", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=_seed_count, default=5,
+                        help=f"number of seeds, 0..n-1 (default 5, at most {MAX_SEEDS})")
     parser.add_argument("--iterations", type=_positive_int, default=25, help="PPO iterations per run (default 25)")
     for arm in ARMS:
         parser.add_argument(f"--beta-{arm}", type=_beta, default=DEFAULT_BETA[arm],
                             help=f"KL coefficient of the {LABELS[arm]} (default {DEFAULT_BETA[arm]:g})")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the project's outputs/)")
+    parser.add_argument("--out", type=_folder, default=None, help="output folder (default: the project's outputs/)")
     args = parser.parse_args(argv)
+    out = args.out if args.out is not None else paths.OUTPUTS
+    where = "--out" if args.out is not None else "the output folder (MINIRLHF_OUTPUTS, or outputs/)"
+    problem = paths.folder_problem(out, OUTPUT_FILES)
+    if problem:
+        parser.error(f"{where}: {problem}")
+    from .store import models_dir
+
+    problem = paths.folder_problem(models_dir())
+    if problem:
+        parser.error(f"the models' folder (MINIRLHF_OUTPUTS/models): {problem}")
     import matplotlib
 
     matplotlib.use("Agg")  # files only; set here, not in write_outputs, which notebooks call too
     torch.set_num_threads(1)  # an entry point's choice: runs are bit-identical at a fixed count
-    out = args.out if args.out is not None else paths.OUTPUTS
-    if out.exists() and not out.is_dir():
-        parser.error(f"--out {out} exists and is not a folder")
-    results = run_experiment(args.seeds, args.iterations, args.beta_rm, args.beta_verifier)
+    parts, interrupted = _run_seeds(args.seeds, args.iterations, args.beta_rm, args.beta_verifier)
+    if not parts:
+        print("interrupted before the first seed finished: nothing written", file=sys.stderr)
+        return 130
+    results = _merge(parts)
     print(f"SFT policy accuracy {results['sft_accuracy']:.3f} (reference {REFERENCE['sft_accuracy']:.3f}); "
           f"RM pair accuracy {results['rm_pair_accuracy']:.3f} ({REFERENCE['rm_pair_accuracy']:.3f}), "
           f"near-miss accuracy {results['rm_near_miss_accuracy']:.3f} ({REFERENCE['rm_near_miss_accuracy']:.3f})")
     print(format_table(results))
-    for path in write_outputs(results, out):
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the finished seeds are written whole
+    try:
+        written = write_outputs(results, out)
+    except OSError as exc:
+        kept = _keep_somewhere(results)
+        print(f"could not write to {out} ({exc.strerror or exc}); the results are kept in {kept}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for path in written:
         print(f"wrote {path}")
     print(f"wall time {results['wall_seconds']:.1f} s")
+    if interrupted:
+        n = len(parts)
+        print(f"interrupted during seed {n + 1} of {args.seeds}: wrote the {n} finished seed{'s' if n > 1 else ''}",
+              file=sys.stderr)
+        return 130
     return 0
 
 

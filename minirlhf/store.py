@@ -3,9 +3,11 @@
 A model file holds the weights, the network's shape, the settings it was trained with, a
 hash of those settings and of the code that trains, and a few measured numbers.
 :func:`load_or_train` uses the file when its hash matches, and otherwise trains anew, saying
-why: the file is *missing*, *stale* (other settings or other training code) or *corrupt*
-(unreadable). Files are read with ``torch.load(weights_only=True)``, which unpickles tensors
-and plain containers only.
+why: the file is *missing*, *stale* (other settings or other training code), *corrupt*
+(unreadable) or *not a file* (a folder, a named pipe, ... stands at its path; only regular
+files are opened, so a pipe cannot hang the load). Files are read with
+``torch.load(weights_only=True)``, which unpickles tensors and plain containers only. When the
+trained model cannot be saved, the run goes on with it and says why.
 
 Defined in chapters 3 and 4, used by every chapter after them.
 """
@@ -18,6 +20,8 @@ import importlib
 import importlib.util
 import io
 import json
+import os
+import stat
 import time
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -118,18 +122,46 @@ def save_model(model: TinyGPT, path: Path, settings, metrics: dict | None = None
     paths.write_atomic(path, buf.getvalue())
 
 
+def _open_regular(path: Path):
+    """Return a binary file object for ``path`` if it is a regular file; None if nothing is
+    there; raise IsADirectoryError (a folder) or OSError (anything else). Opened without
+    blocking, so a named pipe at the path is refused, not waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:  # a file where a folder of the path should be
+        return None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise IsADirectoryError(path) if stat.S_ISDIR(mode) else OSError(f"{path} is not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def load_model(path: Path, settings) -> tuple[TinyGPT | None, dict, str]:
-    """Return (model, metrics, status); status is 'ok', 'missing', 'stale' or 'corrupt'.
+    """Return (model, metrics, status); status is 'ok', 'missing', 'stale', 'corrupt' or
+    'not a file' (a folder, a named pipe, ... at the path).
 
     The model is None unless the status is 'ok'.
 
     Defined in chapter 3.
     """
     path = Path(path)
-    if not path.exists():
+    try:
+        file = _open_regular(path)
+    except OSError:  # a folder, a pipe, a device, or no permission: not a model file
+        return None, {}, "not a file"
+    if file is None:
         return None, {}, "missing"
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with file:
+            payload = torch.load(file, map_location="cpu", weights_only=True)
         if payload.get("format") != FORMAT or payload.get("settings_hash") != settings_hash(settings):
             return None, {}, "stale"
         model = TinyGPT(GPTConfig(**payload["gpt_config"]), scalar_head=payload["scalar_head"])
@@ -144,6 +176,7 @@ _REASONS = {
     "missing": "no trained model on disk",
     "stale": "the model on disk was trained with other settings or other code",
     "corrupt": "the model on disk is unreadable",
+    "not a file": "the model's path holds {kind}, not a model file",
 }
 
 
@@ -167,11 +200,18 @@ def load_or_train(
     if found == "ok":
         status(f"{name}: loaded {path.name} (settings {settings_hash(settings)})", progress)
         return model, metrics
-    status(f"{name}: {_REASONS[found]} ({found}); training it now", progress)
+    reason = _REASONS[found].format(kind=paths.kind_of(path))
+    status(f"{name}: {reason} ({found}); training it now", progress)
     start = time.perf_counter()
     model, metrics = train()
     metrics = {**metrics, "train_seconds": time.perf_counter() - start}
-    save_model(model, path, settings, metrics)
+    try:
+        save_model(model, path, settings, metrics)
+    except OSError as exc:  # the model is trained: use it, and say why it is not kept
+        status(f"{name}: trained in {metrics['train_seconds']:.1f} s, but not saved: {path} "
+               f"({paths.kind_of(path) if found == 'not a file' else exc.strerror or exc}); it is used now "
+               "and trained again next time", progress)
+        return model, metrics
     status(f"{name}: trained in {metrics['train_seconds']:.1f} s, saved to {path.name}", progress)
     return model, metrics
 

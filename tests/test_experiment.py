@@ -76,3 +76,96 @@ def test_cli_writes_the_figures_and_results(tiny_models, tmp_path, capsys):
     ends = [results["arms"]["rm"][s]["accuracy"][-1] for s in ("0", "1")]
     assert summary["end"] == pytest.approx(sum(ends) / 2)  # the table is made from the runs
     assert "rm_pair_accuracy" in results and "rm_near_miss_accuracy" in results
+
+
+# ---- the command line checks its output places first, and never loses finished seeds
+
+
+def one_line_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        experiment.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_output_places_are_checked_before_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: pytest.fail("the run started"))
+    (tmp_path / "file").write_text("x")
+    assert "argument --out: is empty: name a folder" in one_line_error(["--out", ""], capsys)
+    assert f"{tmp_path / 'file'} is a regular file, not a folder" in one_line_error(
+        ["--out", str(tmp_path / "file" / "run")], capsys)
+    (tmp_path / "out" / "results.json").mkdir(parents=True)
+    assert "results.json is a folder, where the output file should go" in one_line_error(
+        ["--out", str(tmp_path / "out")], capsys)
+    monkeypatch.setattr(experiment.paths, "OUTPUTS", tmp_path / "file")  # MINIRLHF_OUTPUTS names a file
+    assert "the output folder (MINIRLHF_OUTPUTS, or outputs/)" in one_line_error([], capsys)
+    assert "the models' folder" in one_line_error(["--out", str(tmp_path / "elsewhere")], capsys)
+
+
+def test_absurd_seed_counts_are_refused(capsys):
+    assert f"must be at most {experiment.MAX_SEEDS}, got 100000000" in one_line_error(["--seeds", "100000000"], capsys)
+
+
+def test_long_runs_say_how_long_and_which_seed(tiny_models, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(experiment, "SECONDS_PER_ARM_ITERATION", 100.0)
+
+    class Clock:  # 20 s pass between two readings of the clock: 60 s per seed
+        now = 0.0
+
+        @classmethod
+        def perf_counter(cls):
+            cls.now += 20.0
+            return cls.now
+
+    monkeypatch.setattr(experiment, "time", Clock)
+    assert experiment.main(["--seeds", "3", "--iterations", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 seeds x 2 arms x 1 iterations: about 10.0 min (a rough estimate" in out
+    assert "seed 1 of 3" in out and "seed 3 of 3" in out
+    assert "seed 1 took 60.0 s: about 2.0 min to go for the other 2" in out
+
+
+def test_ctrl_c_keeps_the_finished_seeds_and_nothing_partial(tiny_models, tmp_path, monkeypatch, capsys):
+    real = experiment.run_experiment
+
+    def interrupted_at_seed_2(seeds, *args, **kwargs):
+        if seeds == [1]:
+            raise KeyboardInterrupt
+        return real(seeds, *args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_experiment", interrupted_at_seed_2)
+    assert experiment.main(["--seeds", "3", "--iterations", "2", "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == "interrupted during seed 2 of 3: wrote the 1 finished seed"
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["settings"]["seeds"] == [0] and set(results["arms"]["rm"]) == {"0"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(experiment.OUTPUT_FILES)  # no .tmp left
+
+
+def test_ctrl_c_before_any_seed_finished_writes_nothing(tiny_models, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert experiment.main(["--seeds", "2", "--out", str(tmp_path / "run")]) == 130
+    assert "interrupted before the first seed finished: nothing written" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_write_that_fails_at_the_end_keeps_the_results(tiny_models, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    def disk_full(results, out):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(experiment, "write_outputs", disk_full)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert experiment.main(["--seeds", "2", "--iterations", "1", "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    (kept,) = tmp_path.glob("minirlhf-results-*.json")
+    assert f"could not write to {tmp_path / 'run'} (No space left on device); the results are kept in {kept}" in err
+    assert json.loads(kept.read_text())["settings"]["seeds"] == [0, 1]
+
+
+def test_running_seed_by_seed_gives_the_results_of_one_run(tiny_models):
+    whole = experiment.run_experiment([0, 1], 2, progress=False)
+    parts = experiment._merge([experiment.run_experiment([seed], 2, progress=False) for seed in (0, 1)])
+    assert parts["arms"] == whole["arms"] and parts["settings"] == whole["settings"]

@@ -111,7 +111,7 @@ def test_explore_in_book_mode_displays_one_html_output(monkeypatch):
     (obj,) = shown
     bundle = obj._repr_mimebundle_()
     assert set(bundle) == {"text/html", "text/plain"}
-    assert bundle["text/html"].startswith('<div class="mr-explorer"')
+    assert bundle["text/html"].startswith('<figure class="mr-explorer"')
     assert bundle["text/plain"] == "Explorer with 2 precomputed frames over slope."
 
 
@@ -136,7 +136,9 @@ def test_show_figure_gives_alt_text_in_both_modes(monkeypatch):
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
     explorer.show_figure(draw_line(1), alt="a rising line")
-    assert set(shown[0]._repr_mimebundle_()) == {"image/png", "text/plain"}
+    data, metadata = shown[0]._repr_mimebundle_()
+    assert set(data) == {"image/png", "text/plain"}
+    assert metadata == {"image/png": {"width": 300}}  # draw_line is 3 inches wide: 300 CSS px
     monkeypatch.setenv("MINIRLHF_BUILDING_BOOK", "1")
     explorer.show_figure(draw_line(1), alt="a rising line", caption="A <caption>")
     page = shown[1]._repr_mimebundle_()["text/html"]
@@ -165,3 +167,58 @@ def test_live_explorer_uses_buttons_for_words_and_says_when_it_works(monkeypatch
     assert live.status.value == ""  # cleared once the figure is there
     buttons.value = 0  # drawn before: from the cache, no new call
     assert len(calls) == 2
+
+
+def _fig(width, height, fontsize):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, height))
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.tick_params(labelsize=fontsize + 2)
+    ax.legend(fontsize=fontsize)
+    return fig
+
+
+def test_figures_are_rendered_twice_as_sharp_with_their_css_size_and_smallest_font():
+    r = explorer.render(_fig(6.0, 3.0, 7))
+    assert (r.css_width, r.css_height) == (600, 300) and r.min_font_pt == 7
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(r.png))
+    assert image.size == (1200, 600)  # 2 x the CSS size
+    assert image.mode == "P"  # a 256-color palette: a third of the bytes, same crisp lines
+    assert explorer.render(_fig(6.0, 3.0, 7)).png == r.png  # and reproducible
+
+
+def test_the_book_shows_a_narrow_rendering_on_a_phone(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.setenv("MINIRLHF_BUILDING_BOOK", "1")
+
+    def draw(narrow=False):
+        return _fig(3.5, 4.0, 9) if narrow else _fig(6.5, 3.0, 8)
+
+    explorer.show_figure(draw, alt="a line", caption="What to see.")
+    page = shown[0]._repr_mimebundle_()["text/html"]
+    assert '<source media="(max-width: 576px)"' in page and 'width="350" height="400"' in page
+    assert 'width="650" height="300"' in page
+    assert 'data-min-font-pt="8" data-narrow-width-in="3.5" data-narrow-min-font-pt="9"' in page
+    # In JupyterLab only the wide one is drawn and shown.
+    monkeypatch.delenv("MINIRLHF_BUILDING_BOOK")
+    calls = []
+    explorer.show_figure(lambda narrow=False: calls.append(narrow) or _fig(6.5, 3.0, 8), alt="a line")
+    assert calls == [False]
+
+
+def test_an_explorer_whose_draw_takes_narrow_swaps_both_renderings():
+    def draw(slope, narrow=False):
+        fig = _fig(3.5 if narrow else 6.0, 3.0, 9 if narrow else 7)
+        fig.axes[0].plot([0, 1], [0, slope])
+        return fig
+
+    page = explorer.explorer_html(draw, {"slope": [0, 1, 2]}, default={"slope": 1}, caption="Slopes.")
+    assert page.count("<source") == 1 and "srcset" in page and "firstSmall" in page
+    assert 'data-min-font-pt="7"' in page and 'data-narrow-min-font-pt="9"' in page
+    assert "<figcaption>Slopes.</figcaption>" in page

@@ -1,32 +1,68 @@
-"""The grader (``python -m minirlhf.course.grader``) on deliberately broken notebooks, one per kind of
-failure, and on the book's own learner and solution notebooks.
+"""The grader (``python -m minirlhf.course.grader``) on deliberately broken and hostile notebooks,
+one per kind of failure, and on the book's own learner and solution notebooks.
 
 Kernels are slow to start, so every fixture notebook is graded once, by a module fixture,
 and the tests read its verdict. The fixtures are percent-format sources in
 ``tests/grader_fixtures/`` (the same format as ``chapters/``), turned into notebooks here.
+Each declares in its header comment what the grader must say about it:
+
+    # verdict: fail               the exercise's verdict (pass, fail, slow, todo), or "exit N"
+    # says: <text>                words the report must contain (as many lines as needed)
+    # grade with: --budget 1      options for the grader
+    # run: cli                    graded by the command line in a process of its own (for
+                                  fixtures that attack the grader's process)
 """
 
+import collections
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 
 from minirlhf.course import grader as check, nbgen
-from minirlhf.course.cases import Case, Exercise, ExpectArray
+from minirlhf.course.cases import RETURN_CAP, Case, Exercise, ExpectArray, to_plain
+from minirlhf.course.exercises import get
 from minirlhf.paths import ROOT
 
 FIXTURES = Path(__file__).parent / "grader_fixtures"
+SOURCES = sorted(FIXTURES.glob("*.py"))
 TIME_LIMIT = 0.5  # seconds per call: small, so the looping fixtures cost little
 GRACE = 1.0  # seconds a kernel gets to answer an interrupt
+WORKERS = 2  # fixtures graded at once (each in its own kernel)
+VERDICTS = {"pass", "fail", "slow", "todo"}
+OPTIONS = {"--budget": "budget", "--cell-timeout": "cell_timeout", "--time-limit": "time_limit"}
+
+Graded = collections.namedtuple("Graded", "result text seconds status err leftovers")
+
+
+def header(source: Path) -> dict:
+    """Return a fixture's declared verdict, the words its report must hold, and its options."""
+    head = {"verdict": "", "says": [], "grade with": [], "run": ""}
+    for line in source.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# %%"):
+            break
+        match = re.match(r"# (verdict|says|grade with|run): (.*)$", line)
+        if match:
+            key, value = match[1], match[2].strip()
+            if key == "says":
+                head["says"].append(value)
+            elif key == "grade with":
+                head["grade with"] += value.split()
+            else:
+                head[key] = value
+    return head
 
 
 def make_notebook(source: Path, folder: Path, name: str | None = None) -> Path:
@@ -38,7 +74,7 @@ def make_notebook(source: Path, folder: Path, name: str | None = None) -> Path:
 
 
 def grade(path: Path, **kwargs) -> check.NotebookGrade:
-    return check.grade_notebook(path, seed=1, time_limit=TIME_LIMIT, grace=GRACE, **kwargs)
+    return check.grade_notebook(path, seed=1, **{"time_limit": TIME_LIMIT, "grace": GRACE, **kwargs})
 
 
 def book_notebooks(folder: str) -> list[str]:
@@ -48,17 +84,22 @@ def book_notebooks(folder: str) -> list[str]:
     return found
 
 
+def cli(*args, env=None, **kwargs) -> subprocess.Popen:
+    """Start the grader's command line in a session of its own (a fixture that signals its
+    process group can never reach the tests)."""
+    env = {k: v for k, v in (env or os.environ).items() if k != "NO_COLOR"}
+    return subprocess.Popen([sys.executable, "-m", "minirlhf.course.grader", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            **kwargs)
+
+
 @pytest.fixture(scope="module")
 def book_runs(tmp_path_factory) -> dict:
     """The grader CLI on the solution notebooks and on copies of the learner's, started in the
     background at once (they run while the fixtures are graded): name -> Popen."""
     copies = tmp_path_factory.mktemp("learner")
     learner = [str(shutil.copy(ROOT / p, copies)) for p in book_notebooks("notebooks")]
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    runs = {}
-    for name, paths in (("solutions", book_notebooks("solutions")), ("notebooks", learner)):
-        runs[name] = subprocess.Popen([sys.executable, "-m", "minirlhf.course.grader", *paths], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = {name: cli(*paths) for name, paths in (("solutions", book_notebooks("solutions")), ("notebooks", learner))}
     yield runs
     for run in runs.values():
         if run.poll() is None:
@@ -73,19 +114,48 @@ def finished(run: subprocess.Popen) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, book_runs) -> dict:
-    """Every fixture graded once: name -> (grade, plain-text report, seconds)."""
+    """Every fixture graded once: name -> Graded(grade or None, report, seconds, exit status,
+    standard error, files left in the temporary and runtime folders)."""
     folder = tmp_path_factory.mktemp("fixtures")
-    out = {}
-    for source in sorted(FIXTURES.glob("*.py")):
-        path = make_notebook(source, folder)
-        start = time.perf_counter()
-        result = grade(path)
-        out[source.stem] = (result, check.render(result), time.perf_counter() - start)
-    return out
+    saved = {k: os.environ.get(k) for k in ("GRADER_FIXTURE_FOLDER", "GRADER_FIXTURE_MARKER")}
+    os.environ.update(GRADER_FIXTURE_FOLDER=str(folder), GRADER_FIXTURE_MARKER=str(folder / "unpickled"))
+    try:
+        in_process, runs = [], {}
+        for source in SOURCES:
+            head, path = header(source), make_notebook(source, folder)
+            if head["run"] != "cli":
+                in_process.append((source.stem, path, head))
+                continue
+            scratch = {name: tmp_path_factory.mktemp(f"{source.stem}-{name}") for name in ("tmp", "runtime")}
+            env = dict(os.environ, TMPDIR=str(scratch["tmp"]), JUPYTER_RUNTIME_DIR=str(scratch["runtime"]))
+            runs[source.stem] = (cli(str(path), "--seed", "1", "--time-limit", str(TIME_LIMIT), *head["grade with"],
+                                     env=env), scratch, time.perf_counter())
+
+        def one(item):
+            stem, path, head = item
+            options = dict(zip(head["grade with"][::2], head["grade with"][1::2]))
+            start = time.perf_counter()
+            result = grade(path, **{OPTIONS[k]: float(v) for k, v in options.items()})
+            return stem, Graded(result, check.render(result), time.perf_counter() - start,
+                                check.exit_status([result]), "", [])
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            out = dict(pool.map(one, in_process))
+        for stem, (run, scratch, start) in runs.items():
+            stdout, stderr = run.communicate(timeout=300)
+            left = sorted(str(p.relative_to(d)) for d in scratch.values() for p in d.rglob("*"))
+            out[stem] = Graded(None, stdout + stderr, time.perf_counter() - start, run.returncode, stderr, left)
+        return out
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def only_exercise(graded, name) -> tuple[check.ExerciseGrade, str]:
-    result, text, _ = graded[name]
+    result, text = graded[name].result, graded[name].text
     assert not result.error, result.error
     (exercise,) = result.exercises
     return exercise, text
@@ -95,12 +165,39 @@ def first_failure(exercise: check.ExerciseGrade):
     return next(r for r in exercise.results if not r.passed)
 
 
+# --------------------------------------------------------------------------- every fixture's verdict
+
+
+def test_every_fixture_declares_its_verdict_and_what_the_report_says():
+    assert len(SOURCES) >= 25
+    for source in SOURCES:
+        head = header(source)
+        assert head["verdict"] in VERDICTS or re.fullmatch(r"exit \d+", head["verdict"]), source.name
+        assert head["says"], f"{source.name} declares no words its report must hold"
+        assert head["run"] in ("", "cli"), source.name
+        assert all(k in OPTIONS for k in head["grade with"][::2]), source.name
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_each_fixture_gets_its_verdict(graded, source):
+    head, got = header(source), graded[source.stem]
+    if head["verdict"].startswith("exit "):
+        assert got.status == int(head["verdict"].split()[1]), got.text
+    else:
+        exercise, _ = only_exercise(graded, source.stem)
+        assert exercise.state == head["verdict"], got.text
+        assert got.status == (0 if head["verdict"] == "pass" else 1)
+    for words in head["says"]:
+        assert words in got.text, f"{words!r} not in:\n{got.text}"
+    assert "\x1b[" not in got.text  # plain text unless color is asked for
+
+
 # --------------------------------------------------------------------------- failure kinds
 
 
 def test_syntax_error_names_the_cell_and_line(graded):
     exercise, text = only_exercise(graded, "01_syntax_error")
-    cell = graded["01_syntax_error"][0].cells[0]
+    cell = graded["01_syntax_error"].result.cells[0]
     assert (cell.number, cell.line) == (2, 3) and cell.text.startswith("SyntaxError")
     assert "code cell 2, line 3: SyntaxError" in text
     assert "| return round(float(beta * kl.mean(), 2)" in text
@@ -119,25 +216,27 @@ def test_a_loop_that_never_ends_costs_one_time_limit(graded):
     exercise, text = only_exercise(graded, "01_loops_forever")
     assert f"took longer than {TIME_LIMIT:g} s: is there a loop that never ends?" in text
     assert f"{len(exercise.results) - 1} inputs not run after that" in text
-    assert graded["01_loops_forever"][2] < 15  # one time limit, not one per input
+    assert graded["01_loops_forever"].seconds < 15  # one time limit, not one per input
 
 
 def test_a_loop_that_swallows_every_interrupt_gets_the_kernel_restarted(graded):
-    result, text, seconds = graded["01_ignores_interrupt"]
+    result, text, seconds = graded["01_ignores_interrupt"][:3]
     assert result.restarts == 1 and "ignored the interrupt" in text and "kernel was restarted" in text
     assert seconds < 30
 
 
 def test_a_function_that_ends_the_kernel(graded):
-    result, text, _ = graded["01_kernel_dies"]
+    result, text, _ = graded["01_kernel_dies"][:3]
     assert result.restarts == 1 and "stopped the kernel" in text
+    exercise, _ = only_exercise(graded, "01_kernel_dies")
+    assert exercise.n_passed >= 10 and first_failure(exercise).kind == "error" and exercise.state == "fail"
 
 
 def test_printing_a_lot_passes_with_a_note(graded):
     exercise, text = only_exercise(graded, "01_prints_a_lot")
     assert exercise.passed
     assert re.search(r"note: it printed [\d,]+ characters over 110 calls", text)
-    assert graded["01_prints_a_lot"][2] < 30
+    assert graded["01_prints_a_lot"].seconds < 30
 
 
 def test_numpy_scalar(graded):
@@ -190,24 +289,196 @@ def test_a_partly_wrong_function_shows_the_first_failing_input_and_the_next_hint
     assert "hint 2 of 3: `kl = logp_policy - logp_reference`" in text
 
 
-@pytest.mark.parametrize("name, passes", [
-    ("01_cell_raises", True), ("01_prints_a_lot", True), ("01_syntax_error", False),
-    ("01_loops_forever", False), ("01_ignores_interrupt", False), ("01_kernel_dies", False),
-    ("01_numpy_scalar", False), ("01_returns_list", False), ("02_returns_list", False),
-    ("01_mutates_input", False), ("01_returns_nan", False), ("01_renamed_function", False),
-    ("01_imports_reference", False), ("01_partly_wrong", False),
+# --------------------------------------------------------------------------- hostile code
+
+
+def test_nothing_from_the_kernel_is_unpickled(graded):
+    exercise, text = only_exercise(graded, "01_pickle_trap")
+    assert exercise.n_passed == 0
+    assert not (graded["01_pickle_trap"].result.path.parent / "unpickled").exists()  # __reduce__ never ran
+    assert "returned  <Parcel>" in text and "hint 1 of 3" in text
+
+
+@pytest.mark.parametrize("name", ["01_wraps_reference", "01_partial_of_reference"])
+def test_the_reference_is_not_reachable_while_grading(graded, name):
+    exercise, _ = only_exercise(graded, name)
+    assert exercise.n_passed == 0 and all("the package's own solution" in r.message for r in exercise.results)
+
+
+def test_correct_but_slow_is_never_wrong(graded):
+    exercise, text = only_exercise(graded, "01_slow_but_right")
+    assert exercise.state == "slow" and exercise.stopped == "budget" and exercise.budget == 1
+    ran = [r for r in exercise.results if not r.out_of_time]
+    assert 2 <= len(ran) <= 5 and all(r.passed for r in ran)
+    assert 0.25 < exercise.seconds_per_call < 0.6 and re.search(r"; a call takes 0\.\d+ s\n", text)
+    assert f"right on all {len(ran)} inputs that ran" in text and f"{110 - len(ran)} of 110 inputs left" in text
+    assert "hint" not in text and "first failure" not in text and "FAIL" not in text
+
+
+def test_a_result_too_big_is_refused_in_the_kernel(graded):
+    exercise, _ = only_exercise(graded, "01_returns_huge")
+    assert exercise.n_passed == 0 and graded["01_returns_huge"].seconds < 30
+    record = check._call_record(0, check.Call("ok", np.zeros(1_000_000, dtype=np.float32)))
+    assert len(json.dumps(record)) < 1000  # the record, not 4 MB of numbers
+
+
+def test_a_float_subclass_gets_the_verdict_of_the_check_cell(graded):
+    from minirlhf.course.cases import run_cases
+
+    exercise, _ = only_exercise(graded, "01_float_subclass")
+    namespace = {}
+    code = nbgen.parse((FIXTURES / "01_float_subclass.py").read_text(), "fixture")[1]["source"]
+    exec(code, namespace)
+    in_check_cell = run_cases(namespace["kl_penalty"], get("kl_penalty")).results[0]
+    assert in_check_cell.message == exercise.results[0].message
+    assert in_check_cell.message.startswith("returned a Agreeable, which cannot be graded (a subclass of float")
+
+
+def test_the_notebook_file_is_out_of_reach_or_its_change_reported(graded):
+    result, text = graded["01_clobbers_notebook"][:2]
+    path = result.path
+    kept = path.with_name("01_clobbers_notebook.graded.ipynb")
+    assert path.read_text() == "{}" and kept.exists()  # overwritten by an absolute path: reported, kept
+    assert nbformat.reads(kept.read_text(), as_version=4).cells  # the version graded, whole
+    assert f"the version graded is kept in {kept}" in text
+    assert "code cell 4, line 1: raised FileNotFoundError" in text  # the relative path reached nothing
+
+
+def test_a_function_that_signals_the_grader_leaves_nothing_behind(graded):
+    got = graded["01_kills_grader"]
+    assert got.status == 143 and got.leftovers == []  # no temporary files, no kernel connection file
+    assert "the notebook's kernel was shut down and the temporary files removed" in got.err.lower()
+    assert "Traceback" not in got.err
+
+
+def test_a_cell_time_out_leaves_no_stray_tracebacks(graded):
+    got = graded["01_cell_runs_too_long"]
+    assert got.status == 0 and "PASS  kl_penalty" in got.text
+    assert "Task exception was never retrieved" not in got.err and "Traceback" not in got.err
+    assert len(got.err.strip().splitlines()) == 1  # only "grading ... ..."
+
+
+def test_input_and_keyboard_interrupt_are_named(graded):
+    exercise, text = only_exercise(graded, "01_calls_input")
+    assert exercise.state == "fail" and "not implemented" not in text
+    exercise, text = only_exercise(graded, "01_raises_keyboard_interrupt")
+    assert first_failure(exercise).kind == "error" and "loop that never ends" not in text
+    assert graded["01_raises_keyboard_interrupt"].result.restarts == 0
+
+
+def test_the_kernel_runs_in_a_session_of_its_own_in_an_empty_folder(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    runner = check._Runner(nbformat.v4.new_notebook(), work, 60, GRACE, tmp_path)
+    try:
+        code = (f"os = __import__('os')\nassert os.getsid(0) != {os.getsid(0)}, 'the same session'\n"
+                f"assert os.getcwd() == {str(work)!r} and os.listdir() == [], os.getcwd()\n"
+                f"assert os.environ['TMPDIR'] == {str(tmp_path)!r}")
+        assert runner.run_code(code, 60) == "ok" and runner.error_of(runner.scratch) == ""
+    finally:
+        runner.shutdown()
+
+
+def test_blocking_the_reference_reaches_every_alias_and_is_undone():
+    import functools
+
+    import minirlhf
+    from minirlhf import objectives
+
+    alias = functools.partial(minirlhf.kl_penalty)
+    try:
+        check._block_reference(["minirlhf.objectives", "kl_penalty"])
+        for fn in (objectives.kl_penalty, minirlhf.kl_penalty, alias):
+            with pytest.raises(check._ReferenceNotAvailable):
+                fn([-1.0], [-2.0], 0.5)
+    finally:
+        check._unblock_references()
+    assert alias([-1.0], [-2.0], 0.5) == 0.5 and check._BLOCKED == {}
+    check._block_reference(["minirlhf.no_such_module", "f"])  # nothing to block: no error
+    assert check._BLOCKED == {}
+
+
+# --------------------------------------------------------------------------- what comes back from the kernel
+
+
+def record_line(**changes) -> str:
+    record = {"index": 0, "kind": "ok", "message": "", "n_printed": 0, "seconds": 0.01, "value": 0.05}
+    return json.dumps({**record, **changes}) + "\n"
+
+
+@pytest.mark.parametrize("line, words", [
+    ("not json\n", "arrived malformed from the kernel (not JSON)"),
+    ('[1, 2]\n', "(not a record)"),
+    (record_line(index=3), "(a field out of place)"),
+    (record_line(kind="passed"), "(a field out of place)"),
+    (record_line(extra=1), "(unexpected fields)"),
+    (record_line(seconds=-1), "(a field out of place)"),
+    ('{"index": 0, "kind": "ok", "message": "", "n_printed": 0, "seconds": NaN, "value": 1}\n', "(not JSON)"),
+    (record_line(value={"pickle": "gASV"}), "returned a value, which cannot be graded (its data arrived malformed"),
+    (record_line(value=[1e400]), "(not JSON)"),  # json writes Infinity, which is not JSON
+    (record_line(value={"tensor": "float32", "shape": [3], "data": [1.0], "requires_grad": False}),
+     "the data do not fill the shape"),
+    (record_line(value=to_plain(object())), "returned a object, which cannot be graded"),
+    ("x" * (check._RECORD_CAP + 10) + "\n", "(far too long)"),
 ])
-def test_verdict_of_each_fixture(graded, name, passes):
-    result, text, _ = graded[name]
-    assert result.passed is passes and check.exit_status([result]) == (0 if passes else 1)
-    assert "\x1b[" not in text  # plain text unless color is asked for
+def test_what_arrives_from_the_kernel_is_checked(tmp_path, line, words):
+    path = tmp_path / "out.jsonl"
+    path.write_text(line + '{"done": true, "reason": "all"}\n')
+    (record, done) = check._read_records(path, 5)
+    assert done == {"done": True, "reason": "all"}
+    result = check._judge_record(record, get("kl_penalty").cases[0], get("kl_penalty"))
+    assert not result.passed and words in result.message, result.message
 
 
-def test_every_fixture_is_graded():
-    assert {p.stem for p in FIXTURES.glob("*.py")} == {
-        "01_cell_raises", "01_prints_a_lot", "01_syntax_error", "01_loops_forever", "01_ignores_interrupt",
-        "01_kernel_dies", "01_numpy_scalar", "01_returns_list", "02_returns_list", "01_mutates_input",
-        "01_returns_nan", "01_renamed_function", "01_imports_reference", "01_partly_wrong"}
+def test_a_record_cut_short_is_left_out_and_a_right_one_passes(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_text(record_line() + record_line(index=1)[:20])
+    (record,) = check._read_records(path, 5)
+    assert check._judge_record(record, get("kl_penalty").cases[0], get("kl_penalty")).passed
+
+
+# --------------------------------------------------------------------------- options
+
+@pytest.mark.parametrize("argv, words", [
+    (["--seed", "-1"], "argument --seed: must be a whole number >= 0, got -1"),
+    (["--seed", "1.5"], "argument --seed: expected a whole number"),
+    (["--time-limit", "-1"], "argument --time-limit: must be a number of seconds above 0"),
+    (["--time-limit", "0"], "argument --time-limit: must be a number of seconds above 0"),
+    (["--time-limit", "nan"], "argument --time-limit: must be a number of seconds above 0"),
+    (["--time-limit", "inf"], "argument --time-limit: must be a number of seconds above 0"),
+    (["--time-limit", "1e9"], "at most 3600"),
+    (["--cell-timeout", "0"], "argument --cell-timeout: must be a number of seconds above 0"),
+    (["--cell-timeout", "-5"], "argument --cell-timeout: must be a number of seconds above 0"),
+    (["--cell-timeout", "nan"], "argument --cell-timeout: must be a number of seconds above 0"),
+    (["--budget", "0"], "argument --budget: must be a number of seconds above 0"),
+    (["--budget", "soon"], "argument --budget: expected a number of seconds"),
+])
+def test_bad_options_get_one_line_and_exit_2_before_anything_runs(argv, words, capsys, tmp_path):
+    missing = str(tmp_path / "01_kl_penalty.ipynb")  # never looked at: the options come first
+    with pytest.raises(SystemExit) as exit_info:
+        check.main([missing, *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+    assert "grading" not in err
+
+
+@pytest.mark.parametrize("kwargs", [dict(seed=-1), dict(time_limit=0), dict(time_limit=float("nan")),
+                                    dict(cell_timeout=-5), dict(budget=float("inf")), dict(seed=True)])
+def test_grade_notebook_checks_its_options_too(kwargs, tmp_path):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        check.grade_notebook(tmp_path / "01_x.ipynb", **kwargs)
+
+
+def test_the_budget_and_the_limits_are_documented():
+    text = subprocess.run([sys.executable, "-m", "minirlhf.course.grader", "--help"], capture_output=True,
+                          text=True, cwd=ROOT).stdout
+    flat = " ".join(text.split())
+    assert "--budget" in flat and f"(default {check.BUDGET:g})" in flat and "SLOW" in flat
+    assert f"at most {RETURN_CAP:,} numbers" in flat and "--time-limit" in flat
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    for words in ("--budget", f"{check.BUDGET:g} s", f"{RETURN_CAP:,} numbers", "10 s per call", "SLOW",
+                  "--cell-timeout", "unpickled in the grader", "143"):
+        assert words in readme, words
 
 
 # --------------------------------------------------------------------------- paths and files
@@ -221,11 +492,48 @@ def test_missing_or_renamed_notebook_path(tmp_path, capsys):
     assert f"did you mean {tmp_path / '01_kl_penalty.ipynb'}?" in capsys.readouterr().out
 
 
-def test_a_file_that_is_not_a_notebook(tmp_path):
+@pytest.mark.parametrize("content, words", [
+    ("{ not json", "is not a notebook: it is not valid JSON"),
+    ("[]", "is not a notebook: it holds a list, and a notebook is a JSON object with a list of cells"),
+    ('"cells"', "it holds a string"),
+    ("", "is empty (0 cells, 0 bytes of JSON): not a notebook yet"),
+    (b"\xff\xfe\x00", "is not a notebook: it is not text"),
+    ('{"cells": 3}', "is not a notebook Jupyter can read"),
+    (json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
+     "has no code cells, so there is nothing to grade"),
+])
+def test_a_file_that_is_not_a_notebook_says_so_in_words(tmp_path, content, words):
     bad = tmp_path / "01_kl_penalty.ipynb"
-    bad.write_text("{ not json", encoding="utf-8")
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
     result = check.grade_notebook(bad)
-    assert "is not a notebook Jupyter can read" in result.error and check.exit_status([result]) == 2
+    assert words in result.error and check.exit_status([result]) == 2, result.error
+    assert "object has no attribute" not in result.error
+
+
+def test_a_folder_or_a_pipe_named_like_a_notebook(tmp_path):
+    folder = tmp_path / "01_kl_penalty.ipynb"
+    folder.mkdir()
+    result = check.grade_notebook(folder)
+    assert result.error == f"{folder} is a folder, not a notebook file"
+    fifo = tmp_path / "01_pipe.ipynb"
+    os.mkfifo(fifo)
+    start = time.perf_counter()
+    assert "is not a regular file" in check.grade_notebook(fifo).error and time.perf_counter() - start < 5
+    near = check.grade_notebook(tmp_path / "01_kl_penalti.ipynb").error  # a folder is never suggested
+    assert near.startswith("no notebook at") and "did you mean" not in near, near
+
+
+def test_a_deleted_notebook_is_written_back_and_a_changed_one_kept(tmp_path):
+    path = tmp_path / "01_x.ipynb"
+    assert check._check_file(path, b"original").startswith("the notebook file was deleted while it was graded")
+    assert path.read_bytes() == b"original"
+    assert check._check_file(path, b"original") == ""
+    path.write_bytes(b"changed")
+    message = check._check_file(path, b"original")
+    kept = tmp_path / "01_x.graded.ipynb"
+    assert message.endswith(f"the version graded is kept in {kept}") and kept.read_bytes() == b"original"
+    assert path.read_bytes() == b"changed"  # a change is never undone: it may be the learner's edit
+    assert check._check_file(path, b"original").endswith(f"{tmp_path / '01_x.graded-1.ipynb'}")
 
 
 def test_a_chapter_without_exercises_is_not_an_error(tmp_path):

@@ -46,18 +46,49 @@ def test_solution_notebook_matches_its_source(source):
     assert "widgets" not in got.metadata, "saved widget state would make the book fetch a widget manager"
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_learner_notebook_hides_every_solution(source):
-    text = source.read_text(encoding="utf-8")
-    learner = json.dumps(nbformat.read(nbgen.LEARNER_DIR / f"{source.stem}.ipynb", as_version=4).cells)
-    inside = False
-    for line in text.splitlines():
+def _solution_lines(source: str) -> tuple[list[str], set[str]]:
+    """Return (the stripped lines inside BEGIN/END SOLUTION blocks, the stripped lines outside)."""
+    inside, hidden, shown = False, [], set()
+    for line in source.splitlines():
         if line.strip() == "# BEGIN SOLUTION":
             inside = True
         elif line.strip() == "# END SOLUTION":
             inside = False
-        elif inside and len(line.strip()) > 25:
-            assert json.dumps(line.strip())[1:-1] not in learner, f"solution line leaks: {line.strip()!r}"
+        elif line.strip():
+            (hidden.append if inside else shown.add)(line.strip())
+    return hidden, shown
+
+
+def _leaks(source_cells, learner_cells) -> list[str]:
+    """Every solution line, however short, that the learner's copy of its cell still holds (a
+    line that the cell also shows outside its solution, like a bare `return`, is not a leak),
+    and every line longer than 25 characters found anywhere in the learner's notebook."""
+    solved = [c["source"] for c in source_cells if c["kind"] == "code" and "# BEGIN SOLUTION" in c["source"]]
+    blanked = [c.source for c in learner_cells if c.cell_type == "code" and nbgen.PLACEHOLDER in c.source]
+    assert len(solved) == len(blanked), "the learner's notebook has another number of exercise cells"
+    everything = json.dumps([c.source for c in learner_cells])
+    leaks = []
+    for source, learner in zip(solved, blanked):
+        hidden, shown = _solution_lines(source)
+        kept = {line.strip() for line in learner.splitlines()}
+        leaks += [line for line in hidden if line in kept and line not in shown]
+        leaks += [line for line in hidden if len(line) > 25 and json.dumps(line)[1:-1] in everything]
+    return leaks
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_learner_notebook_hides_every_solution(source):
+    cells = nbgen.parse(source.read_text(encoding="utf-8"), source.name)
+    learner = nbformat.read(nbgen.LEARNER_DIR / f"{source.stem}.ipynb", as_version=4).cells
+    assert _leaks(cells, learner) == [], "solution lines leak into the learner's notebook"
+
+
+def test_the_hiding_check_catches_a_short_line():
+    cells = nbgen.parse(SMALL)
+    learner = nbgen.build(cells, learner=True).cells
+    assert _leaks(cells, learner) == []
+    learner[1].source = learner[1].source.replace(nbgen.PLACEHOLDER, nbgen.PLACEHOLDER + "\n    return y")
+    assert _leaks(cells, learner) == ["return y"]  # 8 characters: the old check skipped it
 
 
 def test_every_exercise_has_hints_and_a_check_cell_in_its_chapter():

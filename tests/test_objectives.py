@@ -130,3 +130,87 @@ def test_good_input_passes_validation():
         round(_objective_by_hand(*(GOOD_PPO[k] for k in
                                    ("old_logp", "new_logp", "ref_logp", "rewards", "epsilon", "beta"))), 2))
     assert kl_penalty(np.array([-1.0]), [-1.0], 0) == 0.0
+
+
+# ---- every bad input, named; extreme but finite inputs never give NaN or inf
+
+
+def _grad(values):
+    import torch
+
+    return torch.tensor(values, requires_grad=True)
+
+
+@pytest.mark.parametrize("change, name, words", [
+    (dict(logp_policy=None), "logp_policy", "is None"),
+    (dict(logp_reference=[None, -1.0]), "logp_reference", "holds None, not a number"),
+    (dict(logp_policy="-1.5"), "logp_policy", "is text"),
+    (dict(logp_policy=["-1", "-2"]), "logp_policy", "holds text"),
+    (dict(logp_policy=[-1 + 0j, -2.0]), "logp_policy", "complex"),
+    (dict(logp_reference=np.array([-1.0 + 1j, -2.0])), "logp_reference", "complex"),
+    (dict(logp_policy=[True, False]), "logp_policy", "booleans"),
+    (dict(logp_policy=_grad([-1.0, -2.0])), "logp_policy", "requires grad"),
+    (dict(beta=None), "beta", "got None"),
+    (dict(beta=[0.1]), "beta", "single number, got a list"),
+    (dict(beta=np.array([0.1])), "beta", "single number, got a ndarray of shape (1,)"),
+    (dict(beta="0.1"), "beta", "got a str"),
+    (dict(beta=0.1 + 0j), "beta", "complex"),
+    (dict(beta=True), "beta", "got a bool"),
+    (dict(beta=_grad(0.1)), "beta", "requires grad"),
+    (dict(logp_policy=[10 ** 400, -1.0]), "logp_policy", "too large"),
+])
+def test_kl_penalty_names_every_bad_input(change, name, words):
+    kwargs = {"logp_policy": [-1.0, -2.0], "logp_reference": [-1.5, -2.5], "beta": 0.1, **change}
+    with pytest.raises(ValueError, match=name) as info:
+        kl_penalty(**kwargs)
+    assert words in str(info.value) and "non-finite" not in str(info.value)
+
+
+@pytest.mark.parametrize("change, name", [
+    (dict(old_logp=None), "old_logp"), (dict(new_logp="abc"), "new_logp"), (dict(ref_logp=[1j, 0]), "ref_logp"),
+    (dict(rewards=_grad([1.0, 0.0])), "rewards"), (dict(epsilon=None), "epsilon"), (dict(epsilon=[0.2]), "epsilon"),
+    (dict(epsilon="0.2"), "epsilon"), (dict(epsilon=0.2j), "epsilon"), (dict(beta=[0.1, 0.1]), "beta"),
+    (dict(beta=_grad(0.1)), "beta"),
+])
+def test_ppo_objective_names_every_bad_input(change, name):
+    with pytest.raises(ValueError, match=name):
+        ppo_rlhf_objective(**{**GOOD_PPO, **change})
+
+
+def test_scalars_may_be_numpy_numbers_or_zero_dimensional():
+    assert kl_penalty([-1.0], [-2.0], np.float32(0.5)) == kl_penalty([-1.0], [-2.0], np.array(0.5)) == 0.5
+    assert ppo_rlhf_objective(**{**GOOD_PPO, "epsilon": np.float64(0.2)}) == ppo_rlhf_objective(**GOOD_PPO)
+
+
+@pytest.mark.parametrize("kwargs, want", [
+    (dict(logp_policy=[1e308, 1e308], logp_reference=[0.0, 0.0], beta=1.0), 1e308),  # the sum overflows
+    (dict(logp_policy=[1e308], logp_reference=[-1e308], beta=0.1), 2e307),  # the difference overflows
+    (dict(logp_policy=[1e308], logp_reference=[-1e308], beta=0.0), 0.0),  # 0 times a huge mean
+    (dict(logp_policy=[-1000.0], logp_reference=[0.0], beta=1.0), -1000.0),
+])
+def test_kl_penalty_of_extreme_inputs_is_finite(kwargs, want):
+    assert kl_penalty(**kwargs) == pytest.approx(want, rel=1e-12)
+
+
+def test_kl_penalty_beyond_the_float_range_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"beta \* mean\(logp_policy - logp_reference\) is beyond the range"):
+        kl_penalty([1e308], [-1e308], 1.0)
+
+
+@pytest.mark.parametrize("change, want", [
+    (dict(old_logp=[0.0], new_logp=[-1000.0], ref_logp=[0.0], rewards=[1.0]), 0.0),  # ratio e^-1000 = 0
+    (dict(old_logp=[-1000.0], new_logp=[0.0], ref_logp=[0.0], rewards=[1.0]), 1.2),  # clipped at 1 + eps
+    (dict(old_logp=[-1000.0], new_logp=[0.0], ref_logp=[0.0], rewards=[0.0], beta=0.0), 0.0),  # not inf * 0
+    (dict(old_logp=[-1.0] * 2, new_logp=[-1.0] * 2, ref_logp=[-1.0] * 2, rewards=[1e308] * 2, beta=0.0), 1e308),
+])
+def test_ppo_objective_of_extreme_inputs_is_finite(change, want):
+    got = ppo_rlhf_objective(**{"epsilon": 0.2, "beta": 0.1, **change})
+    assert got["objective"] == got["policy_loss"] == pytest.approx(want, rel=1e-12)
+    assert all(np.isfinite(v) for v in got.values())
+
+
+def test_ppo_objective_beyond_the_float_range_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"new_logp - old_logp = 1000 at token 0: the ratio exp\(1000\)"):
+        ppo_rlhf_objective([-1000.0], [0.0], [0.0], [-1.0], 0.2, 0.0)
+    with pytest.raises(ValueError, match="shaped advantage"):
+        ppo_rlhf_objective([-1.0], [-1.0], [-1e308], [-1e308], 0.2, 1.0)

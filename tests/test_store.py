@@ -107,3 +107,34 @@ def test_other_settings_never_replace_the_books_model():
     other = _file_name("sft_policy", SFTConfig(steps=10), SFTConfig())
     assert other.startswith("sft_policy-") and other != "sft_policy"
     assert other != _file_name("sft_policy", SFTConfig(steps=11), SFTConfig())
+
+
+# ---- the model's path must hold a regular file; anything else is retrained, never opened
+
+
+def test_a_folder_or_a_pipe_at_the_model_path_is_retrained(tmp_path, capsys):
+    import os
+    import time
+
+    (tmp_path / "dir.pt").mkdir()
+    os.mkfifo(tmp_path / "pipe.pt")
+    start = time.perf_counter()
+    assert load_model(tmp_path / "pipe.pt", {"x": 1})[2] == "not a file"  # refused, not waited on
+    assert load_model(tmp_path / "dir.pt", {"x": 1})[2] == "not a file"
+    assert time.perf_counter() - start < 1
+    model, _ = load_or_train("dir", {"x": 1}, lambda: (small_model(), {}), directory=tmp_path)
+    out = capsys.readouterr().out
+    assert "dir: the model's path holds a folder, not a model file (not a file); training it now" in out
+    assert "but not saved" in out and "(a folder); it is used now and trained again next time" in out
+    assert model is not None and (tmp_path / "dir.pt").is_dir()  # the folder is left alone
+    load_or_train("pipe", {"x": 1}, lambda: (small_model(), {}), directory=tmp_path)
+    assert "holds a named pipe (FIFO)" in capsys.readouterr().out
+    assert load_model(tmp_path / "pipe.pt", {"x": 1})[2] == "ok"  # the pipe was replaced by the model
+
+
+def test_a_models_folder_that_cannot_be_made_does_not_lose_the_trained_model(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    model, metrics = load_or_train("m", {"x": 1}, lambda: (small_model(), {"a": 1}),
+                                   directory=tmp_path / "file" / "models")
+    assert model is not None and metrics["a"] == 1
+    assert "but not saved" in capsys.readouterr().out

@@ -11,16 +11,27 @@ Checking one case has two halves, so that the grader (:mod:`minirlhf.course.grad
 different processes: :func:`call_safely` calls the function and records what it did (it
 needs no expected value), and :func:`judge` compares that with the expected value.
 :func:`run_case` does both.
+
+Between the two halves a returned value travels as plain data: :func:`to_plain` turns it into
+JSON-ready numbers, strings, lists and tagged arrays and tensors, and :func:`from_plain` checks
+that data and builds the value again. Whatever is not plain data (an object of the learner's
+own class, a float subclass, a value bigger than :data:`RETURN_CAP`) arrives as an
+:class:`Opaque` and "cannot be graded". The check cell sends every value through the same
+round trip, so it gives the same verdict as the grader.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import html
 import io
 import math
+import os
 import signal
+import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -29,16 +40,19 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..palette import DARK_YELLOW, GREEN, ORANGE
+from ..palette import BLUE, DARK_YELLOW, GREEN, ORANGE
 
 __all__ = [
-    "Case", "Exercise", "Call", "CaseResult", "Report",
+    "Case", "Exercise", "Call", "CaseResult", "Report", "Opaque",
     "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat", "ExpectScalarTensor",
     "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
-    "describe", "describe_kwargs", "failure_lines", "shorten", "STATE_STYLE",
+    "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "STATE_STYLE",
+    "RETURN_CAP",
 ]
 
 PRINT_CAP = 2000  # characters of a call's printed output that are kept; the rest is counted
+RETURN_CAP = 10_000  # numbers (and characters of text) a returned value may hold; no answer needs more
+_MAX_DEPTH = 32  # levels of nesting of a returned value
 
 
 # --------------------------------------------------------------------------- data
@@ -95,6 +109,7 @@ class CaseResult:
     printed: str = ""
     n_printed: int = 0
     kind: str = "ok"  # the Call kind, or "not run" after an earlier case ran out of time
+    seconds: float = 0.0  # how long the call took
 
     @property
     def status(self) -> str:
@@ -102,6 +117,11 @@ class CaseResult:
         if self.passed:
             return "pass"
         return "todo" if self.kind == "todo" or self.message.startswith("not implemented") else "fail"
+
+    @property
+    def out_of_time(self) -> bool:
+        """True when the case says nothing about correctness: it ran out of time, or was not run."""
+        return self.kind in ("timeout", "not run")
 
 
 def next_hint(hints, n_passed: int, total: int) -> tuple[int, str]:
@@ -140,16 +160,34 @@ class Report:
         return not self.problem and any(r.status == "todo" for r in self.results)
 
     @property
+    def slow(self) -> bool:
+        """True when every call that finished was right, but time ran out before the rest:
+        correct so far, and too slow. Slowness is never a wrong answer."""
+        if self.problem or not self.results:
+            return False
+        finished = [r for r in self.results if not r.out_of_time]
+        return bool(finished) and len(finished) < len(self.results) and all(r.passed for r in finished)
+
+    @property
     def first_failure(self) -> CaseResult | None:
         return next((r for r in self.results if not r.passed), None)
 
     @property
     def state(self) -> str:
-        """Return "pass", "todo" or "fail"."""
-        return "pass" if self.passed else ("todo" if self.not_implemented else "fail")
+        """Return "pass", "todo", "slow" (right so far, out of time) or "fail"."""
+        if self.passed:
+            return "pass"
+        if self.not_implemented:
+            return "todo"
+        return "slow" if self.slow else "fail"
 
     def hint(self) -> tuple[int, str]:
-        """Return (number, text) of the hint this report suggests (see :func:`next_hint`)."""
+        """Return (number, text) of the hint this report suggests (see :func:`next_hint`), or
+        (0, "") when the first failure ran out of time: a hint is about wrong answers, and a
+        call that did not finish says nothing about its answer."""
+        first = self.first_failure
+        if first is not None and first.out_of_time:
+            return 0, ""
         return next_hint(self.exercise.hints, self.n_passed, len(self.results))
 
     def _shown_failures(self, at_most: int = 3) -> tuple[list, int, int]:
@@ -165,7 +203,19 @@ class Report:
             return f"{name}: not implemented yet (0/{total} cases run). Write the function, then run this cell again."
         if self.passed:
             return f"{name}: all {total} cases pass."
+        if self.slow:
+            return f"{name}: right so far, but too slow: {self.slow_text()}."
         return f"{name}: {n}/{total} cases pass."
+
+    def slow_text(self, noun: str = "case") -> str:
+        """Say how far a slow function got: how many ran (all right), and what stopped it."""
+        n, total = self.n_passed, len(self.results)
+        number, stop = next((i, r) for i, r in enumerate(self.results, 1) if r.out_of_time)
+        left = sum(r.out_of_time for r in self.results)
+        text = f"the {n} {noun}s that ran are right" if n > 1 else f"the one {noun} that ran is right"
+        if stop.kind == "timeout":
+            text += f"; {noun} {number} {stop.message.split(':')[0]}"
+        return text + f"; {left} of {total} not finished"
 
     def __str__(self) -> str:
         lines = [self.summary()]
@@ -234,7 +284,8 @@ class Report:
 
 
 # Okabe-Ito colors (safe for color blindness); the word says the same thing as the color.
-STATE_STYLE = {"pass": (GREEN, "PASS"), "fail": (ORANGE, "FAIL"), "todo": (DARK_YELLOW, "TODO")}
+STATE_STYLE = {"pass": (GREEN, "PASS"), "fail": (ORANGE, "FAIL"), "todo": (DARK_YELLOW, "TODO"),
+               "slow": (BLUE, "SLOW")}
 
 
 def _inline_code(text: str) -> str:
@@ -270,6 +321,8 @@ def describe_kwargs(kwargs: dict, width: int = 120) -> str:
 def _describe(value) -> str:
     if value is None:
         return "None"
+    if isinstance(value, Opaque):
+        return value.text
     if isinstance(value, bool):
         return repr(value)
     if isinstance(value, float):
@@ -305,6 +358,8 @@ class Expect:
 
 
 def _float_problem(got, expected, what: str = "the result") -> str | None:
+    if isinstance(got, Opaque):  # inside a dict: the whole value was plain, this part is not
+        return f"{what} is a {got.type_name}, which cannot be graded" + (f" ({got.why})" if got.why else "")
     if isinstance(got, np.generic):
         return (f"{what} is a NumPy scalar ({type(got).__module__}.{type(got).__name__}); "
                 "the contract asks for a Python float: wrap it in float(...)")
@@ -433,6 +488,301 @@ class ExpectScalarTensor(ExpectArray):
         return f"the value is off by {abs(value - want):.4g}"
 
 
+# --------------------------------------------------------------------------- plain data
+# A returned value crosses from the learner's kernel to the grader as JSON: numbers, strings,
+# None, lists, and objects with one tag (tuple, dict, complex, a non-finite float, a NumPy
+# scalar or array, a torch tensor, or an opaque stand-in). Nothing is unpickled, so no code of
+# the learner's runs in the grader, and an object cannot rebuild itself as something else.
+
+
+class Opaque:
+    """A returned value that is not plain data and so cannot be graded: its type's name, why,
+    and a short text for the report. Made from the type alone: no method of the value runs."""
+
+    def __init__(self, type_name: str, module: str = "", why: str = "", text: str = ""):
+        self.type_name, self.module = shorten(str(type_name), 80), shorten(str(module), 80)
+        self.why = shorten(str(why), 200)
+        self.text = shorten(str(text), 90) or f"<{self.type_name}>"
+
+    def problem(self) -> str:
+        return f"returned a {self.type_name}, which cannot be graded" + (f" ({self.why})" if self.why else "")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Opaque) and vars(self) == vars(other)
+
+    def __repr__(self) -> str:
+        return f"Opaque({self.type_name!r}, why={self.why!r})"
+
+
+_PLAIN_WHY = ("the grader takes numbers, strings, None, lists, tuples, dicts, NumPy arrays and torch "
+              "tensors")
+_NUMPY_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "float32", "float64", "complex64", "complex128"}
+_TORCH_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16", "float32",
+                 "float64", "complex64", "complex128"}
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class _TooBig(Exception):
+    pass
+
+
+_type_name = type.__dict__["__name__"].__get__  # a class's own name and module, read without
+_type_module = type.__dict__["__module__"].__get__  # running anything a metaclass defines
+_NUMPY_SCALARS = {np.dtype(name).type for name in _NUMPY_DTYPES}
+
+
+class _Encoder:
+    """Turns a value into plain data, counting numbers and characters against ``cap``.
+
+    It looks at ``type(x)`` only (an object cannot pretend to be another type) and reads
+    containers with the base types' own methods, so no method of the learner's classes runs.
+    """
+
+    def __init__(self, cap: int):
+        self.cap, self.used = cap, 0
+
+    def spend(self, n: int) -> None:
+        self.used += n
+        if self.used > self.cap:
+            raise _TooBig
+
+    @staticmethod
+    def number(x):
+        if type(x) in (bool, int):
+            return x
+        if type(x) is float:
+            return x if math.isfinite(x) else repr(x)
+        if type(x) is complex:
+            return [_Encoder.number(x.real), _Encoder.number(x.imag)]
+        raise TypeError(_type_name(type(x)))
+
+    def encode(self, x, depth: int = 0):
+        kind = type(x)
+        if depth > _MAX_DEPTH:
+            return _opaque_plain(x, f"nested more than {_MAX_DEPTH} levels deep")
+        if x is None or kind is bool:
+            self.spend(1)
+            return x
+        if kind is int:
+            self.spend(1)
+            return x if x.bit_length() <= 1024 else _opaque_plain(x, "an int too large for a float")
+        if kind is float:
+            self.spend(1)
+            return x if math.isfinite(x) else {"float": repr(x)}
+        if kind is complex:
+            self.spend(2)
+            return {"complex": self.number(x)}
+        if kind is str:
+            self.spend(len(x))
+            return x
+        if kind in _NUMPY_SCALARS:
+            self.spend(1)
+            return {"numpy": np.dtype(kind).name, "value": self.number(x.item())}
+        if kind is np.ndarray:
+            return self.array(x)
+        if issubclass(kind, list):
+            self.spend(1)
+            return [self.encode(v, depth + 1) for v in list(list.__iter__(x))]
+        if issubclass(kind, tuple):  # a tuple, or a named tuple, torch.Size, ...
+            self.spend(1)
+            return {"tuple": [self.encode(v, depth + 1) for v in list(tuple.__iter__(x))]}
+        if issubclass(kind, dict):  # a dict, or an OrderedDict, a defaultdict, ...
+            self.spend(1)
+            pairs = []
+            for k, v in list(dict.items(x)):
+                if type(k) not in (str, int, float, bool, type(None)):
+                    return _opaque_plain(x, f"a dict with a key of type {_type_name(type(k))}")
+                pairs.append([self.encode(k, depth + 1), self.encode(v, depth + 1)])
+            return {"dict": pairs}
+        if issubclass(kind, float) and not issubclass(kind, np.generic):
+            return _opaque_plain(x, "a subclass of float; the contract asks for a plain Python float: "
+                                    "float(...)", text=float.__repr__(x))
+        if issubclass(kind, (int, str, complex)):
+            base = next(b for b in (int, str, complex) if issubclass(kind, b))
+            return _opaque_plain(x, f"a subclass of {base.__name__}; return a plain {base.__name__}")
+        if issubclass(kind, np.generic):
+            return _opaque_plain(x, f"a NumPy scalar of dtype {np.dtype(kind).name}"
+                                    if _type_module(kind) == "numpy" else _PLAIN_WHY)
+        torch = sys.modules.get("torch")
+        if torch is not None and kind in (torch.Tensor, torch.nn.Parameter):
+            return self.tensor(x, torch)
+        return _opaque_plain(x, _PLAIN_WHY)
+
+    def array(self, x):
+        dtype = x.dtype.name
+        if dtype not in _NUMPY_DTYPES:
+            return _opaque_plain(x, f"a NumPy array of dtype {dtype}")
+        self.spend(x.size * (2 if x.dtype.kind == "c" else 1))
+        return {"ndarray": dtype, "shape": list(x.shape), "data": [self.number(v) for v in x.ravel().tolist()]}
+
+    def tensor(self, x, torch):
+        dtype = str(x.dtype).removeprefix("torch.")
+        if dtype not in _TORCH_DTYPES or x.layout != torch.strided or x.is_meta:
+            return _opaque_plain(x, f"a torch tensor of dtype {dtype}, layout "
+                                    f"{str(x.layout).removeprefix('torch.')}, device {x.device}")
+        self.spend(x.numel() * (2 if x.is_complex() else 1))
+        flat = x.detach().cpu().reshape(-1).tolist()
+        return {"tensor": dtype, "shape": list(x.shape), "data": [self.number(v) for v in flat],
+                "requires_grad": bool(x.requires_grad)}
+
+
+def _opaque_plain(x, why: str, text: str = "") -> dict:
+    kind = type(x)
+    name, module = _type_name(kind), _type_module(kind)
+    return {"opaque": name, "module": module if type(module) is str else "", "why": why,
+            "text": text or f"<{name}>"}
+
+
+def to_plain(value, cap: int = RETURN_CAP):
+    """Return ``value`` as JSON-ready plain data (see :func:`from_plain`); never raises.
+
+    Only the types named in :data:`_PLAIN_WHY` are carried, read with the base types' own
+    methods, so no method of the learner's runs. Anything else, and any value holding more than
+    ``cap`` numbers or characters, becomes an opaque stand-in that says why.
+    """
+    try:
+        return _Encoder(cap).encode(value)
+    except _TooBig:
+        return _opaque_plain(value, f"it holds more than {cap:,} numbers or characters; the grader takes "
+                                    f"at most {cap:,}")
+    except RecursionError:
+        return _opaque_plain(value, f"nested more than {_MAX_DEPTH} levels deep")
+    except BaseException as exc:  # a broken array or tensor
+        return _opaque_plain(value, f"it could not be read ({type(exc).__name__})")
+
+
+def _plain_number(item, kind: str):
+    """Check one element of an array's data against the array's kind ("b", "i", "f" or "c")."""
+    if kind == "b":
+        if type(item) is not bool:
+            raise ValueError("a bool array holds a non-bool")
+        return item
+    if kind == "i":
+        if type(item) is not int:
+            raise ValueError("an int array holds a non-int")
+        return item
+    if kind == "c":
+        if type(item) is not list or len(item) != 2:
+            raise ValueError("a complex element is not a [real, imag] pair")
+        return complex(_plain_number(item[0], "f"), _plain_number(item[1], "f"))
+    if type(item) is str and item in _NONFINITE:
+        return _NONFINITE[item]
+    if type(item) not in (int, float) or (type(item) is float and not math.isfinite(item)):
+        raise ValueError("a float element is not a number")
+    return float(item)
+
+
+class _Decoder:
+    def __init__(self, cap: int):
+        self.cap, self.used = cap, 0
+
+    def spend(self, n: int) -> None:
+        self.used += n
+        if self.used > self.cap:
+            raise ValueError(f"more than {self.cap} numbers or characters")
+
+    def decode(self, node, depth: int = 0):
+        if depth > _MAX_DEPTH + 2:
+            raise ValueError("nested too deep")
+        kind = type(node)
+        if node is None or kind is bool or kind is int:
+            self.spend(1)
+            return node
+        if kind is float:
+            if not math.isfinite(node):
+                raise ValueError("a non-finite float not in its tagged form")
+            self.spend(1)
+            return node
+        if kind is str:
+            self.spend(len(node))
+            return node
+        if kind is list:
+            self.spend(1)
+            return [self.decode(v, depth + 1) for v in node]
+        if kind is not dict or len(node) == 0:
+            raise ValueError(f"unexpected {kind.__name__}")
+        tag = next(iter(node))
+        fields = set(node)
+        if tag == "float" and fields == {"float"}:
+            if node["float"] not in _NONFINITE:
+                raise ValueError("a bad non-finite float")
+            self.spend(1)
+            return _NONFINITE[node["float"]]
+        if tag == "complex" and fields == {"complex"}:
+            self.spend(2)
+            return _plain_number(node["complex"], "c")
+        if tag == "tuple" and fields == {"tuple"} and type(node["tuple"]) is list:
+            self.spend(1)
+            return tuple(self.decode(v, depth + 1) for v in node["tuple"])
+        if tag == "dict" and fields == {"dict"} and type(node["dict"]) is list:
+            self.spend(1)
+            out = {}
+            for pair in node["dict"]:
+                if type(pair) is not list or len(pair) != 2:
+                    raise ValueError("a dict entry is not a [key, value] pair")
+                key = self.decode(pair[0], depth + 1)
+                if type(key) not in (str, int, float, bool, type(None)):
+                    raise ValueError("a dict key that is not a string or a number")
+                out[key] = self.decode(pair[1], depth + 1)
+            return out
+        if tag == "numpy" and fields == {"numpy", "value"} and node["numpy"] in _NUMPY_DTYPES:
+            dtype = np.dtype(node["numpy"])
+            self.spend(1)
+            return dtype.type(_plain_number(node["value"], _kind_of(dtype.kind)))
+        if tag == "ndarray" and fields == {"ndarray", "shape", "data"} and node["ndarray"] in _NUMPY_DTYPES:
+            dtype = np.dtype(node["ndarray"])
+            data = self.elements(node, _kind_of(dtype.kind))
+            return np.array(data, dtype=dtype).reshape(node["shape"])
+        if (tag == "tensor" and fields == {"tensor", "shape", "data", "requires_grad"}
+                and node["tensor"] in _TORCH_DTYPES and type(node["requires_grad"]) is bool):
+            import torch
+
+            dtype = getattr(torch, node["tensor"])
+            probe = torch.empty((), dtype=dtype)
+            kind = "b" if dtype == torch.bool else "c" if probe.is_complex() else "f" if probe.is_floating_point() else "i"
+            data = self.elements(node, kind)
+            tensor = torch.tensor(data, dtype=dtype).reshape(node["shape"])
+            return tensor.requires_grad_(True) if node["requires_grad"] and kind in "fc" else tensor
+        if (tag == "opaque" and fields == {"opaque", "module", "why", "text"}
+                and all(type(node[k]) is str for k in fields)):
+            return Opaque(node["opaque"], node["module"], node["why"], node["text"])
+        raise ValueError(f"an unknown or malformed tag {shorten(str(tag), 20)!r}")
+
+    def elements(self, node, kind: str) -> list:
+        shape, data = node["shape"], node["data"]
+        if type(shape) is not list or len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError("a bad shape")
+        if type(data) is not list or len(data) != math.prod(shape):
+            raise ValueError("the data do not fill the shape")
+        self.spend(len(data) * (2 if kind == "c" else 1))
+        return [_plain_number(v, kind) for v in data]
+
+
+def _kind_of(numpy_kind: str) -> str:
+    return {"b": "b", "i": "i", "u": "i", "f": "f", "c": "c"}[numpy_kind]
+
+
+def from_plain(data, cap: int = RETURN_CAP):
+    """Return the value that :func:`to_plain` turned into ``data``; raise ValueError if
+    ``data`` is not exactly what :func:`to_plain` makes (any tag, type, size or shape out of
+    place), so that what arrives from a kernel is checked before anything uses it."""
+    try:
+        return _Decoder(cap * 2 + 16).decode(data)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+    except (TypeError, OverflowError, KeyError, RuntimeError) as exc:
+        raise ValueError(f"malformed ({type(exc).__name__}: {shorten(str(exc), 80)})") from None
+
+
+def _round_trip(value):
+    """Return ``value`` as the grader would receive it from a kernel (see :func:`to_plain`)."""
+    try:
+        return from_plain(to_plain(value))
+    except ValueError as exc:  # cannot happen for what to_plain makes; say so rather than crash
+        return Opaque(type(value).__name__, "", f"it could not be carried ({exc})")
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -461,6 +811,59 @@ def _time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
+class _InputCalled(BaseException):
+    """Raised by ``input()`` during a call: nobody is there to type an answer."""
+
+
+@contextlib.contextmanager
+def _no_input():
+    """Make ``input()`` raise ``_InputCalled`` instead of waiting for someone to type."""
+
+    def refuse(*args, **kwargs):
+        raise _InputCalled()
+
+    previous = builtins.input
+    builtins.input = refuse
+    try:
+        yield
+    finally:
+        builtins.input = previous
+
+
+@contextlib.contextmanager
+def _noting_interrupts(note: dict):
+    """Set ``note["signal"]`` when a real interrupt (SIGINT: the stop button, the grader) arrives,
+    so that a KeyboardInterrupt the function raises itself is told apart from one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_interrupt(signum, frame):
+        note["signal"] = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+
+
+_LIBRARY_DIRS = tuple({os.path.normpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"],
+                                                             sysconfig.get_paths()["purelib"],
+                                                             sysconfig.get_paths()["platlib"])})
+
+
+def _raised_by_library(exc: BaseException) -> bool:
+    """True when the innermost frame of ``exc`` is in the standard library or an installed
+    package (not in the learner's code, nor in this course's package)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return False
+    where = os.path.normpath(frames[-1].filename)
+    return where.startswith(_LIBRARY_DIRS) or f"{os.sep}site-packages{os.sep}" in where
+
+
 class _CappedText(io.StringIO):
     """A text stream that keeps the first ``cap`` characters written and counts the rest."""
 
@@ -476,10 +879,13 @@ class _CappedText(io.StringIO):
         return len(s)
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # minirlhf/
+
+
 def _where(exc: BaseException) -> str:
     """Return ' (in f, line N: code)' for the innermost frame outside this package."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if "minirlhf" not in f.filename.replace("\\", "/").split("/")[-2:-1]]
+              if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
     if not frames:
         return ""
     f = frames[-1]
@@ -508,17 +914,28 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None) -> 
     out = _CappedText(PRINT_CAP)
     start = time.perf_counter()
 
+    note = {"signal": False}
+
     def done(kind, value=None, message=""):
         return Call(kind, value, message, out.getvalue(), out.total, time.perf_counter() - start)
 
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), _time_limit(time_limit):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), _time_limit(time_limit), \
+                _noting_interrupts(note), _no_input():
             got = fn(**kwargs)
-    except NotImplementedError:
+    except NotImplementedError as exc:
+        if _raised_by_library(exc):  # torch or Python saying it cannot do something, not a blank exercise
+            return done("error", message=f"raised NotImplementedError: {shorten(str(exc), 200)}{_where(exc)}")
         return done("todo", message="not implemented yet")
+    except _InputCalled as exc:
+        return done("error", message=f"called input(){_where(exc)}, which waits for someone to type: "
+                                     "the function must take everything it needs from its arguments")
     except _TimeLimit:
         return done("timeout", message=f"took longer than {time_limit:g} s: is there a loop that never ends?")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if not note["signal"]:  # raised by the function itself, not by an interrupt
+            return done("error", message=f"raised KeyboardInterrupt{_where(exc)}, which stops the program: "
+                                         "return the answer instead")
         return done("timeout", message=f"interrupted after {time.perf_counter() - start:.1f} s: "
                                        "is there a loop that never ends?")
     except RecursionError:
@@ -538,17 +955,28 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None) -> 
 def judge(call: Call, case: Case, expect: Expect) -> CaseResult:
     """Compare what a call did with the case's expected value; return the case's result."""
     if call.kind != "ok":
-        return CaseResult(case, False, call.value, call.message, call.printed, call.n_printed, call.kind)
-    try:
-        bad = expect.problem(call.value, case.expected)
-    except Exception as exc:
-        bad = f"returned a value that could not be compared ({type(exc).__name__}: {exc})"
-    return CaseResult(case, bad is None, call.value, bad or "", call.printed, call.n_printed, "ok")
+        return CaseResult(case, False, call.value, call.message, call.printed, call.n_printed, call.kind,
+                          call.seconds)
+    if isinstance(call.value, Opaque):
+        bad = call.value.problem()
+    else:
+        try:
+            bad = expect.problem(call.value, case.expected)
+        except Exception as exc:
+            bad = f"returned a value that could not be compared ({type(exc).__name__}: {exc})"
+    return CaseResult(case, bad is None, call.value, bad or "", call.printed, call.n_printed, "ok", call.seconds)
 
 
 def run_case(fn: Callable, case: Case, exercise: Exercise) -> CaseResult:
-    """Call ``fn(**case.kwargs)`` safely and compare with ``case.expected``."""
-    return judge(call_safely(fn, case.kwargs, exercise.time_limit), case, exercise.expect)
+    """Call ``fn(**case.kwargs)`` safely and compare with ``case.expected``.
+
+    The returned value is judged as the grader would receive it (see :func:`to_plain`), so a
+    check cell and the grader give the same verdict.
+    """
+    call = call_safely(fn, case.kwargs, exercise.time_limit)
+    if call.kind in ("ok", "mutated"):
+        call.value = _round_trip(call.value)
+    return judge(call, case, exercise.expect)
 
 
 def not_run(case: Case) -> CaseResult:

@@ -27,6 +27,15 @@ One call, two front ends::
 ``draw`` receives the grid values as keyword arguments and must return a new Figure; the
 explorer renders it to PNG and closes it. One or two grids are supported (two grids make
 ``len(a) * len(b)`` frames, so keep them small).
+
+**Sharp and readable on every screen.** Every figure is rendered at :data:`DPI` (200) pixels
+per inch and shown at :data:`CSS_PPI` (100) CSS pixels per inch, so it is twice as sharp as
+the screen needs on a high-DPI display, and scaled down to the column when it is wider. A
+figure drawn for a phone can come with it: ``show_figure(..., narrow=...)``, or a ``draw``
+that takes ``narrow=True``, gives a second rendering that the book shows below
+:data:`PHONE_MEDIA` (a ``<picture>`` with a ``<source media=...>``). Each image carries its
+drawn width and its smallest font as ``data-`` attributes, so the browser test can check the
+size that text really reaches a reader's eye at each width.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import inspect
 import io
 import json
 from dataclasses import dataclass
@@ -43,9 +53,12 @@ import numpy as np
 
 from .frontend import building_book
 
-__all__ = ["explore", "explorer_html", "live_explorer", "figure_png", "show_figure"]
+__all__ = ["explore", "explorer_html", "live_explorer", "figure_png", "render", "Rendered", "show_figure",
+           "DPI", "CSS_PPI", "PHONE_MEDIA"]
 
-DPI = 100  # frames are many: keep figures about 8 x 3.5 inches so a frame stays near 40 kB
+DPI = 200  # pixels per inch of every rendered figure: twice what it is shown at
+CSS_PPI = 100  # CSS pixels per inch of figure: a 6.5 in wide figure is shown 650 px wide at most
+PHONE_MEDIA = "(max-width: 576px)"  # below this width the book shows a figure's narrow variant
 
 
 @dataclass(frozen=True)
@@ -99,17 +112,91 @@ def _index_of(values: tuple, wanted, name: str) -> int:
     raise ValueError(f"default: {name}={wanted!r} is not one of the grid values {list(values)}")
 
 
-def figure_png(fig, dpi: int = DPI) -> bytes:
-    """Return ``fig`` rendered as PNG bytes (no timestamp or software tag, so the bytes are
-    reproducible), and close the figure."""
+@dataclass(frozen=True)
+class Rendered:
+    """A figure rendered to PNG, with the size it is drawn for and its smallest text."""
+
+    png: bytes
+    width_in: float
+    height_in: float
+    min_font_pt: float  # the smallest visible text (tick labels, legends, titles), in points
+
+    @property
+    def css_width(self) -> int:
+        return round(self.width_in * CSS_PPI)
+
+    @property
+    def css_height(self) -> int:
+        return round(self.height_in * CSS_PPI)
+
+    def b64(self) -> str:
+        return base64.b64encode(self.png).decode("ascii")
+
+
+def _smallest_font(fig) -> float:
+    """Return the smallest font size (points) of the visible, non-empty text of a drawn figure."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.get_alpha() != 0]
+    return float(min(sizes)) if sizes else float("inf")
+
+
+def render(fig, dpi: int = DPI) -> Rendered:
+    """Return ``fig`` rendered (PNG bytes without timestamp or software tag, so reproducible),
+    its size in inches and its smallest font, and close the figure."""
     import matplotlib.pyplot as plt
+
+    from PIL import Image
 
     buf = io.BytesIO()
     try:
         fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+        width, height = fig.get_size_inches()
+        smallest = _smallest_font(fig)  # after savefig: the ticks shown are the ticks drawn
     finally:
         plt.close(fig)
-    return buf.getvalue()
+    # A palette of 256 colors (no dithering) keeps lines and text crisp and makes the file
+    # about a third of the size: it matters for the book's slider pages, which hold many frames.
+    image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    small = image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    small.save(out, format="PNG", optimize=True)
+    return Rendered(out.getvalue(), float(width), float(height), smallest)
+
+
+def figure_png(fig, dpi: int = DPI) -> bytes:
+    """Return ``fig`` rendered as PNG bytes (no timestamp or software tag, so the bytes are
+    reproducible), and close the figure."""
+    return render(fig, dpi).png
+
+
+def _img_attrs(wide: Rendered, narrow: Rendered | None) -> str:
+    """The <img> attributes every figure carries: its CSS size and what the browser test reads."""
+    attrs = (f'width="{wide.css_width}" height="{wide.css_height}" '
+             f'data-width-in="{wide.width_in:g}" data-min-font-pt="{wide.min_font_pt:g}"')
+    if narrow is not None:
+        attrs += f' data-narrow-width-in="{narrow.width_in:g}" data-narrow-min-font-pt="{narrow.min_font_pt:g}"'
+    return attrs
+
+
+def _picture(uid: str | None, wide: Rendered, narrow: Rendered | None, alt: str) -> str:
+    """Return a <picture>: the narrow rendering below PHONE_MEDIA when there is one, else the wide."""
+    ids = (f' id="{uid}-src"', f' id="{uid}-img"') if uid else ("", "")
+    source = ""
+    if narrow is not None:
+        source = (f'<source{ids[0]} media="{PHONE_MEDIA}" srcset="data:image/png;base64,{narrow.b64()}" '
+                  f'width="{narrow.css_width}" height="{narrow.css_height}">')
+    return (f"<picture>{source}<img{ids[1]} src=\"data:image/png;base64,{wide.b64()}\" "
+            f'alt="{html.escape(alt)}" {_img_attrs(wide, narrow)} '
+            f'style="max-width:100%;height:auto;display:block"></picture>')
+
+
+def _takes_narrow(draw: Callable) -> bool:
+    try:
+        return "narrow" in inspect.signature(draw).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _alt_text(alt, params: dict, texts: dict) -> str:
@@ -118,6 +205,13 @@ def _alt_text(alt, params: dict, texts: dict) -> str:
     if alt is None:
         return "Figure at " + ", ".join(f"{k} = {v}" for k, v in texts.items())
     return str(alt).format(**texts)
+
+
+def _draw_rendered(draw: Callable, params: dict, dpi: int, narrow: bool = False) -> Rendered:
+    fig = draw(**params, narrow=True) if narrow else draw(**params)
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"draw must return a matplotlib Figure, got {type(fig).__name__}")
+    return render(fig, dpi)
 
 
 def _draw_png(draw: Callable, params: dict, dpi: int) -> bytes:
@@ -138,21 +232,26 @@ def _grid_points(axes: list[_Axis]):
 
 def explorer_html(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping | None = None,
                   labels: Mapping[str, str] | None = None, fmt="{:g}", alt=None, key: str = "",
-                  dpi: int = DPI) -> str:
+                  dpi: int = DPI, caption: str | None = None) -> str:
     """Return the book's self-contained HTML: range sliders, value labels, the default frame
     as an ``<img>`` with alt text, and inline JavaScript that swaps frames (one per grid point)."""
     axes = _axes(grids, default, labels, fmt)
-    frames, alts = [], []
+    narrow = _takes_narrow(draw)  # a draw that can lay itself out for a phone
+    wide_frames, narrow_frames, alts = [], [], []
     for _, params, texts in _grid_points(axes):
-        frames.append(base64.b64encode(_draw_png(draw, params, dpi)).decode("ascii"))
+        wide_frames.append(_draw_rendered(draw, params, dpi))
+        if narrow:
+            narrow_frames.append(_draw_rendered(draw, params, dpi, narrow=True))
         alts.append(_alt_text(alt, params, texts))
+    frames = [r.b64() for r in wide_frames]
+    small = [r.b64() for r in narrow_frames]
     shape = [len(a.values) for a in axes]
     start = int(np.ravel_multi_index([a.start for a in axes], shape))
 
     digest = hashlib.sha1(key.encode())
     for a in axes:
         digest.update(json.dumps([a.name, a.label, list(a.texts)]).encode())
-    for f in frames:
+    for f in frames + small:
         digest.update(f.encode())
     uid = "mrx-" + digest.hexdigest()[:12]
 
@@ -172,26 +271,40 @@ def explorer_html(draw: Callable, grids: Mapping[str, Sequence], *, default: Map
         "shape": shape,
         "texts": [list(a.texts) for a in axes],
         "frames": ["" if i == start else f for i, f in enumerate(frames)],
+        "small": ["" if i == start else f for i, f in enumerate(small)],
         "alts": alts,
     }
     script = (
         "(function(){"
         f"var uid={json.dumps(uid)},d={json.dumps(data, separators=(',', ':'))};"
         "var img=document.getElementById(uid+'-img'),first=img.getAttribute('src');"
+        "var src=document.getElementById(uid+'-src'),firstSmall=src?src.getAttribute('srcset'):'';"
         "var inputs=d.shape.map(function(_,k){return document.getElementById(uid+'-'+k);});"
         "function show(){var flat=0;inputs.forEach(function(el,k){"
         "var i=parseInt(el.value,10);flat=flat*d.shape[k]+i;var t=d.texts[k][i];"
         "document.getElementById(uid+'-'+k+'-value').textContent=t;el.setAttribute('aria-valuetext',t);});"
-        "img.src=d.frames[flat]?'data:image/png;base64,'+d.frames[flat]:first;img.alt=d.alts[flat];}"
+        "img.src=d.frames[flat]?'data:image/png;base64,'+d.frames[flat]:first;img.alt=d.alts[flat];"
+        "if(src){src.srcset=d.small[flat]?'data:image/png;base64,'+d.small[flat]:firstSmall;}}"
         "inputs.forEach(function(el){el.addEventListener('input',show);});"
         "})();"
     )
+    # One <img> for every frame: its data- attributes hold the smallest font over all frames.
+    shown = wide_frames[start]
+    tiny = min(r.min_font_pt for r in wide_frames)
+    wide_meta = Rendered(shown.png, shown.width_in, shown.height_in, tiny)
+    narrow_meta = None
+    if narrow:
+        first_small = narrow_frames[start]
+        narrow_meta = Rendered(first_small.png, first_small.width_in, first_small.height_in,
+                               min(r.min_font_pt for r in narrow_frames))
+    figure = _picture(uid, wide_meta, narrow_meta, alts[start])
+    cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
     return (
-        f'<div class="mr-explorer" id="{uid}" style="margin:0.5em 0 1em 0">'
+        f'<figure class="mr-explorer" id="{uid}" style="margin:0.5em 0 1em 0">'
         + "".join(controls)
-        + f'<img id="{uid}-img" src="data:image/png;base64,{frames[start]}" alt="{html.escape(alts[start])}" '
-        f'style="max-width:100%;height:auto;display:block">'
-        + f"<script>{script}</script></div>"
+        + figure
+        + cap
+        + f"<script>{script}</script></figure>"
     )
 
 
@@ -202,7 +315,7 @@ class _LiveExplorer:
         import ipywidgets as widgets
 
         self._draw, self._axes, self._alt, self._dpi = draw, axes, alt, dpi
-        self._cache: dict[tuple, bytes] = {}
+        self._cache: dict[tuple, Rendered] = {}
         self.sliders = []
         for a in axes:
             common = {"options": list(zip(a.texts, range(len(a.values)))), "value": a.start,
@@ -227,15 +340,15 @@ class _LiveExplorer:
             self.status.value = f"working on {shown} ..."
             self.output.outputs = ()  # make room: a progress bar shows here, not below the old figure
             with self.output:  # whatever draw prints or shows (a progress bar) appears here meanwhile
-                self._cache[idx] = _draw_png(self._draw, params, self._dpi)
+                self._cache[idx] = _draw_rendered(self._draw, params, self._dpi)
             self.status.value = ""
         # Set the Output widget's state directly (no display messages): the figure never leaks
         # into the cell's own outputs, whatever front end runs the notebook.
         self.output.outputs = ({
             "output_type": "display_data",
-            "data": {"image/png": base64.b64encode(self._cache[idx]).decode("ascii"),
+            "data": {"image/png": self._cache[idx].b64(),
                      "text/plain": _alt_text(self._alt, params, texts)},
-            "metadata": {},
+            "metadata": {"image/png": {"width": self._cache[idx].css_width}},
         },)
 
     def describe(self) -> str:
@@ -267,7 +380,7 @@ class _StaticExplorer:
 
 def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping | None = None,
             labels: Mapping[str, str] | None = None, fmt="{:g}", alt=None, key: str = "",
-            dpi: int = DPI, continuous_update: bool = True) -> None:
+            dpi: int = DPI, continuous_update: bool = True, caption: str | None = None) -> None:
     """Show ``draw(**params)`` behind one slider per grid (one or two grids); returns None.
 
     Parameters
@@ -291,12 +404,18 @@ def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping |
         Resolution of the frames.
     continuous_update : bool
         Live mode only: redraw while dragging (True) or on release (False, for slow draws).
+    caption : str, optional
+        What to see in the figure; the book prints it under the frames.
+
+    A ``draw`` that takes a ``narrow`` keyword is also drawn with ``narrow=True`` for the book's
+    phone layout.
     """
     from IPython.display import display
 
     if building_book():
         axes = _axes(grids, default, labels, fmt)
-        page = explorer_html(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt, key=key, dpi=dpi)
+        page = explorer_html(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt, key=key, dpi=dpi,
+                             caption=caption)
         n = int(np.prod([len(a.values) for a in axes]))
         summary = f"Explorer with {n} precomputed frames over " + ", ".join(a.name for a in axes) + "."
         display(_StaticExplorer(page, summary))
@@ -306,26 +425,41 @@ def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping |
 
 
 class _StaticFigure:
-    def __init__(self, png: bytes, alt: str, caption: str | None):
-        self.png, self.alt, self.caption = png, alt, caption
+    def __init__(self, wide: Rendered, narrow: Rendered | None, alt: str, caption: str | None):
+        self.wide, self.narrow, self.alt, self.caption = wide, narrow, alt, caption
 
     def _repr_mimebundle_(self, **kwargs):
-        b64 = base64.b64encode(self.png).decode("ascii")
         if not building_book():
-            # JupyterLab shows the PNG; the alt text is the plain-text form (and what nbval compares).
-            return {"image/png": b64, "text/plain": self.alt}
+            # JupyterLab shows the PNG at its CSS size (sharp on a high-DPI screen); the alt
+            # text is the plain-text form (and what nbval compares).
+            return ({"image/png": self.wide.b64(), "text/plain": self.alt},
+                    {"image/png": {"width": self.wide.css_width}})
         cap = f"<figcaption>{html.escape(self.caption)}</figcaption>" if self.caption else ""
         page = (f'<figure class="mr-figure" style="margin:0.5em 0 1em 0">'
-                f'<img src="data:image/png;base64,{b64}" alt="{html.escape(self.alt)}" '
-                f'style="max-width:100%;height:auto;display:block">{cap}</figure>')
+                f"{_picture(None, self.wide, self.narrow, self.alt)}{cap}</figure>")
         return {"text/html": page, "text/plain": self.alt}
 
 
-def show_figure(fig, alt: str, caption: str | None = None, dpi: int = DPI) -> None:
-    """Show a static figure with alt text (and a caption in the book), close it; returns None."""
-    from IPython.display import display
+def show_figure(fig, alt: str, caption: str | None = None, dpi: int = DPI, narrow=None) -> None:
+    """Show a static figure with alt text and a caption, close it; returns None.
 
-    png = figure_png(fig, dpi)  # renders and closes the figure, also when alt is missing
+    ``fig`` is a Figure, or a function ``draw(narrow=False) -> Figure``. The book also shows a
+    narrow rendering on a phone: ``draw(narrow=True)``, or the Figure given as ``narrow``.
+    """
+    from IPython.display import display
+    import matplotlib.pyplot as plt
+
+    small = None
+    if callable(fig) and not hasattr(fig, "savefig"):
+        draw, fig = fig, fig(narrow=False)
+        if building_book():
+            small = render(draw(narrow=True), dpi)
+    elif narrow is not None:
+        if building_book():
+            small = render(narrow, dpi)
+        else:
+            plt.close(narrow)
+    wide = render(fig, dpi)  # renders and closes the figure, also when alt is missing
     if not alt:
         raise ValueError("alt must describe the figure for readers who cannot see it")
-    display(_StaticFigure(png, alt, caption))
+    display(_StaticFigure(wide, small, alt, caption))

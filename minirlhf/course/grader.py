@@ -3,19 +3,27 @@
 For each notebook:
 
 1. **Run it.** The notebook is read into memory and run top to bottom in a fresh kernel
-   (nbclient), with the notebook's folder as working directory so that it behaves as in
-   JupyterLab. The file itself is only read, never written. A cell that fails is recorded
-   and the run goes on; a cell that runs too long is interrupted. The notebook's own check
-   cells do nothing during the run (``GRADING_ENV``): the grader runs those cases itself.
+   (nbclient), as "Restart and run all" would. The kernel works in an empty temporary folder,
+   so a relative path in the notebook cannot reach the notebook file; the file is only read,
+   and compared after grading with what was read (a notebook whose code deleted or changed
+   it is reported, and the version graded is kept). A cell that fails is recorded and the
+   run goes on; a cell that runs too long is interrupted. The notebook's own check cells do
+   nothing during the run (``GRADING_ENV``): the grader runs those cases itself.
 2. **Pick the exercises.** Those of the notebook's chapter (its ``NN_`` prefix) from the
    registry :mod:`minirlhf.course.exercises`; a renamed notebook is recognised by its check cells.
 3. **Call the learner's functions.** Each exercise gets its cases plus ``n_random``
    randomized inputs from ``random_kwargs`` (a fresh seed each run, printed so a run can be
-   repeated with ``--seed``). The inputs go to the kernel in a pickle file (they may hold
-   torch tensors), and a one-line cell calls the learner's function by name on each, through
-   :func:`minirlhf.course.cases.call_safely` (time limit, captured prints, mutated inputs). What
-   each call returned is pickled back.
-4. **Judge here.** The expected values never enter the kernel: the reference solution runs
+   repeated with ``--seed``). The inputs go to the kernel in a pickle file written here (they
+   may hold torch tensors), and a one-line cell calls the learner's function by name on each,
+   through :func:`minirlhf.course.cases.call_safely` (time limit, captured prints, mutated
+   inputs). While it runs, the package's own reference for that exercise raises when called,
+   under any name (imported, wrapped, or in a ``functools.partial``).
+4. **Bring the answers back as plain data.** What each call returned is turned into JSON in
+   the kernel (:func:`minirlhf.course.cases.to_plain`: numbers, strings, lists, dicts, tagged
+   arrays and tensors, at most ``RETURN_CAP`` numbers) and checked on arrival
+   (:func:`~minirlhf.course.cases.from_plain`). Nothing from the kernel is unpickled here, so
+   no code of the notebook runs in the grader; anything else "cannot be graded".
+5. **Judge here.** The expected values never enter the kernel: the reference solution runs
    in this process and :func:`minirlhf.course.cases.judge` compares, with the exercise's
    comparator. Passing therefore means agreeing with the reference on inputs the notebook
    never saw.
@@ -26,10 +34,17 @@ the notebook defined (globals, imports, helpers), and only that kernel has it.
 The grader never hangs: calls run in slices of about a second, each slice a cell with a
 timeout. Inside the kernel every call has the exercise's time limit (an alarm signal); a
 call that ignores it is interrupted from here, and a kernel that ignores the interrupt too
-is restarted and the notebook run again for the exercises still to grade.
+is restarted and the notebook run again for the exercises still to grade. The calls of one
+exercise share a budget (``--budget``, 60 s): a function that is right on every input it
+finished but runs out of time is reported SLOW, never wrong.
 
-Exit status: 0 when every exercise of every notebook passes, 1 when one fails, 2 when a
-notebook could not be graded (missing file, not a notebook, no exercises, no kernel).
+The grader survives its notebook: the kernel runs in its own session, so a signal to the
+kernel's process group does not reach the grader; a SIGTERM that does reach it stops the
+grading with a message, after the kernel is shut down and the temporary files removed.
+
+Exit status: 0 when every exercise of every notebook passes, 1 when one fails (or is too
+slow), 2 when a notebook could not be graded (missing file, not a notebook, no exercises,
+no kernel) or an option is wrong, 130 on Ctrl-C, 143 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -38,28 +53,37 @@ import argparse
 import copy
 import dataclasses
 import difflib
-import io
+import importlib
+import json
 import math
 import os
 import pickle
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import types
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cases import (Call, Case, CaseResult, Exercise, Report, call_safely, describe, shorten,
-                       failure_lines, judge, next_hint, not_run)
+from .cases import (Call, Case, CaseResult, Exercise, Opaque, Report, RETURN_CAP, call_safely, from_plain,
+                    failure_lines, judge, not_run, shorten, to_plain)
 
-__all__ = ["grade_notebook", "NotebookGrade", "ExerciseGrade", "CellProblem", "render", "main"]
+__all__ = ["grade_notebook", "NotebookGrade", "ExerciseGrade", "CellProblem", "render", "main",
+           "BUDGET", "CELL_TIMEOUT"]
 
 SLICE = 1.0  # seconds of calls per grading cell, so the grader can step in between
 GRACE = 3.0  # seconds a kernel gets to answer after a time limit or an interrupt
 CELL_TIMEOUT = 120.0  # seconds any one notebook cell may run
+BUDGET = 60.0  # seconds of calls per exercise, all its inputs together
+MAX_SECONDS = 86400.0  # the largest --cell-timeout or --budget taken (a day)
+MAX_TIME_LIMIT = 3600.0  # the largest --time-limit taken (an hour: the alarm's range is finite)
+MAX_NOTEBOOK_BYTES = 100_000_000  # a notebook file larger than this is not read
+_RECORD_CAP = 40 * RETURN_CAP + 4096  # characters of one result line from the kernel
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -87,6 +111,15 @@ class ExerciseGrade(Report):
 
     n_cases: int = 0  # how many of ``results`` are the exercise's own cases
     printed: int = 0  # characters the function printed over all calls
+    time_limit: float = 0.0  # seconds per call
+    budget: float = 0.0  # seconds of calls in all
+    stopped: str = ""  # "budget" when the budget ran out, "time limit" when a call ran past its limit
+
+    @property
+    def seconds_per_call(self) -> float:
+        """The mean time of the calls that finished."""
+        done = [r.seconds for r in self.results if not r.out_of_time]
+        return sum(done) / len(done) if done else 0.0
 
 
 @dataclass
@@ -101,6 +134,7 @@ class NotebookGrade:
     exercises: list = field(default_factory=list)  # ExerciseGrade
     restarts: int = 0
     seconds: float = 0.0
+    file_problem: str = ""  # set when the notebook file was deleted or changed while it was graded
 
     @property
     def passed(self) -> bool:
@@ -111,23 +145,64 @@ class NotebookGrade:
 # This part runs inside the learner's kernel. It sees the inputs, never the expected values.
 
 _SESSIONS: dict = {}
+_BLOCKED: dict = {}  # the reference function being graded -> its own code, while it is blocked
+
+
+class _ReferenceNotAvailable(BaseException):
+    """Raised by the package's reference solution while its exercise is graded. A
+    BaseException, so that an ``except Exception`` around the call does not hide it."""
+
+    used = False  # set by the stub, read after each call
+
+
+def _reference_stub(*args, **kwargs):
+    # Becomes the reference's code while it is blocked, so it runs with the reference's module
+    # globals: it names nothing but builtins.
+    grader = __import__("minirlhf.course.grader", fromlist=["_"])
+    grader._ReferenceNotAvailable.used = True
+    raise grader._ReferenceNotAvailable("the package's reference solution is not available while grading")
+
+
+def _block_reference(where) -> None:
+    """Make the function ``module.name`` (``where``) raise while its exercise is graded.
+
+    Its code is swapped, not its name, so every way to reach it raises: the name imported
+    from any module, a wrapper that calls it, a ``functools.partial`` of it.
+    """
+    _unblock_references()
+    if not where:
+        return
+    try:
+        fn = getattr(importlib.import_module(where[0]), where[1])
+    except Exception:  # not importable here: nothing to block
+        return
+    if isinstance(fn, types.FunctionType) and fn.__closure__ is None:
+        _BLOCKED[fn] = fn.__code__
+        fn.__code__ = _reference_stub.__code__
+
+
+def _unblock_references() -> None:
+    while _BLOCKED:
+        fn, code = _BLOCKED.popitem()
+        fn.__code__ = code
 
 
 class _KernelSession:
-    """Calls one learner function on a list of inputs, a slice at a time, recording each call."""
+    """Calls one learner function on a list of inputs, a slice at a time, recording each call
+    as a line of JSON."""
 
     def __init__(self, namespace: dict, spec: dict):
         self.spec = spec
-        self.out = open(spec["results"], "ab")
+        self.out = open(spec["results"], "a", encoding="utf-8")
         self.i = 0
+        self.spent = 0.0  # seconds of calls so far
         self.done = False
-        self.start = time.perf_counter()
         name = spec["name"]
         fn = namespace.get(name)
         if fn is None:
             own = sorted(k for k, v in namespace.items()
                          if callable(v) and getattr(v, "__module__", None) == "__main__" and not k.startswith("_"))
-            self._finish(setup="missing", names=own)
+            self._finish(setup="missing", names=own[:200])
         elif not callable(fn):
             self._finish(setup="not callable", detail=f"{name} is a {type(fn).__name__}, not a function")
         elif str(getattr(fn, "__module__", "")).startswith("minirlhf"):
@@ -135,13 +210,15 @@ class _KernelSession:
         else:
             self.fn = fn
             with open(spec["inputs"], "rb") as f:
-                self.inputs = pickle.load(f)
+                self.inputs = pickle.load(f)  # written by the grader, not by the notebook
+            _block_reference(spec.get("reference"))
 
     def _write(self, record: dict) -> None:
-        pickle.dump(record, self.out)
+        self.out.write(json.dumps(record, allow_nan=False) + "\n")
         self.out.flush()
 
     def _finish(self, **record) -> None:
+        _unblock_references()
         self._write({"done": True, **record})
         self.out.close()
         self.done, self.inputs = True, []
@@ -152,43 +229,29 @@ class _KernelSession:
             return
         until = time.perf_counter() + self.spec["slice"]
         while self.i < len(self.inputs) and time.perf_counter() < until:
+            _ReferenceNotAvailable.used = False
             call = call_safely(self.fn, self.inputs[self.i], self.spec["time_limit"])
-            self._write(_call_record(self.i, call))
+            self._write(_call_record(self.i, call, _ReferenceNotAvailable.used, self.spec.get("reference")))
             self.i += 1
+            self.spent += call.seconds
             if call.kind == "timeout":
                 return self._finish(reason="timeout")
-            if time.perf_counter() - self.start > self.spec["budget"]:
+            if self.spent > self.spec["budget"] and self.i < len(self.inputs):
                 return self._finish(reason="budget")
         if self.i >= len(self.inputs):
             self._finish(reason="all")
 
 
-class _Pickler(pickle.Pickler):
-    """Pickles a tensor that requires grad as its detached copy, marked to require grad again:
-    a loss with a grad_fn is a right answer, but autograd graphs cannot leave a process."""
-
-    def reducer_override(self, obj):
-        if type(obj).__module__.startswith("torch") and getattr(obj, "requires_grad", False):
-            return _requiring_grad, (obj.detach(),)
-        return NotImplemented
-
-
-def _requiring_grad(tensor):
-    return tensor.requires_grad_(True)
-
-
-def _call_record(index: int, call: Call) -> dict:
-    """Return a picklable record of a call; the returned value is pickled on its own."""
-    record = {"index": index, "kind": call.kind, "message": call.message,
-              "n_printed": call.n_printed, "seconds": call.seconds, "value": None}
-    if call.kind in ("ok", "mutated"):
-        buffer = io.BytesIO()
-        try:
-            _Pickler(buffer).dump(call.value)
-            record["value"] = buffer.getvalue()
-        except Exception:
-            record["type"] = type(call.value).__name__
-            record["text"] = describe(call.value)
+def _call_record(index: int, call: Call, used_reference: bool = False, reference=None) -> dict:
+    """Return the JSON-ready record of a call: what happened, and what it returned as plain data."""
+    record = {"index": index, "kind": call.kind, "message": shorten(str(call.message), 600),
+              "n_printed": int(call.n_printed), "seconds": float(call.seconds), "value": None}
+    if used_reference:  # whatever it did after that, it leaned on the package's answer
+        name = ".".join(reference) if reference else "the package's reference"
+        record.update(kind="error", message=f"calls {name}, the package's own solution, which is not available "
+                                            "while the grader runs: write the computation yourself")
+    elif call.kind in ("ok", "mutated"):
+        record["value"] = to_plain(call.value)
     return record
 
 
@@ -198,6 +261,89 @@ def _kernel_step(namespace: dict, spec: dict) -> None:
     if session is None:
         session = _SESSIONS[spec["results"]] = _KernelSession(namespace, spec)
     session.step()  # a finished session stays, so a late step does not start it again
+
+
+# --------------------------------------------------------------------------- what comes back
+
+_KINDS = {"ok", "mutated", "todo", "error", "timeout"}
+_REASONS = {"all", "timeout", "budget"}
+_SETUPS = {"missing", "not callable", "not yours"}
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not plain JSON")
+
+
+def _parse_record(line: str | None, expected_index: int) -> dict:
+    """Return the checked record on one line from the kernel. A line that is not exactly what
+    the kernel side writes becomes a call that "cannot be graded"."""
+    def broken(why: str) -> dict:
+        return {"index": expected_index, "kind": "error", "n_printed": 0, "seconds": 0.0, "value": None,
+                "message": f"its result arrived malformed from the kernel ({why}), so it cannot be graded"}
+
+    if line is None:
+        return broken("far too long")
+    try:
+        data = json.loads(line, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return broken("not JSON")
+    if not isinstance(data, dict):
+        return broken("not a record")
+    if data.get("done") is True:
+        done = {"done": True}
+        if data.get("reason") in _REASONS:
+            done["reason"] = data["reason"]
+        elif data.get("setup") in _SETUPS:
+            done["setup"] = data["setup"]
+            names = data.get("names", [])
+            done["names"] = [n for n in names if isinstance(n, str)][:200] if isinstance(names, list) else []
+            done["detail"] = shorten(data["detail"], 200) if isinstance(data.get("detail"), str) else ""
+        else:
+            return broken("an unknown ending")
+        return done
+    fields = {"index", "kind", "message", "n_printed", "seconds", "value"}
+    if set(data) != fields:
+        return broken("unexpected fields")
+    if (type(data["index"]) is not int or data["index"] != expected_index or data["kind"] not in _KINDS
+            or type(data["message"]) is not str or type(data["n_printed"]) is not int or data["n_printed"] < 0
+            or type(data["seconds"]) not in (int, float) or not 0 <= data["seconds"] < 1e9):
+        return broken("a field out of place")
+    record = {k: data[k] for k in fields}
+    record["message"] = shorten(record["message"], 600)
+    record["seconds"] = float(record["seconds"])
+    if record["kind"] in ("ok", "mutated"):
+        try:
+            record["value"] = from_plain(data["value"])
+        except ValueError as exc:
+            record["value"] = Opaque("value", "", f"its data arrived malformed: {exc}")
+    else:
+        record["value"] = None
+    return record
+
+
+def _read_records(path: Path, limit: int) -> list[dict]:
+    """Return the records the kernel wrote to ``path`` (at most ``limit``), checked. A last
+    line cut short (a kernel killed mid-write) is left out."""
+    records: list[dict] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            while len(records) < limit:
+                line = f.readline(_RECORD_CAP + 1)
+                if not line:
+                    break
+                if not line.endswith("\n"):
+                    if len(line) <= _RECORD_CAP:
+                        break  # the end of the file, cut short
+                    while line and not line.endswith("\n"):  # a record far too long: skip it
+                        line = f.readline(_RECORD_CAP + 1)
+                    line = None
+                n_calls = sum("index" in r for r in records)
+                records.append(_parse_record(line, n_calls))
+                if records[-1].get("done"):
+                    break
+    except FileNotFoundError:
+        pass
+    return records
 
 
 # --------------------------------------------------------------------------- grader side
@@ -261,10 +407,22 @@ def _error_text(output: dict) -> tuple[str, int | None]:
     return text, int(line[1]) if line else None
 
 
+def _quiet_leftovers(loop, context) -> None:
+    """Event-loop error handler: drop the errors of nbclient's tasks that a cell time-out or a
+    stop signal leaves behind (they fail later, on a socket that is gone, and nobody awaits
+    them); pass anything else to asyncio's own handler."""
+    task = context.get("future") or context.get("task")
+    coro = task.get_coro() if hasattr(task, "get_coro") else None
+    if getattr(coro, "__qualname__", "").startswith("NotebookClient."):
+        return
+    loop.default_exception_handler(context)
+
+
 class _Runner:
     """A kernel running one notebook, plus the grading cells. Owns the kernel's lifetime."""
 
-    def __init__(self, nb, cwd: Path, cell_timeout: float, grace: float = GRACE):
+    def __init__(self, nb, cwd: Path, cell_timeout: float, grace: float = GRACE, tmp: Path | None = None):
+        from jupyter_core.utils import ensure_event_loop
         from nbclient import NotebookClient
 
         from .exercises import GRADING_ENV
@@ -277,20 +435,24 @@ class _Runner:
                     return super().output(outs, msg, display_id, cell_index)
                 return None
 
+        ensure_event_loop().set_exception_handler(_quiet_leftovers)  # a safety net for what is left
         self.nb = nb
         self.cell_timeout, self.grace = cell_timeout, grace
         self.nb.cells.append(_new_code_cell(""))  # scratch cell for the grading code
         self.scratch = len(self.nb.cells) - 1
         env = dict(os.environ, **{GRADING_ENV: "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
         env.pop(BOOK_BUILD_ENV, None)  # solutions and learners run in the live (JupyterLab) mode
+        if tmp is not None:  # the kernel's temporary files go where the grader removes them
+            env.update(TMPDIR=str(tmp), TEMP=str(tmp), TMP=str(tmp))
         self.start_kwargs = {"env": env, "cwd": str(cwd),
                              "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        if os.name == "posix":  # a session of its own: a signal to its process group stays there
+            self.start_kwargs["start_new_session"] = True
         self.client = QuietClient(nb, kernel_name="python3", allow_errors=True,
                                   timeout=math.ceil(cell_timeout), startup_timeout=60,
                                   shutdown_kernel="immediate")
         self.restarts = 0
         self._start()
-
     def _start(self) -> None:
         self.client.km = _current_env_kernel_manager()
         self.client.start_new_kernel(**self.start_kwargs)
@@ -303,10 +465,34 @@ class _Runner:
         self._start()
 
     def shutdown(self) -> None:
+        self._drop_leftover_tasks()
         try:
             self.client._cleanup_kernel()
         except Exception:  # already gone
             pass
+
+    @staticmethod
+    def _drop_leftover_tasks() -> None:
+        """Cancel the nbclient tasks a cell time-out (or a stop signal) leaves running, and let
+        them end.
+
+        On a time-out nbclient leaves the cell's output poller waiting: it would read the
+        kernel's next messages and drop those of later cells, and fail with a traceback nobody
+        retrieves ("Task exception was never retrieved") once the kernel's sockets close.
+        """
+        import asyncio
+
+        from jupyter_core.utils import ensure_event_loop
+
+        loop = ensure_event_loop()
+        if loop.is_running():
+            return
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()
+                 and getattr(t.get_coro(), "__qualname__", "").startswith("NotebookClient.")]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
     def execute(self, index: int, timeout: float, store_history: bool = True) -> str:
         """Run cell ``index``; return "ok", "timeout" or "dead" (the kernel died)."""
@@ -316,8 +502,10 @@ class _Runner:
         try:
             self.client.execute_cell(self.nb.cells[index], index, store_history=store_history)
         except CellTimeoutError:
+            self._drop_leftover_tasks()
             return "timeout"
         except DeadKernelError:
+            self._drop_leftover_tasks()
             return "dead"
         return "ok"
 
@@ -393,33 +581,23 @@ def _new_code_cell(source: str):
     return nbformat.v4.new_code_cell(source)
 
 
-def _read_records(path: Path) -> list[dict]:
-    records = []
-    try:
-        with open(path, "rb") as f:
-            while True:
-                records.append(pickle.load(f))
-    except FileNotFoundError:
-        pass
-    except Exception:  # EOF, or a record cut short by a killed kernel
-        pass
-    return records
 
 
 def _call_in_kernel(runner: _Runner, spec: dict, n_inputs: int) -> tuple[list, str, str]:
     """Run the grading cell step by step until the kernel session is done.
 
     Return (the records written, what went wrong if it did not finish, how it ended:
-    "" when it finished, "error" when the grading cell failed, "restart" when the kernel had
-    to be restarted).
+    "" when it finished, "error" when the grading cell failed, "dead" when the kernel died and
+    "restart" when it ignored the interrupt; in both last cases it was restarted).
     """
     code = f'__import__("minirlhf.course.grader", fromlist=["_"])._kernel_step(globals(), {spec!r})'
     results = Path(spec["results"])
+    limit = n_inputs + 1
     for _ in range(n_inputs + 2):  # every step makes at least one call, so this is plenty
         status = runner.run_code(code, SLICE + spec["time_limit"] + runner.grace)
         if status == "timeout" and runner.recover():
             status = "ok"  # the interrupt stopped the call, which is recorded as a time-out
-        records = _read_records(results)
+        records = _read_records(results, limit)
         if records and records[-1].get("done"):
             return records, "", ""
         if status == "ok":
@@ -429,26 +607,36 @@ def _call_in_kernel(runner: _Runner, spec: dict, n_inputs: int) -> tuple[list, s
             continue
         if status == "dead":
             runner.restart()
-            return _read_records(results), "stopped the kernel (a crash, exit() or out of memory)", "restart"
-        return _read_records(results), (f"ran past the {spec['time_limit']:g} s time limit and ignored the "
-                                        "interrupt (an `except:` that catches everything?); the kernel "
-                                        "was restarted"), "restart"
-    return _read_records(results), "could not be graded (the grading cell made no progress)", "error"
+            return (_read_records(results, limit), "stopped the kernel (a crash, exit() or out of memory)",
+                    "dead")
+        return _read_records(results, limit), (f"ran past the {spec['time_limit']:g} s time limit and ignored the "
+                                               "interrupt (an `except:` that catches everything?); the kernel "
+                                               "was restarted"), "restart"
+    return _read_records(results, limit), "could not be graded (the grading cell made no progress)", "error"
+
+
+def _reference_name(exercise: Exercise) -> list | None:
+    """Return [module, name] of the exercise's reference when it is a function of the package."""
+    ref = exercise.reference
+    module, name = getattr(ref, "__module__", ""), getattr(ref, "__qualname__", "")
+    if isinstance(module, str) and module.startswith("minirlhf.") and name.isidentifier():
+        return [module, name]
+    return None
 
 
 def _grade_exercise(runner: _Runner, exercise: Exercise, seed: int, tmp: Path,
-                    time_limit: float | None, budget: float | None) -> tuple[ExerciseGrade, bool]:
+                    time_limit: float | None, budget: float) -> tuple[ExerciseGrade, bool]:
     """Grade one exercise in the runner's kernel; return the grade and whether the kernel was restarted."""
-    grade = ExerciseGrade(exercise, n_cases=len(exercise.cases))
-    everything = list(exercise.cases) + _random_cases(exercise, seed)
     limit = time_limit or exercise.time_limit
+    grade = ExerciseGrade(exercise, n_cases=len(exercise.cases), time_limit=limit, budget=budget)
+    everything = list(exercise.cases) + _random_cases(exercise, seed)
     spec = {"name": exercise.name, "inputs": str(tmp / f"{exercise.name}.in.pkl"),
-            "results": str(tmp / f"{exercise.name}.out.pkl"), "time_limit": limit,
-            "slice": SLICE, "budget": budget or max(60.0, 3 * limit)}
+            "results": str(tmp / f"{exercise.name}.out.jsonl"), "time_limit": limit,
+            "slice": SLICE, "budget": budget, "reference": _reference_name(exercise)}
     with open(spec["inputs"], "wb") as f:
         pickle.dump([c.kwargs for c in everything], f)  # the inputs only: expected values stay here
     records, stuck, ending = _call_in_kernel(runner, spec, len(everything))
-    restarted = ending == "restart"
+    restarted = ending in ("restart", "dead")
 
     done = records[-1] if records and records[-1].get("done") else {}
     if done.get("setup") == "missing":
@@ -468,85 +656,114 @@ def _grade_exercise(runner: _Runner, exercise: Exercise, seed: int, tmp: Path,
         grade.results.append(_judge_record(record, case, exercise))
         grade.printed += record["n_printed"]
     if stuck and len(grade.results) < len(everything):  # the call that was running when it ended
-        grade.results.append(CaseResult(everything[len(grade.results)], False, None, stuck, kind="timeout"))
-    why = (f"not run: the calls took more than {spec['budget']:g} s in all" if done.get("reason") == "budget"
-           else "not run: an earlier input ran out of time or stopped the kernel")
+        kind = "error" if ending == "dead" else "timeout"  # a crash is not slowness
+        grade.results.append(CaseResult(everything[len(grade.results)], False, None, stuck, kind=kind,
+                                        seconds=limit if kind == "timeout" else 0.0))
+    if done.get("reason") == "budget":
+        grade.stopped, why = "budget", f"not run: the calls took more than the {budget:g} s budget in all"
+    else:
+        why = "not run: an earlier input ran out of time or stopped the kernel"
+        if any(r.kind == "timeout" for r in grade.results):
+            grade.stopped = "time limit"
     for case in everything[len(grade.results):]:
         grade.results.append(dataclasses.replace(not_run(case), message=why))
     return grade, restarted
 
 
 def _judge_record(record: dict, case: Case, exercise: Exercise) -> CaseResult:
-    kind = record["kind"]
-    value = None
-    if kind in ("ok", "mutated"):
-        if record["value"] is None:
-            return CaseResult(case, False, None, f"returned a {record['type']} ({record['text']}), "
-                                                 "which is not a value the contract allows", kind="error")
-        try:
-            value = pickle.loads(record["value"])
-        except Exception:
-            return CaseResult(case, False, None, "returned an object of a class defined in the notebook, "
-                                                 "which is not a value the contract allows", kind="error")
-    call = Call(kind, value, record["message"], "", record["n_printed"], record["seconds"])
+    call = Call(record["kind"], record["value"], record["message"], "", record["n_printed"], record["seconds"])
     return judge(call, case, exercise.expect)
 
 
-def grade_notebook(path, seed: int | None = None, time_limit: float | None = None,
-                   cell_timeout: float = CELL_TIMEOUT, budget: float | None = None,
-                   grace: float = GRACE, exercises: list | None = None) -> NotebookGrade:
-    """Run the notebook at ``path`` in a fresh kernel and grade its exercises; never raises
-    because of what the notebook holds.
+# --------------------------------------------------------------------------- the notebook file
 
-    ``time_limit`` overrides each exercise's limit per call; ``budget`` caps the seconds of
-    calls per exercise; ``grace`` is how long a kernel gets to answer an interrupt.
-    """
+
+def _json_kind(data) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false",
+            type(None): "null"}.get(type(data), type(data).__name__)
+
+
+def _read_notebook(path: Path):
+    """Return (notebook, the file's bytes, "") or (None, None, what is wrong, in words)."""
     import nbformat
 
-    path = Path(path)
-    seed = secrets.randbelow(10**6) if seed is None else seed
-    grade = NotebookGrade(path, seed)
-    started = time.perf_counter()
-    if not path.is_file():
-        grade.error = f"no notebook at {path}" + _did_you_mean(path)
-        return grade
+    if path.is_dir():
+        return None, None, f"{path} is a folder, not a notebook file"
+    if not path.exists():
+        return None, None, f"no notebook at {path}" + _did_you_mean(path)
+    if not path.is_file():  # a pipe would block the read, a device would never end
+        return None, None, f"{path} is not a regular file (a pipe, a socket or a device?), so not a notebook"
     try:
-        nb = nbformat.read(str(path), as_version=4)  # a copy in memory; the file is never written
+        size = path.stat().st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            return None, None, (f"{path} is {size / 1e6:,.0f} MB, larger than any notebook the grader reads "
+                                f"({MAX_NOTEBOOK_BYTES / 1e6:,.0f} MB)")
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, None, f"{path} could not be read ({exc.strerror or type(exc).__name__})"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, None, f"{path} is not a notebook: it is not text (a notebook is JSON in UTF-8)"
+    if not text.strip():
+        return None, None, f"{path} is empty (0 cells, 0 bytes of JSON): not a notebook yet"
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return None, None, f"{path} is not a notebook: it is not valid JSON ({shorten(str(exc), 100)})"
+    if not isinstance(data, dict):
+        return None, None, (f"{path} is not a notebook: it holds {_json_kind(data)}, and a notebook is a "
+                            "JSON object with a list of cells")
+    try:
+        nb = nbformat.reads(text, as_version=4)  # a copy in memory; the file is never written
+        for cell in nb.cells:  # what the runner relies on
+            if not isinstance(cell.get("source"), str) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+                raise ValueError("a cell without its type or source")
     except Exception as exc:
-        grade.error = f"{path} is not a notebook Jupyter can read ({type(exc).__name__}: {shorten(str(exc), 120)})"
-        return grade
-    exercises = exercises if exercises is not None else _chapter_exercises(path, nb)
-    chapter = re.match(r"(\d+)_", path.name)
-    if not exercises and chapter:
-        grade.note = f"chapter {int(chapter[1])} has no exercises to grade"
-        return grade
-    if not exercises:
-        grade.error = (f"{path.name}: no exercises to grade (the name should start with the chapter "
-                       "number, like 01_kl_penalty.ipynb, or the notebook should keep its check cells)")
-        return grade
+        return None, None, f"{path} is not a notebook Jupyter can read ({type(exc).__name__}: {shorten(str(exc), 120)})"
+    return nb, raw, ""
 
-    with tempfile.TemporaryDirectory(prefix="minirlhf-check-") as tmp:
+
+def _check_file(path: Path, raw: bytes) -> str:
+    """Compare the notebook file with the bytes read before grading; if it is gone or changed,
+    keep the version graded and say where (empty when the file is as it was)."""
+    try:
+        now = path.read_bytes() if path.is_file() else None
+    except OSError:
+        now = None
+    if now == raw:
+        return ""
+    if now is None and not path.exists() and not path.is_symlink():
         try:
-            runner = _Runner(nb, path.resolve().parent, cell_timeout, grace)
-        except Exception as exc:
-            grade.error = f"could not start a Python kernel ({type(exc).__name__}: {exc})"
-            return grade
+            with open(path, "xb") as f:  # only where nothing is: never replaces anything
+                f.write(raw)
+            return ("the notebook file was deleted while it was graded (by its own code?); the grader "
+                    "wrote back the version it read")
+        except OSError:
+            pass
+        what = "was deleted"
+    else:
+        what = "changed"
+    return (f"the notebook file {what} while it was graded (by its own code, or saved from an editor "
+            f"meanwhile); the version graded is kept in {_keep_copy(path, raw)}")
+
+
+def _keep_copy(path: Path, raw: bytes) -> Path:
+    """Write ``raw`` to a new file beside ``path`` (or in the system's temporary folder) and return it."""
+    for k in range(100):
+        candidate = path.with_name(f"{path.stem}.graded{'' if k == 0 else f'-{k}'}.ipynb")
         try:
-            problems, skip = {}, set()
-            runner.run_notebook(problems, skip)
-            grade.cells = [problems[i] for i in sorted(problems)]
-            for exercise in exercises:
-                one, restarted = _grade_exercise(runner, exercise, seed, Path(tmp), time_limit, budget)
-                grade.exercises.append(one)
-                if restarted:
-                    runner.run_notebook({}, skip)  # a new kernel: define everything again
-        except Exception as exc:  # a fault of the grader or of Jupyter, not of the notebook
-            grade.error = f"grading stopped: {type(exc).__name__}: {shorten(str(exc), 200)}"
-        finally:
-            grade.restarts = runner.restarts
-            runner.shutdown()
-    grade.seconds = time.perf_counter() - started
-    return grade
+            with open(candidate, "xb") as f:
+                f.write(raw)
+            return candidate
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+    fd, name = tempfile.mkstemp(prefix=f"{path.stem}.graded-", suffix=".ipynb")
+    with os.fdopen(fd, "wb") as f:
+        f.write(raw)
+    return Path(name)
 
 
 def _did_you_mean(path: Path) -> str:
@@ -554,7 +771,7 @@ def _did_you_mean(path: Path) -> str:
     folder = path.parent
     if not folder.is_dir():
         return f" (the folder {folder} does not exist either)"
-    found = sorted(folder.glob("*.ipynb"))
+    found = sorted(p for p in folder.glob("*.ipynb") if p.is_file() and p.name != path.name)
     close = difflib.get_close_matches(path.stem, [p.stem for p in found], n=1, cutoff=0.75)
     prefix = re.match(r"\d+_", path.name)
     same_chapter = [p for p in found if prefix and p.name.startswith(prefix[0])]
@@ -565,13 +782,92 @@ def _did_you_mean(path: Path) -> str:
     return f" (notebooks in {folder}: {', '.join(p.name for p in found) or 'none'})"
 
 
+# --------------------------------------------------------------------------- grading
+
+
+def _check_options(seed, time_limit, cell_timeout, budget, grace) -> None:
+    """Raise ValueError naming the first option out of range."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
+    for name, value, top in (("time_limit", time_limit, MAX_TIME_LIMIT), ("cell_timeout", cell_timeout, MAX_SECONDS),
+                             ("budget", budget, MAX_SECONDS), ("grace", grace, MAX_SECONDS)):
+        if value is None and name in ("time_limit", "budget"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:
+            raise ValueError(f"{name} must be a number of seconds above 0 and at most {top:g}, got {value!r}")
+
+
+def grade_notebook(path, seed: int | None = None, time_limit: float | None = None,
+                   cell_timeout: float = CELL_TIMEOUT, budget: float | None = None,
+                   grace: float = GRACE, exercises: list | None = None) -> NotebookGrade:
+    """Run the notebook at ``path`` in a fresh kernel and grade its exercises; never raises
+    because of what the notebook holds (a bad option raises ValueError).
+
+    ``time_limit`` overrides each exercise's limit per call; ``budget`` caps the seconds of
+    calls per exercise (default :data:`BUDGET`); ``grace`` is how long a kernel gets to answer
+    an interrupt.
+    """
+    _check_options(seed, time_limit, cell_timeout, budget, grace)
+    path = Path(path)
+    seed = secrets.randbelow(10**6) if seed is None else seed
+    budget = BUDGET if budget is None else float(budget)
+    grade = NotebookGrade(path, seed)
+    started = time.perf_counter()
+    nb, raw, grade.error = _read_notebook(path)
+    if grade.error:
+        return grade
+    exercises = exercises if exercises is not None else _chapter_exercises(path, nb)
+    chapter = re.match(r"(\d+)_", path.name)
+    if not exercises and chapter:
+        grade.note = f"chapter {int(chapter[1])} has no exercises to grade"
+        return grade
+    if not exercises:
+        grade.error = (f"{path.name}: no exercises to grade (the name should start with the chapter "
+                       "number, like 01_kl_penalty.ipynb, or the notebook should keep its check cells)")
+        return grade
+    if not any(c.cell_type == "code" and c.source.strip() for c in nb.cells):
+        grade.error = (f"{path} has no code cells, so there is nothing to grade (an empty notebook, or not "
+                       "the one with your work?)")
+        return grade
+
+    with tempfile.TemporaryDirectory(prefix="minirlhf-check-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "work").mkdir()  # the kernel's working folder: empty, away from the notebook
+        (tmp / "tmp").mkdir()  # the kernel's temporary files
+        try:
+            runner = _Runner(nb, tmp / "work", cell_timeout, grace, tmp / "tmp")
+        except Exception as exc:
+            grade.error = f"could not start a Python kernel ({type(exc).__name__}: {exc})"
+            return grade
+        try:
+            problems, skip = {}, set()
+            runner.run_notebook(problems, skip)
+            grade.cells = [problems[i] for i in sorted(problems)]
+            for exercise in exercises:
+                one, restarted = _grade_exercise(runner, exercise, seed, tmp, time_limit, budget)
+                grade.exercises.append(one)
+                if restarted:
+                    runner.run_notebook({}, skip)  # a new kernel: define everything again
+        except Exception as exc:  # a fault of the grader or of Jupyter, not of the notebook
+            grade.error = f"grading stopped: {type(exc).__name__}: {shorten(str(exc), 200)}"
+        finally:
+            grade.restarts = runner.restarts
+            runner.shutdown()
+            try:
+                grade.file_problem = _check_file(path, raw)
+            except OSError as exc:  # not even a copy could be written
+                grade.file_problem = f"the notebook file could not be checked after grading ({exc})"
+    grade.seconds = time.perf_counter() - started
+    return grade
+
+
 # --------------------------------------------------------------------------- report
 
 
 class _Style:
     """ANSI colors when writing to a terminal that wants them, nothing otherwise."""
 
-    CODES = {"pass": "1;32", "fail": "1;31", "todo": "1;33", "dim": "2", "bold": "1"}
+    CODES = {"pass": "1;32", "fail": "1;31", "todo": "1;33", "slow": "1;34", "dim": "2", "bold": "1"}
 
     def __init__(self, color: bool):
         self.color = color
@@ -589,6 +885,24 @@ def use_color(stream, choice: str = "auto") -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
+def _slow_lines(e: ExerciseGrade) -> tuple[str, str]:
+    """The two lines of a SLOW verdict: how far it got, and what to do."""
+    ran, total = e.n_passed, len(e.results)
+    left = total - ran
+    per_call = f"; a call takes {e.seconds_per_call:.2g} s" if e.seconds_per_call >= 0.01 else ""
+    if e.stopped == "budget":
+        inputs = f"all {ran} inputs that ran" if ran > 1 else "the one input that ran"
+        return (f"right on {inputs}, then the {e.budget:g} s budget (--budget) ran out with "
+                f"{left} of {total} inputs left{per_call}",
+                "not a wrong answer: make it faster, or grade with a larger --budget")
+    number, stop = next((i, r) for i, r in enumerate(e.results, 1) if r.kind == "timeout")
+    label = stop.case.why or f"input {number}"
+    inputs = f"all {ran} inputs that ran" if ran > 1 else "the one input that ran"
+    return (f"right on {inputs}, then {label} took longer than the {e.time_limit:g} s limit "
+            f"per call (--time-limit); {left} of {total} inputs not finished{per_call}",
+            "not a wrong answer: make it faster (or look for a loop that does not end on that input)")
+
+
 def render(grade: NotebookGrade, color: bool = False) -> str:
     """Return the plain (or colored) text report of one notebook."""
     s = _Style(color)
@@ -598,12 +912,14 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
         return f"{s('bold', str(grade.path))}  {grade.note}"
     lines = [f"{s('bold', str(grade.path))}  (randomized inputs from seed {grade.seed}; "
              f"--seed {grade.seed} repeats them)"]
+    if grade.file_problem:
+        lines.append(f"  {s('fail', 'FILE')}  {grade.file_problem}")
     for problem in grade.cells:
         lines.append(f"  {s('fail', 'CELL')}  {problem}")
         lines.append(f"        {s('dim', '|')} {problem.code}")
     width = max((len(e.exercise.name) for e in grade.exercises), default=0)
     for e in grade.exercises:
-        word = {"pass": "PASS", "fail": "FAIL", "todo": "TODO"}[e.state]
+        word = {"pass": "PASS", "fail": "FAIL", "todo": "TODO", "slow": "SLOW"}[e.state]
         name = e.exercise.name.ljust(width)
         if e.problem:
             culprit = next((p for p in grade.cells if e.exercise.name in p.defines), None)
@@ -622,7 +938,12 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
             lines.append(f"  {s('todo', word)}  {name}  not implemented yet: write its body in the notebook, "
                          "then grade again")
             continue
-        lines.append(f"  {s(e.state, word)}  {name}  {counts}")
+        if e.state == "slow":
+            what, advice = _slow_lines(e)
+            lines.append(f"  {s('slow', word)}  {name}  {what}")
+            lines.append(f"        {advice}")
+        else:
+            lines.append(f"  {s(e.state, word)}  {name}  {counts}")
         if e.state == "fail":
             first = next(r for r in e.results if not r.passed)
             label = first.case.why if first.kind != "not run" else ""
@@ -630,8 +951,10 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
             lines += [f"          {s('dim', f'{k:<9}')} {v}" for k, v in failure_lines(first)]
             not_run_n = sum(r.kind == "not run" for r in e.results)
             if not_run_n:
-                lines.append(f"          {not_run_n} inputs not run after that")
-            number, text = next_hint(e.exercise.hints, e.n_passed, len(e.results))
+                why = (f" (the calls used up the {e.budget:g} s budget, --budget)" if e.stopped == "budget"
+                       else "")
+                lines.append(f"          {not_run_n} inputs not run after that{why}")
+            number, text = e.hint()
             if text:
                 lines.append(f"        {s('bold', f'hint {number} of {len(e.exercise.hints)}')}: {text}")
         if e.printed:
@@ -645,7 +968,10 @@ def summary_line(grades: list[NotebookGrade], color: bool = False) -> str:
     exercises = [e for g in grades for e in g.exercises]
     broken = [g for g in grades if g.error]
     n_pass = sum(e.passed for e in exercises)
+    n_slow = sum(e.state == "slow" for e in exercises)
     text = f"{n_pass} of {len(exercises)} exercises pass"
+    if n_slow:
+        text += f"; {n_slow} {'is' if n_slow == 1 else 'are'} right so far but too slow"
     if broken:
         text += f"; {len(broken)} notebook{'s' if len(broken) > 1 else ''} could not be graded"
     ok = not broken and n_pass == len(exercises)
@@ -658,32 +984,102 @@ def exit_status(grades: list[NotebookGrade]) -> int:
     return 0 if all(g.passed for g in grades) else 1
 
 
+# --------------------------------------------------------------------------- command line
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ending in where to look."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
+def _seconds(top: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        if not (math.isfinite(value) and 0 < value <= top):
+            raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {top:g}, got {text}")
+        return value
+    return parse
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value}")
+    return value
+
+
+class _Stopped(KeyboardInterrupt):
+    """Raised in the grader when a SIGTERM or SIGHUP arrives, so that the kernel is shut down and
+    the temporary files removed on the way out. A KeyboardInterrupt, so that the event loop
+    lets it through at once, as it does Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _on_stop_signal(signum, frame):
+    for sig in _STOP_SIGNALS:  # one is enough: clean up undisturbed
+        signal.signal(sig, signal.SIG_IGN)
+    raise _Stopped(signum)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m minirlhf.course.grader",
         description="Grade your notebooks: run each in a fresh kernel and check its exercises on the "
-                    "cases and on randomized inputs against the reference solutions.")
+                    "cases and on randomized inputs against the reference solutions.",
+        epilog=f"Limits: each call of your function gets --time-limit seconds (each exercise sets its own, "
+               f"usually 10); the calls of one exercise share --budget seconds ({BUDGET:g}); a returned "
+               f"value may hold at most {RETURN_CAP:,} numbers. Exit status: 0 all pass, 1 one fails or is too "
+               "slow, 2 a notebook could not be graded.")
     parser.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="e.g. notebooks/01_kl_penalty.ipynb")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the randomized inputs (default: a new one)")
-    parser.add_argument("--time-limit", type=float, default=None,
+    parser.add_argument("--seed", type=_seed, default=None,
+                        help="seed of the randomized inputs, a whole number >= 0 (default: a new one)")
+    parser.add_argument("--time-limit", type=_seconds(MAX_TIME_LIMIT), default=None,
                         help="seconds per call of your function (default: each exercise's own, usually 10)")
-    parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT,
+    parser.add_argument("--budget", type=_seconds(MAX_SECONDS), default=BUDGET,
+                        help=f"seconds of calls per exercise, all its inputs together (default {BUDGET:g}); "
+                             "a function right on every input it finished before the budget ran out is "
+                             "reported SLOW")
+    parser.add_argument("--cell-timeout", type=_seconds(MAX_SECONDS), default=CELL_TIMEOUT,
                         help=f"seconds any notebook cell may run (default {CELL_TIMEOUT:g})")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="color the report (auto: on a terminal, unless NO_COLOR is set)")
     args = parser.parse_args(argv)
     color = use_color(sys.stdout, args.color)
     seed = secrets.randbelow(10**6) if args.seed is None else args.seed
-    grades = []
+    grades, name = [], ""
+    previous = {sig: signal.signal(sig, _on_stop_signal) for sig in _STOP_SIGNALS}
     try:
         for name in args.notebooks:
             print(f"grading {name} ...", file=sys.stderr, flush=True)
-            grade = grade_notebook(name, seed=seed, time_limit=args.time_limit, cell_timeout=args.cell_timeout)
+            grade = grade_notebook(name, seed=seed, time_limit=args.time_limit, cell_timeout=args.cell_timeout,
+                                   budget=args.budget)
             grades.append(grade)
             print(render(grade, color), flush=True)
+    except _Stopped as stop:  # the kernel was shut down and the temporary files removed on the way out
+        print(f"grading stopped by {signal.Signals(stop.signum).name} while {name} was graded; if that notebook's "
+              "code sends signals (os.kill(os.getppid(), ...)), that code is the cause. The notebook's kernel was "
+              "shut down and the temporary files removed.", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:  # the kernel was shut down on the way out
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if len(grades) > 1 or not grades[0].error:
         print(summary_line(grades, color))
     return exit_status(grades)

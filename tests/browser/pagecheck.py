@@ -179,6 +179,7 @@ def check_page(context, base_url: str, page_name: str, next_page: str | None = N
         _check_remote_references(page, report)
         _check_math(page, report)
         _check_images(page, report)
+        check_layout(page, report)
         if shots:
             _screenshots(page, report, shots, page_name, "")
         _check_togglebuttons(page, report)
@@ -499,3 +500,98 @@ def _check_next(page, report: PageReport, base_url: str, next_page: str | None) 
     page.wait_for_load_state("load")
     report.check(page.url.split("#")[0] == expected,
                  f"clicking 'next' ended at {page.url}, expected {expected}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout at both widths: figures sharp, captioned and legible; code that fits its column
+# ---------------------------------------------------------------------------------------------
+
+MIN_FONT_PX = 8.9  # "about 9 CSS px": the smallest text a figure may show a reader
+# Where a phone may scroll sideways on purpose: a wide table in its wrapper, a long formula.
+PHONE_SCROLLERS = ".pst-scrollable-table-container, .table-wrapper, mjx-container, .mr-check"
+
+_FIGURES_JS = """() => {
+  const out = [];
+  for (const img of document.querySelectorAll('main img')) {
+    const r = img.getBoundingClientRect();
+    if (r.width === 0 || !img.checkVisibility()) continue;
+    const fig = img.closest('figure');
+    const cap = fig && fig.querySelector('figcaption');
+    const narrow = img.hasAttribute('data-narrow-width-in') && img.currentSrc && img.currentSrc !== img.src;
+    const inch = parseFloat(img.getAttribute(narrow ? 'data-narrow-width-in' : 'data-width-in'));
+    const pt = parseFloat(img.getAttribute(narrow ? 'data-narrow-min-font-pt' : 'data-min-font-pt'));
+    const svg = /\\.svg$|^data:image\\/svg/.test(img.currentSrc || img.src);
+    out.push({
+      where: (img.closest('section[id]') || {}).id || '',
+      alt: (img.getAttribute('alt') || '').slice(0, 50),
+      caption: cap ? cap.textContent.trim().length : -1,
+      shown: r.width, natural: img.naturalWidth, svg: svg, narrow: !!narrow,
+      fontPx: (inch > 0 && pt > 0) ? pt * 100 / 72 * r.width / (inch * 100) : null,
+    });
+  }
+  return out;
+}"""
+
+_BLOCKS_JS = """() => {
+  const out = [];
+  for (const pre of document.querySelectorAll('main pre')) {
+    if (!pre.checkVisibility()) continue;
+    const over = pre.scrollWidth - pre.clientWidth;
+    if (over > 1) {
+      const line = pre.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
+      out.push(`${(pre.closest('section[id]') || {}).id || '?'}: ${over} px too wide: "${line.trim().slice(0, 60)}"`);
+    }
+  }
+  return out;
+}"""
+
+_PHONE_OVERFLOW_JS = """(scrollers) => {
+  const W = document.documentElement.clientWidth, out = [];
+  for (const el of document.querySelectorAll('main *')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.right <= W + 1 || !el.checkVisibility({visibilityProperty: true})) continue;
+    if (el.closest(scrollers)) continue;
+    let hidden = false;
+    for (let a = el; a && a !== document.documentElement && !hidden; a = a.parentElement) {
+      const s = getComputedStyle(a);
+      hidden = s.position === 'fixed' || s.clip !== 'auto';
+    }
+    if (hidden || (el.parentElement && el.parentElement.getBoundingClientRect().right > W + 1 &&
+                   !el.parentElement.closest(scrollers))) continue;  // name the outermost one
+    out.push(`${el.tagName.toLowerCase()} in #${(el.closest('section[id]') || {}).id || '?'}` +
+             ` reaches ${Math.round(r.right)} px`);
+  }
+  return out.slice(0, 5);
+}"""
+
+
+def check_layout(page, report: PageReport) -> None:
+    """At 1280 px: no code or output block wider than its column. At both widths: every figure
+    has a caption, is sharp at a device-pixel ratio of 2 (natural width at least twice the
+    shown width, or SVG) and shows no text smaller than MIN_FONT_PX. At 390 px: nothing is
+    wider than the screen except inside a scrolling table wrapper or a long formula."""
+    for name, size in (("desktop", DESKTOP), ("phone", PHONE)):
+        page.set_viewport_size(size)
+        page.wait_for_timeout(400)
+        figures = page.evaluate(_FIGURES_JS)
+        report.counts[f"figures at {size['width']} px"] = len(figures)
+        for f in figures:
+            label = f"at {size['width']} px the figure \"{f['alt']}\" in #{f['where']}"
+            report.check(f["caption"] > 0, f"{label} has no caption")
+            report.check(f["svg"] or f["natural"] >= 2 * f["shown"] - 1,
+                         f"{label} is blurry on a 2x screen ({f['natural']} px drawn, "
+                         f"{f['shown']:.0f} px shown)")
+            report.check(f["fontPx"] is None or f["fontPx"] >= MIN_FONT_PX,
+                         f"{label} shows text at {f['fontPx'] or 0:.1f} px"
+                         f"{' (its narrow variant)' if f['narrow'] else ''}; at least {MIN_FONT_PX} px")
+            report.check(f["fontPx"] is not None or f["svg"],
+                         f"{label} does not say its drawn width and smallest font")
+        if name == "desktop":
+            wide = page.evaluate(_BLOCKS_JS)
+            report.check(not wide, "at 1280 px a code or output block is wider than its column: "
+                         + _list(wide))
+        else:
+            over = page.evaluate(_PHONE_OVERFLOW_JS, PHONE_SCROLLERS)
+            report.check(not over, "at 390 px an element is wider than the screen: " + _list(over))
+    page.set_viewport_size(DESKTOP)
+    page.wait_for_timeout(100)

@@ -29,15 +29,17 @@ SOUND = r"""<!doctype html>
 <p>The penalty is <span class="math">\(\beta \cdot \mathrm{mean}_t\,\mathrm{kl}_t\)</span>.</p>
 <div class="math">\[\boldsymbol{J} = \frac{1}{T}\sum_t \min\big(r_t A_t,
   \mathrm{clip}(r_t, 1-\epsilon, 1+\epsilon) A_t\big)\]</div>
-<img src="red.png" alt="A red square">
+<figure><img src="red.png" alt="A red square" width="20" height="20" data-width-in="0.2"
+  data-min-font-pt="9"><figcaption>A red square, drawn twice as sharp as it is shown.</figcaption></figure>
 <details class="hint"><summary>Hint 1 of 1</summary><p>Take the mean.</p></details>
 <details class="answer"><summary>Worked answer</summary><p>It is 0.5.</p></details>
 <div class="admonition dropdown"><p class="admonition-title">Why?</p><p>Because.</p></div>
 <div class="cell"><details class="hide above-input"><summary>Show code cell source</summary>
   <div class="cell_input"><pre>x = 1</pre></div></details></div>
-<div class="cell_output"><div class="mr-explorer">
+<div class="cell_output"><figure class="mr-explorer">
   <input type="range" id="beta" min="0" max="2" value="0" aria-label="beta">
-  <img id="frame" src="red.png" alt="beta = 0"></div></div>
+  <img id="frame" src="red.png" alt="beta = 0" width="20" height="20" data-width-in="0.2"
+    data-min-font-pt="9"><figcaption>One color per beta.</figcaption></figure></div>
 <script>
   const frames = ["red.png", "blue.png", "green.png"];
   document.getElementById("beta").addEventListener("input", e => {
@@ -61,6 +63,7 @@ BROKEN = r"""<!doctype html>
 <div class="cell_output"><input type="range" min="0" max="3" value="1" aria-label="dead">
   <img src="red.png" alt="a figure no slider moves"></div>
 <script type="application/vnd.jupyter.widget-view+json">{"model_id": "x"}</script>
+<pre style="max-width: 300px; overflow-x: auto">a_code_line = "far too long for the column of a book read on a desktop screen, and then some more, and more again"</pre>
 <table><tr><td style="white-space: nowrap">a table row far too long to fit on the narrow
   screen of a phone held upright in one hand, without wrapping</td></tr></table>
 <script>console.error("boom");</script>
@@ -112,6 +115,11 @@ def test_a_broken_page_is_caught_fault_by_fault(site, chromium_context):
         "ipywidgets output(s) that need a kernel",
         "at 390 px (as loaded) content is wider than the screen (page",
         "table in #all overflows the page",
+        "at 390 px an element is wider than the screen: table in #all",
+        "at 1280 px a code or output block is wider than its column",
+        ("the figure \"A figure that is not there\"", "has no caption"),
+        ("the figure \"a figure no slider moves\"", "is blurry on a 2x screen"),
+        ("the figure \"a figure no slider moves\"", "does not say its drawn width"),
         ("the console shows an error: ", "boom"),
         "a request failed: " + url + "missing.png (HTTP 404)",
         "the 'next' link goes to " + url + "sound.html, expected " + url + "third.html",

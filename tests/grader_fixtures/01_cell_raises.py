@@ -1,5 +1,7 @@
 # Grader fixture: the exercise is right, but a later cell raises. Expected: the cell is
 # reported with its line, the run goes on, and the exercise passes.
+# verdict: pass
+# says: code cell 4, line 2: raised ZeroDivisionError: division by zero
 
 # %%
 import numpy as np

@@ -1,5 +1,7 @@
 # Grader fixture: a loop that never ends and swallows every interrupt (a bare except).
 # Expected: the grader restarts the kernel, reports it, and does not hang.
+# verdict: fail
+# says: ignored the interrupt
 
 # %%
 import time

@@ -1,5 +1,7 @@
 # Grader fixture: the loop never ends. Expected: the first call runs out of time, the rest
 # are not run, and the grader moves on.
+# verdict: fail
+# says: took longer than 0.5 s: is there a loop that never ends?
 
 # %%
 from minirlhf.course.exercises import check

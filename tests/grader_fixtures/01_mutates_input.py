@@ -1,4 +1,6 @@
 # Grader fixture: right values, but it subtracts in place and so changes the caller's list.
+# verdict: fail
+# says: changed its input 'logp_policy' in place: work on a copy
 
 # %%
 import numpy as np

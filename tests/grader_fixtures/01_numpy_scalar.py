@@ -1,4 +1,6 @@
 # Grader fixture: returns a NumPy scalar instead of a Python float.
+# verdict: fail
+# says: the result is a NumPy scalar (numpy.float64)
 
 # %%
 import numpy as np

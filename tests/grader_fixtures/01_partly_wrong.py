@@ -1,5 +1,7 @@
 # Grader fixture: a plausible mistake, the absolute value of the KL. Right on most inputs,
 # wrong whenever the mean is negative.
+# verdict: fail
+# says: the result has the wrong sign
 
 # %%
 import numpy as np

@@ -1,5 +1,7 @@
 # Grader fixture: a right answer that prints a thousand lines per call, and a cell that
 # prints a flood. Expected: the exercise passes, with a note about the printing.
+# verdict: pass
+# says: note: it printed
 
 # %%
 import numpy as np

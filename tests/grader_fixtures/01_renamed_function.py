@@ -1,5 +1,7 @@
 # Grader fixture: the exercise function was renamed. Expected: "not found: did you rename it?"
 # with the new name.
+# verdict: fail
+# says: not found: did you rename it? (the notebook defines kl_penalty_v2)
 
 # %%
 import numpy as np

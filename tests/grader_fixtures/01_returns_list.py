@@ -1,4 +1,6 @@
 # Grader fixture: returns a list instead of a float.
+# verdict: fail
+# says: the result is a list, expected a Python float
 
 # %%
 import numpy as np

@@ -1,5 +1,7 @@
 # Grader fixture: averages only the tokens with a positive KL, which is an empty mean (NaN)
 # when there are none.
+# verdict: fail
+# says: the result is NaN
 
 # %%
 import numpy as np

@@ -1,5 +1,7 @@
 # Grader fixture: the exercise cell has a syntax error (a missing parenthesis), so the
 # function is never defined. Expected: the cell and its line are named; the exercise is "not found".
+# verdict: fail
+# says: kl_penalty  not defined, because code cell 2 failed (above)
 
 # %%
 import numpy as np

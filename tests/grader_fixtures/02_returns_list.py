@@ -1,4 +1,6 @@
 # Grader fixture: returns a list of the three numbers instead of a dict.
+# verdict: fail
+# says: the result is a list, expected a dict with keys
 
 # %%
 import numpy as np

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import threading
 from collections.abc import Iterator, Mapping
 
 from ..cases import Exercise, Report, run_cases
@@ -32,24 +33,27 @@ class _Registry(Mapping):
     def __init__(self):
         self._by_module: dict[str, list[Exercise]] = {}
         self._by_name: dict[str, Exercise] = {}
+        self._lock = threading.RLock()  # two threads asking at once load a module once
 
     def load(self, module: str) -> list[Exercise]:
         """Import chapter module ``module`` (once) and return its exercises."""
-        if module not in self._by_module:
-            found = list(importlib.import_module(f"{__name__}.{module}").IN_THIS_CHAPTER)
-            for ex in found:
-                if ex.name in self._by_name:
-                    raise RuntimeError(f"exercise {ex.name!r} is defined twice")
-                self._by_name[ex.name] = ex
-            self._by_module[module] = found
-        return self._by_module[module]
+        with self._lock:
+            if module not in self._by_module:
+                found = list(importlib.import_module(f"{__name__}.{module}").IN_THIS_CHAPTER)
+                for ex in found:
+                    if ex.name in self._by_name:
+                        raise RuntimeError(f"exercise {ex.name!r} is defined twice")
+                    self._by_name[ex.name] = ex
+                self._by_module[module] = found
+            return self._by_module[module]
 
     def __getitem__(self, name: str) -> Exercise:
-        for module in _MODULES:
-            if name in self._by_name:
-                break
-            self.load(module)
-        return self._by_name[name]
+        with self._lock:
+            for module in _MODULES:
+                if name in self._by_name:
+                    break
+                self.load(module)
+            return self._by_name[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter([ex.name for module in _MODULES for ex in self.load(module)])

@@ -1,0 +1,279 @@
+"""The course archive: everything ``make lab`` needs, in one zip the book serves itself.
+
+The archive unpacks into one folder, ``minirlhf-course/``::
+
+    minirlhf-course/
+        README.md            how to start, in three steps (written here, not the repository's)
+        Makefile             the repository's; ``make lab`` and ``make check`` work here
+        requirements.txt     the pinned versions
+        pyproject.toml       so that ``pip install -e .`` installs the package
+        LICENSE
+        minirlhf/            the package, every ``.py`` file
+        notebooks/           the learner's notebooks: exercises blank, no outputs
+
+The solved notebooks are not in it: each chapter page of the book offers its own.
+
+``python -m minirlhf.course.archive OUT.zip`` packs it. The book build does the same: this
+module is also a Sphinx extension (listed in ``_config.yml``) that
+
+* after a successful build, writes the archive and the learner's notebooks to
+  ``course/`` in the built site (:data:`SITE_DIR`);
+* puts them in each page's download menu: on a chapter page the learner's notebook and
+  the solved one, on every page the course archive;
+* turns the repository and open-issue buttons on when ``_config.yml`` names a repository
+  URL, and leaves them off otherwise (Jupyter Book refuses the buttons without a URL, and
+  the book must build without one).
+
+The zip is the same, byte for byte, whenever its files are: fixed timestamps and
+permissions, members in sorted order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from ..paths import ROOT, write_atomic
+
+__all__ = ["ARCHIVE_NAME", "FOLDER", "SITE_DIR", "TOP_FILES", "learner_notebooks", "members",
+           "readme", "pack", "repository_buttons", "download_buttons", "setup"]
+
+ARCHIVE_NAME = "minirlhf-course.zip"
+FOLDER = "minirlhf-course"  # the folder the archive unpacks into
+SITE_DIR = "course"  # where the built book serves the archive and the learner's notebooks
+TOP_FILES = ("Makefile", "requirements.txt", "pyproject.toml", "LICENSE")
+NOTEBOOKS = "[0-9][0-9]_*.ipynb"
+_DATE = (2026, 1, 1, 0, 0, 0)  # every member's timestamp, so that equal files give equal zips
+
+
+def learner_notebooks(root: Path = ROOT) -> list[Path]:
+    """Return the learner's notebooks of ``root/notebooks``, in chapter order."""
+    return sorted((root / "notebooks").glob(NOTEBOOKS))
+
+
+def members(root: Path = ROOT) -> list[tuple[str, Path]]:
+    """Return ``(name in the archive, file on disk)`` for every file packed from ``root``,
+    sorted by name; README.md is not among them (:func:`readme` writes it)."""
+    found = [(name, root / name) for name in TOP_FILES]
+    found += [(p.relative_to(root).as_posix(), p) for p in learner_notebooks(root)]
+    found += [(p.relative_to(root).as_posix(), p) for p in (root / "minirlhf").rglob("*.py")
+              if "__pycache__" not in p.parts]
+    missing = [name for name, path in found if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(f"cannot pack the course archive, missing: {', '.join(missing)}")
+    if not learner_notebooks(root):
+        raise FileNotFoundError(f"no learner notebooks in {root / 'notebooks'}:"
+                                " run `make notebooks` first")
+    return sorted((f"{FOLDER}/{name}", path) for name, path in found)
+
+
+def _title(notebook: Path) -> str:
+    """Return the first heading of a notebook, without its '#'."""
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "markdown":
+            source = "".join(cell["source"])
+            for line in source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return notebook.stem
+
+
+def readme(root: Path = ROOT) -> str:
+    """Return the archive's README.md: what is in it and how to start."""
+    chapters = "\n".join(f"      {p.name:<30} {_title(p)}" for p in learner_notebooks(root))
+    return f"""# minirlhf: the course notebooks
+
+The exercises of the book *minirlhf: PPO-based RLHF, built by hand*, with the package they
+import. You need Python 3.10 or newer and `make`; the first run installs the pinned
+requirements (PyTorch among them) into `.venv/` in this folder.
+
+## Start in three steps
+
+1. Unzip the archive and go into its folder:
+
+       unzip {ARCHIVE_NAME}
+       cd {FOLDER}
+
+2. Run `make lab`. The first time, it creates `.venv/`, installs `requirements.txt` and this
+   package into it, then opens JupyterLab on `notebooks/`.
+
+3. Open `notebooks/01_kl_penalty.ipynb`, run the cells from the top, and write your code
+   where an exercise cell says `raise NotImplementedError("your code here")`. The check
+   cell under each exercise tells you, case by case, what passed and what did not.
+
+To grade yourself, `make check` runs every notebook in a fresh kernel and tests each of
+your functions on many inputs the notebooks never show; one notebook:
+
+    .venv/bin/python -m minirlhf.course.grader notebooks/01_kl_penalty.ipynb
+
+Without `make`:
+
+    python3 -m venv .venv
+    .venv/bin/python -m pip install -r requirements.txt
+    .venv/bin/python -m pip install --no-deps -e .
+    .venv/bin/jupyter lab notebooks/
+
+## What is here
+
+    notebooks/                       one notebook per chapter, exercises blank:
+{chapters}
+    minirlhf/                        the package the notebooks import
+    Makefile                         `make lab`, `make check` (its other targets build the
+                                     book and need the full repository)
+
+Chapters 3 and 4 train the two small models on first use and keep them in `outputs/`;
+chapter 5 makes its longer runs on first use and keeps their results there too, so a
+second run of a notebook is quick. The solved notebooks, executed, are on each chapter
+page of the book, in its download menu.
+"""
+
+
+def pack(out: Path, root: Path = ROOT) -> Path:
+    """Write the course archive of ``root`` to ``out``; return ``out``."""
+    buffer = io.BytesIO()
+    entries = members(root) + [(f"{FOLDER}/README.md", readme(root).encode("utf-8"))]
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        for name, source in sorted(entries, key=lambda entry: entry[0]):
+            data = source if isinstance(source, bytes) else source.read_bytes()
+            info = zipfile.ZipInfo(name, date_time=_DATE)
+            info.external_attr = 0o100644 << 16  # a plain file, rw-r--r--
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data, compresslevel=9)
+    return write_atomic(Path(out), buffer.getvalue())
+
+
+# ---------------------------------------------------------------------------------------------
+# The book build (Sphinx)
+# ---------------------------------------------------------------------------------------------
+
+def repository_buttons(options: dict) -> dict:
+    """Return the theme's repository-button switches for ``options`` (the html theme options):
+    with a ``repository_url``, the repository button on, and the open-issue button too when
+    the repository is on GitHub or GitLab (the hosts the theme can open an issue on); without
+    one, every repository button off. The edit and show-source buttons stay off either way:
+    a chapter page is generated, and they would point at ``solutions/``, not at the chapter's
+    source in ``chapters/``."""
+    url = (options.get("repository_url") or "").strip()
+    issues = any(host in url.lower() for host in ("github.com", "gitlab.com"))
+    return {"use_repository_button": bool(url), "use_issues_button": bool(url) and issues,
+            "use_edit_page_button": False, "use_source_button": False}
+
+
+def download_buttons(pathto, source_suffix: str, sourcename: str, notebook: str | None,
+                     learner: str | None, archive: bool = True) -> list[dict]:
+    """Return the entries of a page's download menu, in the theme's button format.
+
+    ``pathto`` makes a site path relative to the page; ``notebook`` is the page's notebook
+    under ``_sources/`` (None for a markdown page), ``learner`` the site path of the learner's
+    notebook of the chapter (None when there is none); ``archive``: offer the course archive.
+    """
+    buttons = []
+    if learner:
+        buttons.append({"type": "link", "url": pathto(learner, 1),
+                        "text": "Exercises notebook (.ipynb)",
+                        "tooltip": "The chapter with its exercises blank, to work in JupyterLab",
+                        "icon": "fas fa-pen", "label": "download-learner-notebook-button"})
+    if notebook:
+        buttons.append({"type": "link", "url": f"{pathto('_sources', 1)}/{notebook}",
+                        "text": "Solved notebook (.ipynb)",
+                        "tooltip": "The chapter as this page shows it, executed",
+                        "icon": "fas fa-code", "label": "download-solved-notebook-button"})
+    else:
+        buttons.append({"type": "link", "url": f"{pathto('_sources', 1)}/{sourcename}",
+                        "text": source_suffix, "tooltip": "Download source file",
+                        "icon": "fas fa-file", "label": "download-source-button"})
+    if archive:
+        buttons.append({"type": "link", "url": pathto(f"{SITE_DIR}/{ARCHIVE_NAME}", 1),
+                        "text": "Course archive (.zip)",
+                        "tooltip": "Every notebook with exercises blank, and the package they"
+                                   " import",
+                        "icon": "fas fa-file-zipper", "label": "download-course-archive-button"})
+    buttons.append({"type": "javascript", "javascript": "window.print()",
+                    "text": "Print this page (.pdf)", "tooltip": "Print to PDF",
+                    "icon": "fas fa-file-pdf", "label": "download-pdf-button"})
+    return buttons
+
+
+def _course_root(app) -> Path | None:
+    """Return the book's source folder when it holds learner notebooks to serve, else None."""
+    root = Path(app.srcdir)
+    return root if learner_notebooks(root) else None
+
+
+def _switch_repository_buttons(app) -> None:
+    from pydata_sphinx_theme.utils import get_theme_options_dict
+
+    options = get_theme_options_dict(app)
+    options.update(repository_buttons(options))
+
+
+def _download_menu(app, pagename, templatename, context, doctree) -> None:
+    """Replace the theme's download menu (a notebook page's source, the solved notebook, under
+    the name of the learner's; no archive) with ours."""
+    group = next((b for b in context.get("header_buttons", [])
+                  if b.get("label") == "download-buttons"), None)
+    if group is None:
+        return
+    # A notebook page's source is its notebook; a MyST-markdown notebook has one made for it.
+    suffix, sourcename = context.get("page_source_suffix", ""), context.get("sourcename", "")
+    notebook = context.get("ipynb_source") or (sourcename if suffix == ".ipynb" else None)
+    root, learner = _course_root(app), None
+    if root and notebook and (root / "notebooks" / Path(notebook).name).is_file():
+        learner = f"{SITE_DIR}/notebooks/{Path(notebook).name}"
+    group["buttons"] = download_buttons(context["pathto"], suffix, sourcename, notebook, learner,
+                                        archive=root is not None)
+    group["tooltip"] = ("Download this chapter's notebooks or the course archive" if notebook
+                        else "Download this page or the course archive")
+
+
+def _serve_course(app, exception) -> None:
+    """After a successful HTML build: the archive and the learner's notebooks into the site."""
+    if exception is not None or app.builder.format != "html":
+        return
+    from sphinx.util import logging
+
+    root = _course_root(app)
+    if root is None:  # not the course's repository: nothing to serve
+        return
+    site = Path(app.outdir) / SITE_DIR
+    (site / "notebooks").mkdir(parents=True, exist_ok=True)
+    for notebook in learner_notebooks(root):
+        shutil.copyfile(notebook, site / "notebooks" / notebook.name)
+    archive = pack(site / ARCHIVE_NAME, root)
+    logging.getLogger(__name__).info(
+        f"course archive: {archive.relative_to(app.outdir)} ({archive.stat().st_size // 1024} KB)")
+
+
+def setup(app):
+    """Sphinx extension: the course archive and the notebooks in the book, repository buttons."""
+    app.connect("builder-inited", _switch_repository_buttons)
+    # After the theme has made its buttons (priority 501).
+    app.connect("html-page-context", _download_menu, priority=502)
+    app.connect("build-finished", _serve_course)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m minirlhf.course.archive",
+        description="Pack the course archive: the learner's notebooks, the package, and what"
+                    " `make lab` needs.")
+    parser.add_argument("out", nargs="?", default=ARCHIVE_NAME, type=Path,
+                        help=f"the zip to write (default: {ARCHIVE_NAME})")
+    args = parser.parse_args(argv)
+    try:
+        out = pack(args.out)
+    except FileNotFoundError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return 2
+    print(f"{out}: {len(members()) + 1} files, {out.stat().st_size // 1024} KB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The course archive holds what `make lab` needs, and the book build serves it and the notebooks.
+
+The browser test (tests/browser/test_site.py) downloads the archive from the built book and
+runs a notebook from it; these tests need neither a built book nor a browser.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from minirlhf.course import archive, nbgen
+from minirlhf.paths import ROOT
+
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> Path:
+    return archive.pack(tmp_path_factory.mktemp("archive") / archive.ARCHIVE_NAME)
+
+
+def _names(zip_path: Path) -> list[str]:
+    with zipfile.ZipFile(zip_path) as z:
+        return z.namelist()
+
+
+def test_it_holds_the_learner_notebooks_the_package_and_what_installs_them(packed):
+    folder = archive.FOLDER + "/"
+    names = _names(packed)
+    assert all(name.startswith(folder) for name in names), "every member sits in one folder"
+    names = {name[len(folder):] for name in names}
+    package = {p.relative_to(ROOT).as_posix() for p in (ROOT / "minirlhf").rglob("*.py")
+               if "__pycache__" not in p.parts}
+    expected = ({"README.md", "Makefile", "requirements.txt", "pyproject.toml", "LICENSE"}
+                | {f"notebooks/{name}" for name in NOTEBOOKS} | package)
+    assert names == expected, (f"missing: {sorted(expected - names)};"
+                               f" not expected: {sorted(names - expected)}")
+    assert "minirlhf/course/archive.py" in names and "minirlhf/course/grader.py" in names
+
+
+def test_its_notebooks_are_the_learners_not_the_solutions(packed):
+    assert len(NOTEBOOKS) == len(nbgen.sources()), "one learner notebook per chapter"
+    with zipfile.ZipFile(packed) as z:
+        for name in NOTEBOOKS:
+            data = z.read(f"{archive.FOLDER}/notebooks/{name}")
+            assert data == (ROOT / "notebooks" / name).read_bytes(), f"{name} differs"
+            nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+            code = [c for c in nb.cells if c.cell_type == "code"]
+            assert not any(c.outputs for c in code), f"{name}: outputs in a learner notebook"
+            assert any(nbgen.PLACEHOLDER in c.source for c in code), f"{name}: no blank exercise"
+
+
+def test_packing_twice_gives_the_same_bytes(packed, tmp_path):
+    again = archive.pack(tmp_path / "again.zip")
+    assert again.read_bytes() == packed.read_bytes()
+
+
+def test_the_readme_says_how_to_start_and_how_to_check(packed):
+    with zipfile.ZipFile(packed) as z:
+        text = z.read(f"{archive.FOLDER}/README.md").decode("utf-8")
+    for needed in ["make lab", "make check", f"unzip {archive.ARCHIVE_NAME}",
+                   f"cd {archive.FOLDER}", "minirlhf.course.grader", *NOTEBOOKS]:
+        assert needed in text, f"the archive's README does not mention {needed!r}"
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "\nlab:" in makefile and "\ncheck:" in makefile, "the README's targets left the Makefile"
+
+
+def test_the_package_imported_there_is_the_one_in_the_archive(packed, tmp_path):
+    with zipfile.ZipFile(packed) as z:
+        z.extractall(tmp_path)
+    folder = tmp_path / archive.FOLDER
+    env = {**os.environ, "PYTHONPATH": str(folder), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import minirlhf, minirlhf.course.grader; print(minirlhf.__file__)"],
+        cwd=folder / "notebooks", env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert Path(done.stdout.strip()).resolve() == (folder / "minirlhf" / "__init__.py").resolve()
+
+
+def test_it_refuses_to_pack_without_learner_notebooks(tmp_path):
+    for name in archive.TOP_FILES:
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "minirlhf").mkdir()
+    (tmp_path / "minirlhf" / "__init__.py").write_text("")
+    (tmp_path / "notebooks").mkdir()
+    with pytest.raises(FileNotFoundError, match="make notebooks"):
+        archive.pack(tmp_path / "out.zip", root=tmp_path)
+    assert not (tmp_path / "out.zip").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The book: the download menu and the repository buttons
+# ---------------------------------------------------------------------------------------------
+
+def _pathto(path, resource=0):
+    assert resource == 1, "a link to a file of the site, not to a page"
+    return "../" + path
+
+
+def test_a_chapter_page_offers_both_notebooks_and_the_archive():
+    buttons = archive.download_buttons(_pathto, ".ipynb", "solutions/01_kl_penalty.ipynb",
+                                       "solutions/01_kl_penalty.ipynb",
+                                       "course/notebooks/01_kl_penalty.ipynb")
+    links = {b["label"]: b["url"] for b in buttons if b["type"] == "link"}
+    assert links == {
+        "download-learner-notebook-button": "../course/notebooks/01_kl_penalty.ipynb",
+        "download-solved-notebook-button": "../_sources/solutions/01_kl_penalty.ipynb",
+        "download-course-archive-button": "../course/minirlhf-course.zip",
+    }
+
+
+def test_a_prose_page_offers_its_source_and_the_archive():
+    buttons = archive.download_buttons(_pathto, ".md", "book/how-to-use.md", None, None)
+    links = {b["label"]: b["url"] for b in buttons if b["type"] == "link"}
+    assert links == {"download-source-button": "../_sources/book/how-to-use.md",
+                     "download-course-archive-button": "../course/minirlhf-course.zip"}
+    assert archive.download_buttons(_pathto, ".md", "x.md", None, None, archive=False)[0][
+        "label"] == "download-source-button"
+
+
+@pytest.mark.parametrize("url, repository, issues", [
+    ("", False, False),
+    ("   ", False, False),
+    ("https://github.com/owner/minirlhf", True, True),
+    ("https://gitlab.com/owner/minirlhf", True, True),
+    ("https://git.example.org/owner/minirlhf", True, False),
+])
+def test_the_repository_buttons_follow_the_url(url, repository, issues):
+    switches = archive.repository_buttons({"repository_url": url})
+    assert switches["use_repository_button"] is repository
+    assert switches["use_issues_button"] is issues
+    assert not switches["use_edit_page_button"] and not switches["use_source_button"]
+
+
+def _config_with(tmp_path, url: str) -> dict:
+    """The book's html theme options, as Jupyter Book makes them from _config.yml with
+    ``repository.url`` set to ``url``."""
+    from jupyter_book.config import get_final_config
+
+    text = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    assert '\nrepository:\n  url: ""\n' in text, "_config.yml's repository section moved"
+    config = tmp_path / "_config.yml"
+    config.write_text(text.replace('\nrepository:\n  url: ""\n',
+                                   f'\nrepository:\n  url: "{url}"\n'), encoding="utf-8")
+    sphinx_config, _ = get_final_config(user_yaml=config, sourcedir=ROOT,
+                                        cli_config={"latex_individualpages": False})
+    assert "minirlhf.course.archive" in sphinx_config["extensions"]
+    return sphinx_config["html_theme_options"]
+
+
+def test_a_repository_url_in_the_config_switches_the_buttons_on(tmp_path):
+    options = _config_with(tmp_path, "https://github.com/owner/minirlhf")
+    options.update(archive.repository_buttons(options))
+    assert options["use_repository_button"] and options["use_issues_button"]
+    assert options["navbar_persistent"] == [], "the header's second search box came back"
+
+    options = _config_with(tmp_path, "")
+    options.update(archive.repository_buttons(options))
+    assert not options["use_repository_button"] and not options["use_issues_button"]
+
+
+@pytest.mark.parametrize("url", ["https://github.com/owner/minirlhf", ""])
+def test_the_theme_shows_the_buttons_only_with_a_url(tmp_path, url):
+    """A one-page Sphinx build with the book's theme and this extension."""
+    from sphinx.application import Sphinx
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "conf.py").write_text(
+        "extensions = ['sphinx_book_theme', 'minirlhf.course.archive']\n"
+        "html_theme = 'sphinx_book_theme'\n"
+        f"html_theme_options = {{'repository_url': {url!r}, 'navbar_persistent': []}}\n")
+    (source / "index.rst").write_text("Title\n=====\n\nText.\n")
+    app = Sphinx(str(source), str(source), str(tmp_path / "out"), str(tmp_path / "doctrees"),
+                 "html", status=None, warning=None, freshenv=True)
+    app.build()
+    html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    assert ("btn-source-repository-button" in html) is bool(url)
+    assert ("btn-source-issues-button" in html) is bool(url)
+    if url:
+        assert 'href="https://github.com/owner/minirlhf"' in html
+    # Not the course's repository (no notebooks/): no archive to offer, and none written.
+    assert "minirlhf-course.zip" not in html
+    assert not (tmp_path / "out" / archive.SITE_DIR).exists()
