@@ -8,6 +8,7 @@
 ``nbgen``           ``python -m minirlhf.course.nbgen``: notebooks and solutions from chapters/
 ``explorer``        sliders over a figure: live in JupyterLab, precomputed in the book
 ``runs``            stored results of the chapters' longer runs, reused while the code is the same
+``archive``         the course archive and the notebook downloads the book serves (a Sphinx extension)
 ==================  ==========================================================================
 
 The engine (:mod:`minirlhf`) never imports from here.

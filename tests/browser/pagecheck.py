@@ -507,8 +507,11 @@ def _check_next(page, report: PageReport, base_url: str, next_page: str | None) 
 # ---------------------------------------------------------------------------------------------
 
 MIN_FONT_PX = 8.9  # "about 9 CSS px": the smallest text a figure may show a reader
-# Where a phone may scroll sideways on purpose: a wide table in its wrapper, a long formula.
-PHONE_SCROLLERS = ".pst-scrollable-table-container, .table-wrapper, mjx-container, .mr-check"
+# Where a phone may scroll sideways on purpose, inside a block that scrolls on its own: a wide
+# table in its wrapper, a long formula, a check report, a code cell or a printed output (whose
+# lines must keep their indentation and columns; at 1280 px they must fit, see _BLOCKS_JS).
+PHONE_SCROLLERS = (".pst-scrollable-table-container, .table-wrapper, mjx-container, .mr-check, "
+                   "div.highlight, div.cell_output pre")
 
 _FIGURES_JS = """() => {
   const out = [];
