@@ -10,9 +10,18 @@
 # out: they mix gradients of the pretraining loss into the update, a variant the paper calls
 # PPO-ptx.)
 #
-# You will write `ppo_rlhf_objective`, the number a PPO-RLHF update climbs, see where its
-# clipping cuts the gradient off and why, move $\epsilon$ and $\beta$ over a small batch, and
-# look at one bug that is easy to make: charging the KL twice.
+# You will first derive the gradient that all of this rests on, the policy gradient, on a
+# four-armed bandit, and write `reinforce_loss`, the loss that follows it, and train the bandit
+# with it. Then you will write `ppo_rlhf_objective`, the number a PPO-RLHF update climbs, see
+# where its clipping cuts the gradient off and why, move $\epsilon$ and $\beta$ over a small
+# batch, and look at one bug that is easy to make: charging the KL twice.
+#
+# ```{admonition} What you need
+# :class: tip
+# Chapter 1, PyTorch's autograd, and what an expected value is. No reinforcement learning: the
+# policy gradient is derived from scratch in the first section. The code runs on a CPU in a
+# few seconds.
+# ```
 
 # %%
 import matplotlib.pyplot as plt
@@ -20,7 +29,9 @@ import numpy as np
 import torch
 
 import minirlhf
-from minirlhf.course.exercises import check
+from minirlhf import pg
+from minirlhf.course.cases import run_cases
+from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.palette import BLUE, GREEN, ORANGE, PINK  # color-blind safe
 from minirlhf.studies import double_count, estimators
@@ -28,25 +39,298 @@ from minirlhf.studies import double_count, estimators
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 
 # %% [markdown]
+# ## The policy gradient, derived
+#
+# Everything PPO does rests on one identity: how to take the gradient of an *expected* reward
+# when the expectation is over the policy's own samples. We derive it on the smallest problem
+# that has it, a *bandit*: the policy picks one of four actions and gets that action's reward,
+# nothing more. A language model fits the same picture: its action is a whole completion, whose
+# log-prob is the sum of its tokens' log-probs. The bandit's policy is a softmax over four
+# logits $\theta$, $\pi_\theta(y) = \mathrm{softmax}(\theta)_y$, and it starts out preferring
+# the worst action.
+
+# %%
+R = torch.tensor([0.0, 0.2, 0.5, 1.0])  # the reward of each action, (4,)
+theta0 = torch.tensor([1.5, 1.0, 0.5, 0.0])  # the starting logits, (4,)
+
+
+def expected_reward(theta):
+    """Return E_{y ~ softmax(theta)}[R(y)], exactly: sum_y pi(y) R(y)."""
+    return (torch.softmax(theta, 0) * R).sum()
+
+
+def fmt(values):
+    """Return a vector as text, each entry rounded to 4 decimals."""
+    return "  ".join(f"{round(v, 4) + 0.0:+.4f}" for v in values.tolist())
+
+
+print("pi(y)    ", fmt(torch.softmax(theta0, 0)))
+print(f"E[R] = {expected_reward(theta0).item():.4f}")
+
+# %% [markdown]
+# ### The log-derivative trick
+#
+# We want $\nabla_\theta\, \mathbb{E}_{y \sim \pi_\theta}[R(y)]$, the direction in which
+# changing $\theta$ raises the expected reward. Here the expectation is a sum of four terms and
+# autograd could differentiate it directly, but for a language model the sum runs over every
+# possible completion, far too many to enumerate. All we can do is sample. The trick is that
+# $\nabla_\theta \pi_\theta(y) = \pi_\theta(y)\, \nabla_\theta \log \pi_\theta(y)$ (the chain
+# rule for the logarithm, read backwards), so
+#
+# $$
+# \nabla_\theta\, \mathbb{E}_{y \sim \pi_\theta}[R(y)]
+# = \sum_y \nabla_\theta \pi_\theta(y)\, R(y)
+# = \sum_y \pi_\theta(y)\, R(y)\, \nabla_\theta \log \pi_\theta(y)
+# = \mathbb{E}_{y \sim \pi_\theta}\big[R(y)\, \nabla_\theta \log \pi_\theta(y)\big].
+# $$
+#
+# The gradient of an expectation has become the expectation of something we can compute for
+# each sample: its reward times the gradient of its own log-prob. The reward is never
+# differentiated; it only weighs. That is why a reward model's score, or a verifier's 0 or 1,
+# can train a policy. The cell checks the identity: the exact gradient, by autograd of
+# $\sum_y \pi_\theta(y) R(y)$, against the average of $R(y_i) \nabla_\theta \log
+# \pi_\theta(y_i)$ over sampled actions.
+
+# %%
+theta = theta0.clone().requires_grad_(True)
+(exact,) = torch.autograd.grad(expected_reward(theta), theta)
+
+gen = torch.Generator().manual_seed(0)
+n = 100_000
+y = torch.multinomial(torch.softmax(theta0, 0), n, replacement=True,
+                      generator=gen)  # (n,) sampled actions
+logp = torch.log_softmax(theta, 0)[y]  # (n,) log pi(y_i), with gradient
+(sampled,) = torch.autograd.grad((R[y] * logp).mean(), theta)
+print("exact gradient ", fmt(exact))
+print("sample average ", fmt(sampled), f"  (n = {n:,})")
+
+# %% [markdown]
+# The two agree up to the noise of a sample average: lower the most likely action, which pays
+# nothing, and raise the best one.
+#
+# ### REINFORCE
+#
+# Averaged over a batch of $N$ samples, the estimate is the gradient of
+# $\frac{1}{N}\sum_i R(y_i) \log \pi_\theta(y_i)$ with the rewards held constant. An optimizer
+# minimizes, so the loss is its negative,
+#
+# $$
+# L(\theta) = -\frac{1}{N}\sum_{i=1}^{N} R(y_i)\, \log \pi_\theta(y_i),
+# $$
+#
+# and a gradient step on $L$ is a step up the expected reward. This is REINFORCE, Williams's
+# algorithm of 1992 {cite}`williams1992reinforce`. The loss's *value* means nothing (it is
+# not the expected reward, and it changes meaning with every new batch); only its gradient
+# does.
+#
+# ### A baseline: the same gradient, less noise
+#
+# Subtract any number $b$ from every reward. The gradient's expectation does not change,
+# because the log-prob gradient averages to zero under the policy:
+#
+# $$
+# \mathbb{E}_{y \sim \pi_\theta}\big[\nabla_\theta \log \pi_\theta(y)\big]
+# = \sum_y \nabla_\theta \pi_\theta(y) = \nabla_\theta \sum_y \pi_\theta(y) = \nabla_\theta 1 = 0,
+# $$
+#
+# so $\mathbb{E}[(R(y) - b)\, \nabla_\theta \log \pi_\theta(y)]$ is still the policy gradient,
+# as long as $b$ does not depend on the sampled actions. The first line below checks the zero
+# exactly, with the sum over the four actions.
+#
+# What the baseline changes is the noise. Without it, every reward here is at least 0, so every
+# sampled action is pushed up, and the estimate depends on large pushes that cancel only on
+# average. With $b$ near the expected reward, better-than-usual actions are pushed up and
+# worse ones down. The cell draws 2,000 batches of 8 actions and measures, for three baselines,
+# how far each batch's estimate lies from the exact gradient: the mean squared distance (the
+# variance, summed over the four logits) and the error of the average over all batches (the
+# bias, which should be sampling noise only). It uses the package's `pg.reinforce_loss`, the
+# loss of the exercise below.
+
+# %%
+pi = torch.softmax(theta, 0)
+(score_mean,) = torch.autograd.grad(
+    (pi.detach() * torch.log_softmax(theta, 0)).sum(), theta)
+print("sum_y pi(y) grad log pi(y) =", fmt(score_mean))
+
+value = expected_reward(theta0).item()
+gen = torch.Generator().manual_seed(1)
+ys = torch.multinomial(torch.softmax(theta0, 0), 8 * 2000,
+                       replacement=True, generator=gen).view(2000, 8)
+print(f"\n{'baseline b':<22}{'variance':>9}{'vs b = 0':>10}{'bias':>8}")
+variances = {}
+for name, b in (("0", 0.0), (f"E[R] = {value:.2f}", value),
+                ("1 (the best reward)", 1.0)):
+    estimates = []
+    for y in ys:  # one batch of 8 actions
+        loss = pg.reinforce_loss(torch.log_softmax(theta, 0)[y], R[y], b)
+        estimates.append(-torch.autograd.grad(loss, theta)[0])
+    estimates = torch.stack(estimates)  # (2000, 4)
+    variance = ((estimates - exact) ** 2).sum(1).mean().item()
+    bias = (estimates.mean(0) - exact).norm().item()
+    variances[name] = variance
+    print(f"{name:<22}{variance:9.4f}{variance / variances['0']:10.2f}"
+          f"{bias:8.4f}")
+
+# %% [markdown]
+# All three averages land on the exact gradient, up to the sampling noise of 2,000 batches:
+# the baseline leaves the gradient unbiased, whatever its value. The spread is another matter
+# (the column "vs b = 0"). A baseline at the expected reward cuts the variance; a baseline far
+# from the typical reward (1, the best reward, which nearly every action falls short of) makes
+# the estimate noisier than none. A good baseline predicts the reward. In chapter 5 it is the batch's
+# mean reward; in full PPO it is a learned *value function*. The weight $R(y) - b$ is the
+# simplest *advantage*: how much better than expected the action turned out.
+#
+# ### Exercise 2.1: `reinforce_loss`
+#
+# Write `reinforce_loss(logp, rewards, baseline)`.
+#
+# **Contract.** `logp` is a torch tensor of shape $(N,)$: the log-probs of $N$ sampled actions,
+# carrying their gradient. `rewards` is a tensor of shape $(N,)$ and `baseline` one number.
+# Return the loss
+#
+# $$
+# L = -\frac{1}{N}\sum_{i=1}^{N} (\texttt{rewards}_i - \texttt{baseline})\, \texttt{logp}_i
+# $$
+#
+# as a 0-d torch tensor (not a Python float: the tensor carries the gradient that training
+# needs).
+#
+# **Examples.** `logp=tensor([-1.0, -2.0])`, `rewards=tensor([1.0, 0.0])`, `baseline=0.0`
+# gives `tensor(0.5)`: $-(1 \times -1 + 0 \times -2) / 2$. The same with `baseline=0.5` gives
+# `tensor(-0.25)`: the weights are $0.5$ and $-0.5$, and $-(0.5 \times -1 + -0.5 \times -2)
+# / 2 = -0.25$.
+#
+# **How it is judged.** The check runs your function on the cases in its report (both
+# examples, one sample, a negative baseline, negative rewards, every reward equal to the
+# baseline, and a batch where a sum and a mean differ) and checks that the result still
+# carries the gradient of `logp`. Every expected value was worked out by hand.
+
+# %% tags=["solution"]
+def reinforce_loss(logp, rewards, baseline):
+    """Return -mean((rewards - baseline) * logp), a 0-d tensor."""
+    # BEGIN SOLUTION
+    return -((rewards - baseline) * logp).mean()
+    # END SOLUTION
+
+# %% [hints] reinforce_loss
+
+# %%
+check("reinforce_loss", reinforce_loss);
+
+# %% [markdown]
+# ### Your loss trains the bandit
+#
+# The loop below is REINFORCE from start to end: sample 16 actions from the current policy,
+# score them, take one gradient step on the loss, repeat. The baseline of each step is the
+# previous batch's mean reward, a number that does not depend on the actions it weighs. The
+# cell hands the loop your `reinforce_loss` when it passes every check; otherwise the
+# package's `minirlhf.pg.reinforce_loss`, and it says which.
+
+# %%
+def train_bandit(loss_fn, steps=60, n=16, lr=1.0, seed=0):
+    """Train the bandit's logits from theta0 with loss_fn; return the
+    logits and the exact expected reward before and after every step."""
+    gen = torch.Generator().manual_seed(seed)
+    theta = theta0.clone().requires_grad_(True)
+    optimizer = torch.optim.SGD([theta], lr=lr)
+    baseline, curve = 0.0, [expected_reward(theta).item()]
+    for _ in range(steps):
+        pi = torch.softmax(theta.detach(), 0)  # (4,)
+        y = torch.multinomial(pi, n, replacement=True, generator=gen)
+        logp = torch.log_softmax(theta, 0)[y]  # (n,)
+        loss = loss_fn(logp, R[y], baseline)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        baseline = R[y].mean().item()  # the next step's baseline
+        curve.append(expected_reward(theta).item())
+    return theta.detach(), curve
+
+
+verdict = run_cases(reinforce_loss, get("reinforce_loss"))
+if verdict.passed:
+    loss_fn = reinforce_loss
+    print("Your reinforce_loss passes every check: it trains the bandit.")
+else:
+    loss_fn = pg.reinforce_loss
+    n_checks = len(verdict.results)
+    why = ("is not written yet" if verdict.not_implemented
+           else f"passes {verdict.n_passed} of {n_checks} checks")
+    print(f"Your reinforce_loss {why},\nso the run below uses "
+          "minirlhf.pg.reinforce_loss.\nWrite it, run its check, then "
+          "run this cell again: yours will train it.")
+theta, curve = train_bandit(loss_fn)
+print("\nstep   E[R]")
+for step in range(0, len(curve), 10):
+    print(f"{step:4d}   {curve[step]:.3f}")
+print("pi(y) after", fmt(torch.softmax(theta, 0)))
+
+# %% [markdown]
+# The bandit's expected reward climbs toward the best action's, and the policy ends up on that
+# action.
+#
 # ## From the policy gradient to the clipped surrogate
 #
-# PPO alternates two phases. It *samples* a batch of completions with the current policy,
-# which from then on is called $\pi_{\text{old}}$ and kept fixed, and it *updates* the policy
-# $\pi_\theta$ with several gradient steps on that same batch. After the first step the batch
-# was sampled by a policy slightly different from the one being trained, and the
-# *probability ratio* corrects for that, token by token:
+# The loop above spends each batch on a single gradient step. For a language model, sampling
+# is the expensive part (it generates text token by token), so PPO reuses every batch for
+# several steps. It alternates two phases. It *samples* a batch of completions with the
+# current policy, which from then on is called $\pi_{\text{old}}$ and kept fixed, and it
+# *updates* the policy $\pi_\theta$ with several gradient steps on that same batch. After the
+# first step the batch was sampled by a policy slightly different from the one being trained,
+# and the *probability ratio* corrects for that, token by token ($s_i$ is what the policy saw
+# before choosing $y_i$: for a token, the text before it; the bandit has no such context):
 #
 # $$
 # \mathrm{ratio}_i = \frac{\pi_\theta(y_i \mid s_i)}{\pi_{\text{old}}(y_i \mid s_i)}
 # = \exp\big(\texttt{new\_logp}_i - \texttt{old\_logp}_i\big).
 # $$
 #
-# The surrogate $\mathrm{ratio}_i \cdot A_i$, with $A_i$ the *advantage* (how much better
-# than expected token $i$ turned out), has exactly the policy gradient as its gradient at
-# $\theta = \theta_{\text{old}}$. Maximized without limit it is dangerous: a few lucky samples
-# with large advantages would push their ratios far from 1, on the evidence of one batch. PPO
-# therefore takes the smaller of the surrogate and a copy whose ratio is clipped to
-# $[1 - \epsilon, 1 + \epsilon]$:
+# Reweighting by the ratio turns samples of one policy into an estimate for another
+# (*importance sampling*): $\mathbb{E}_{y \sim \pi_{\text{old}}}[\mathrm{ratio}(y)\, R(y)] =
+# \sum_y \pi_{\text{old}}(y)\, \frac{\pi_\theta(y)}{\pi_{\text{old}}(y)}\, R(y) =
+# \mathbb{E}_{y \sim \pi_\theta}[R(y)]$. And since $\nabla_\theta\, \mathrm{ratio}_i =
+# \mathrm{ratio}_i\, \nabla_\theta \log \pi_\theta(y_i)$, at $\theta = \theta_{\text{old}}$, where
+# every ratio is 1, the gradient of the *surrogate* $\frac{1}{N}\sum_i \mathrm{ratio}_i\, A_i$ is
+# the REINFORCE estimate above, with the advantage $A_i$ in place of $R(y_i) - b$. The cell
+# checks this on the bandit's 16,000 sampled actions, with $A = R - \mathbb{E}[R]$. Then it
+# moves $\theta$ away from $\theta_{\text{old}}$ along a fixed direction (toward the best
+# action) and, for each step, compares the reweighted average of $R$ over batches of 8 old
+# samples with the exact $\mathbb{E}_{\pi_\theta}[R]$.
+
+# %%
+theta_old = theta0  # the policy that sampled ys
+y = ys.flatten()  # the 16,000 actions above, drawn from pi_old
+old_logp = torch.log_softmax(theta_old, 0)[y]  # (16000,)
+adv = R[y] - value  # the advantage: reward minus baseline
+theta = theta_old.clone().requires_grad_(True)
+ratio = torch.exp(torch.log_softmax(theta, 0)[y] - old_logp)  # all 1
+(from_ratio,) = torch.autograd.grad((ratio * adv).mean(), theta)
+loss = pg.reinforce_loss(torch.log_softmax(theta, 0)[y], R[y], value)
+(from_reinforce,) = torch.autograd.grad(-loss, theta)
+print("grad of mean(ratio * A)  ", fmt(from_ratio))
+print("minus grad of REINFORCE  ", fmt(from_reinforce))
+
+direction = torch.tensor([-1.0, 0.0, 0.0, 1.0])  # toward the best action
+pi_old = torch.softmax(theta_old, 0)
+print(f"\n{'step':>4}{'largest':>9}{'exact':>8}{'reweighted':>12}"
+      f"{'spread':>8}")
+print(f"{'':>4}{'ratio':>9}{'E[R]':>8}{'average':>12}{'(std)':>8}")
+for step in (0.0, 0.5, 1.0, 2.0, 3.0):
+    theta_new = theta_old + step * direction
+    ratios = torch.softmax(theta_new, 0)[ys] / pi_old[ys]  # (2000, 8)
+    estimates = (ratios * R[ys]).mean(1)  # one per batch of 8, (2000,)
+    print(f"{step:4.1f}{ratios.max().item():9.2f}"
+          f"{expected_reward(theta_new).item():8.3f}"
+          f"{estimates.mean().item():12.3f}{estimates.std().item():8.3f}")
+
+# %% [markdown]
+# The two gradients agree. The reweighted averages stay on the exact values, so the estimate
+# is unbiased at every step, but their spread grows as $\pi_\theta$ leaves $\pi_{\text{old}}$,
+# driven by the few samples whose ratio is large: an update that trusts the surrogate far from
+# $\theta_{\text{old}}$ steers by noise. Maximized without limit, the surrogate invites exactly
+# that: a few lucky samples with large advantages would push their ratios far from 1, on the
+# evidence of one batch. PPO {cite}`schulman2017ppo` therefore takes the smaller of the
+# surrogate and a copy whose ratio is clipped to $[1 - \epsilon, 1 + \epsilon]$:
 #
 # $$
 # J = \frac{1}{N}\sum_{i=1}^{N}
@@ -110,7 +394,7 @@ for kl_follows_new, name in ((True, "kl from new_logp"),
 # The same $J$, and a gradient lower by $\beta$ when the KL follows `new_logp` (one token, so
 # $N = 1$).
 #
-# ## Exercise 2.1: `ppo_rlhf_objective`
+# ## Exercise 2.2: `ppo_rlhf_objective`
 #
 # Write `ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon, beta)`. All four
 # sequences hold one number per token; `epsilon` is the clip range and `beta` the KL
@@ -589,6 +873,12 @@ print(double_count.format_study(result))
 #
 # ## Summary
 #
+# - The policy gradient is an expectation you can sample:
+#   $\nabla_\theta \mathbb{E}_{\pi_\theta}[R] = \mathbb{E}_{\pi_\theta}[(R - b)\,\nabla_\theta \log \pi_\theta(y)]$
+#   for any baseline $b$ that does not depend on the action. REINFORCE minimizes
+#   $-\mathrm{mean}_i (R_i - b) \log \pi_\theta(y_i)$; a baseline near the expected reward cuts
+#   the noise, and the surrogate $\mathrm{ratio} \cdot A$ has the same gradient at
+#   $\theta = \theta_{\text{old}}$.
 # - PPO-RLHF shapes each token's reward with the leash, $A_i = r_i - \beta\,\mathrm{kl}_i$, and
 #   maximizes the clipped surrogate
 #   $\mathrm{mean}_i \min(\mathrm{ratio}_i A_i,\, \mathrm{clip}(\mathrm{ratio}_i)\, A_i)$.

@@ -170,3 +170,19 @@ def test_parse_rejects_malformed_sources(bad, message):
 def test_strip_rejects_unbalanced_markers(bad, message):
     with pytest.raises(ValueError, match=message):
         nbgen.strip_solutions(bad)
+
+
+def test_notebooks_carry_the_metadata_jupyterlab_would_write():
+    """Opened in JupyterLab, a generated notebook shows no unsaved changes: its kernelspec and
+    language_info are those ipykernel reports (checked by hand in Lab: no dirty marker)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from minirlhf.course import nbgen
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    assert nbgen.KERNELSPEC["display_name"] == spec.display_name
+    for folder in ("notebooks", "solutions"):
+        for path in sorted((nbgen.ROOT / folder).glob("*.ipynb")):
+            nb = nbformat.read(path, as_version=4)
+            assert nb.metadata["kernelspec"] == nbgen.KERNELSPEC, path.name
+            assert nb.metadata["language_info"] == nbgen.language_info(), path.name

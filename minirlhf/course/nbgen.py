@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import sys
 import time
@@ -54,7 +55,16 @@ _BEGIN, _END = "# BEGIN SOLUTION", "# END SOLUTION"
 PLACEHOLDER = 'raise NotImplementedError("your code here")'
 # The book's toggle over a solution cell says what it hides (myst-nb's cell-level setting).
 SOLUTION_PROMPTS = {"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
-KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+# The metadata JupyterLab writes when it opens a notebook on ipykernel: with it already there, a
+# freshly opened notebook shows no unsaved changes (Lab compares the kernel's own description).
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def language_info() -> dict:
+    """Return the ``language_info`` ipykernel reports for the Python that runs this."""
+    return {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+            "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+            "pygments_lexer": "ipython3", "version": platform.python_version()}
 
 
 def parse(text: str, origin: str = "<source>") -> list[dict]:
@@ -145,7 +155,7 @@ def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
     """Return the learner's notebook (``learner=True``) or the solution notebook, unexecuted."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
-    nb.metadata["language_info"] = {"name": "python"}
+    nb.metadata["language_info"] = language_info()
     for cell in cells:
         tags = list(cell["tags"])
         if cell["kind"] == "markdown":

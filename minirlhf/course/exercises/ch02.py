@@ -1,9 +1,90 @@
-"""Chapter 2 exercise: the PPO-RLHF objective (KL-shaped reward, clipped surrogate)."""
+"""Chapter 2 exercises: the REINFORCE loss with a baseline, and the PPO-RLHF objective
+(KL-shaped reward, clipped surrogate)."""
 
 import numpy as np
+import torch
 
-from ..cases import Case, Exercise, ExpectDict2
+from ..cases import Case, Exercise, ExpectDict2, ExpectScalarTensor
 from ...objectives import ppo_rlhf_objective
+from ...pg import reinforce_loss
+
+# ----------------------------------------------------------------------------- 2.1 REINFORCE
+
+
+class ExpectLoss(ExpectScalarTensor):
+    """A 0-d tensor loss close to the expected number that still carries the gradient of
+    ``logp`` (every case passes log-probs that require one)."""
+
+    def problem(self, got, expected) -> str | None:
+        if hasattr(expected, "detach"):  # the reference's own loss, when it sets the answer
+            expected = expected.detach()
+        found = super().problem(got, expected)
+        if found is None and not bool(getattr(got, "requires_grad", True)):
+            return ("the result carries no gradient: keep logp in the computation (no .detach() "
+                    "or torch.no_grad()), or training cannot move the policy")
+        return found
+
+
+def _lp(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32, requires_grad=True)
+
+
+def _pg_case(logp, rewards, baseline, expected, why):
+    return Case({"logp": _lp(logp), "rewards": torch.tensor(rewards, dtype=torch.float32),
+                 "baseline": baseline}, expected, why)
+
+
+def _pg_random_kwargs(rng: np.random.Generator) -> dict:
+    n = int(rng.integers(1, 33))
+    return {
+        "logp": _lp(rng.uniform(-4.0, -0.05, n).tolist()),
+        "rewards": torch.tensor(rng.normal(0.0, 1.0, n).tolist(), dtype=torch.float32),
+        "baseline": float(rng.choice([0.0, 0.5, -0.3, round(float(rng.normal()), 2)])),
+    }
+
+
+REINFORCE_LOSS = Exercise(
+    name="reinforce_loss",
+    chapter=2,
+    title="The REINFORCE loss with a baseline",
+    expect=ExpectLoss(
+        atol=1e-5, per="sample",
+        sign_hint="the loss is minus the mean, because the optimizer minimises it"),
+    cases=(
+        _pg_case([-1.0, -2.0], [1.0, 0.0], 0.0, 0.5,
+                 "the first example, no baseline: -(1 * -1 + 0 * -2) / 2 = 0.5"),
+        _pg_case([-1.0, -2.0], [1.0, 0.0], 0.5, -0.25,
+                 "the second example: weights 1 - 0.5 and 0 - 0.5, -(0.5 * -1 + -0.5 * -2) / 2"),
+        _pg_case([-0.5], [2.0], 0.0, 1.0,
+                 "one sample: -(2 * -0.5) = 1"),
+        _pg_case([-1.0, -3.0, -0.2], [0.7, 0.7, 0.7], 0.7, 0.0,
+                 "every reward equals the baseline: all weights are 0, so the loss is 0"),
+        _pg_case([-1.0, -1.0], [0.0, 1.0], -1.0, 1.5,
+                 "a negative baseline is subtracted too: weights 1 and 2, -(-1 - 2) / 2"),
+        _pg_case([-0.1, -2.3, -0.7, -1.2], [1.0, 0.0, 1.0, 0.0], 0.5, -0.3375,
+                 "four samples, weights +-0.5: -(-0.05 + 1.15 - 0.35 + 0.6) / 4, a mean, not a sum"),
+        _pg_case([-2.0, -0.5], [-1.0, -3.0], -2.0, 0.75,
+                 "negative rewards, baseline -2: weights 1 and -1, -(-2 + 0.5) / 2"),
+        _pg_case([-0.4, -1.6, -2.5], [1.0, 0.0, 0.5], 0.5, -0.2,
+                 "the baseline is the batch's mean reward: the third weight is 0 and adds nothing, "
+                 "but the sample still counts in the mean, -(-0.2 + 0.8 + 0) / 3"),
+        _pg_case([-1.0, -2.0, -3.0, -0.5, -1.5], [1.0, 1.0, 1.0, 1.0, 1.0], 0.0, 1.6,
+                 "every reward 1, no baseline: minus the mean log-prob, 8 / 5; every sampled action "
+                 "is pushed up, which a baseline of 1 would cancel"),
+    ),
+    hints=(
+        "Each sample's weight is its reward minus the baseline, `rewards - baseline`, shape (N,). "
+        "The baseline is one number for the whole batch.",
+        "Multiply the weights by the log-probs element by element and average over the N samples "
+        "(a mean, not a sum).",
+        "Put a minus in front, because the optimizer minimises: `-((rewards - baseline) * logp).mean()`. "
+        "Return that tensor as it is (no `.item()`), so it carries the gradient.",
+    ),
+    reference=reinforce_loss,
+    random_kwargs=_pg_random_kwargs,
+)
+
+# ----------------------------------------------------------------------------- 2.2 the objective
 
 KEYS = ("objective", "policy_loss", "kl_penalty")
 
@@ -68,4 +149,4 @@ PPO_RLHF_OBJECTIVE = Exercise(
     random_kwargs=_random_kwargs,
 )
 
-IN_THIS_CHAPTER = (PPO_RLHF_OBJECTIVE,)
+IN_THIS_CHAPTER = (REINFORCE_LOSS, PPO_RLHF_OBJECTIVE)
