@@ -214,13 +214,6 @@ def _draw_rendered(draw: Callable, params: dict, dpi: int, narrow: bool = False)
     return render(fig, dpi)
 
 
-def _draw_png(draw: Callable, params: dict, dpi: int) -> bytes:
-    fig = draw(**params)
-    if not hasattr(fig, "savefig"):
-        raise TypeError(f"draw must return a matplotlib Figure, got {type(fig).__name__}")
-    return figure_png(fig, dpi)
-
-
 def _grid_points(axes: list[_Axis]):
     """Yield (flat index, params, value texts) over the grid, last axis fastest."""
     shape = [len(a.values) for a in axes]
