@@ -186,3 +186,19 @@ def test_notebooks_carry_the_metadata_jupyterlab_would_write():
             nb = nbformat.read(path, as_version=4)
             assert nb.metadata["kernelspec"] == nbgen.KERNELSPEC, path.name
             assert nb.metadata["language_info"] == nbgen.language_info(), path.name
+
+
+def test_in_the_solutions_the_hints_come_before_the_solution():
+    """A reader of the book opening the dropdowns in order meets the hints first; in the
+    learner's notebook they stay under the exercise cell they help with."""
+    for path in sorted(nbgen.SOURCES.glob("*.py")):
+        cells = nbgen.parse(path.read_text(encoding="utf-8"), path.name)
+        for learner in (False, True):
+            nb = nbgen.build(cells, learner=learner)
+            for i, cell in enumerate(nb.cells):
+                if "hints" not in cell.metadata.get("tags", []):
+                    continue
+                neighbour = nb.cells[i - 1] if learner else nb.cells[i + 1]
+                assert neighbour.cell_type == "code" and "def " in neighbour.source, (path.name, i)
+                if not learner:
+                    assert neighbour.metadata.get("mystnb") == nbgen.SOLUTION_PROMPTS

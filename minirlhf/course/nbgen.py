@@ -177,6 +177,12 @@ def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
                 new.metadata["mystnb"] = dict(SOLUTION_PROMPTS)
         if tags:
             new.metadata["tags"] = tags
+        if (cell["kind"] == "hints" and not learner and nb.cells
+                and "mystnb" in nb.cells[-1].metadata):
+            # In the book the hints come before the solution's "Show the solution" toggle, so a
+            # reader opening the dropdowns in order meets the nudges before the answer.
+            nb.cells.insert(len(nb.cells) - 1, new)
+            continue
         nb.cells.append(new)
     # Stable cell ids, so regenerating an unchanged source gives an unchanged file.
     for i, cell in enumerate(nb.cells):
