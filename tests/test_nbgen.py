@@ -143,13 +143,15 @@ def test_strip_and_keep_solutions():
     cells = nbgen.parse(SMALL)
     learner = nbgen.build(cells, learner=True)
     solution = nbgen.build(cells, learner=False)
+    # The learner's notebook: exercise cell, then its hints; the book: hints, then the solution.
     assert learner.cells[1].source == 'def f(x):\n    """Doc."""\n    ' + nbgen.PLACEHOLDER
-    assert "y = x + 1" in solution.cells[1].source and "BEGIN" not in solution.cells[1].source
-    assert "hide-input" in solution.cells[1].metadata["tags"]
+    assert "y = x + 1" in solution.cells[2].source and "BEGIN" not in solution.cells[2].source
+    assert "hide-input" in solution.cells[2].metadata["tags"]
     assert "hide-input" not in learner.cells[1].metadata["tags"]
-    assert solution.cells[1].metadata["mystnb"]["code_prompt_show"] == "Show the solution"
+    assert solution.cells[2].metadata["mystnb"]["code_prompt_show"] == "Show the solution"
     assert "mystnb" not in learner.cells[1].metadata
     assert learner.cells[2].source.count("<details") == len(EXERCISES["kl_penalty"].hints)
+    assert solution.cells[1].source == learner.cells[2].source
 
 
 @pytest.mark.parametrize("bad, message", [
