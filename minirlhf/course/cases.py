@@ -225,10 +225,7 @@ class Report:
         for i, r in shown:
             lines.append(f"  FAIL case {i}" + (f": {r.case.why}" if r.case.why else ""))
             lines += [f"       {label:<9} {text}" for label, text in failure_lines(r)]
-        if more:
-            lines.append(f"  ... and {more} more failing case{'s' if more > 1 else ''}")
-        if not_run:
-            lines.append(f"  {not_run} case{'s' if not_run > 1 else ''} not run after the time-out")
+        lines += [f"  {'... ' if note.startswith('and') else ''}{note}" for note in _left_out(more, not_run)]
         number, text = self.hint()
         if text:
             lines.append(f"Hint {number} of {len(self.exercise.hints)}: {text}")
@@ -259,11 +256,7 @@ class Report:
                            f"<td {cell}><code>{html.escape(returned)}</code></td>"
                            f"<td {cell}>{html.escape(r.message)}</td></tr>")
             out.append("</tbody></table>")
-            notes = []
-            if more:
-                notes.append(f"and {more} more failing case{'s' if more > 1 else ''}")
-            if not_run:
-                notes.append(f"{not_run} case{'s' if not_run > 1 else ''} not run after the time-out")
+            notes = _left_out(more, not_run)
             if notes:
                 out.append(f'<p style="margin:0.3em 0">{html.escape("; ".join(notes))}.</p>')
             number, text = self.hint()
@@ -286,6 +279,16 @@ class Report:
 # Okabe-Ito colors (safe for color blindness); the word says the same thing as the color.
 STATE_STYLE = {"pass": (GREEN, "PASS"), "fail": (ORANGE, "FAIL"), "todo": (DARK_YELLOW, "TODO"),
                "slow": (BLUE, "SLOW")}
+
+
+def _left_out(more: int, not_run: int) -> list[str]:
+    """The report's closing phrases: failing cases not shown, cases not run after a time-out."""
+    notes = []
+    if more:
+        notes.append(f"and {more} more failing case{'s' if more > 1 else ''}")
+    if not_run:
+        notes.append(f"{not_run} case{'s' if not_run > 1 else ''} not run after the time-out")
+    return notes
 
 
 def _inline_code(text: str) -> str:
