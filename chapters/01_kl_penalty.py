@@ -447,7 +447,7 @@ show_figure(
 # `kl = (logr.exp() - 1) - logr`, where `logr = ref_logprobs - logprobs` (k1 is `kl = -logr`;
 # `trl/experimental/ppo/ppo_trainer.py`). A reward moves the policy through the score function,
 # and the push k3 gives that way is the gradient of $\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$
-# *minus* the gradient of the KL in the other direction. [Chapter 6](06_leash_off.ipynb) works
+# *minus* the gradient of the KL in the other direction. [Chapter 7](07_leash_off.ipynb) works
 # this out exactly in its worked answer "why k1 in the reward and not k3", and in its example
 # that leash pulls away from the reference. In the reward, k1 gives the right push on average.
 #
@@ -570,7 +570,7 @@ explore(
 #
 # Those earlier terms do not depend on the action at $t$, so in expectation the policy
 # gradient is the same. They add variance, though, and with a learned critic and GAE
-# (chapter 6) the per-token placement gives a dense signal right at the token that diverged,
+# (chapter 7) the per-token placement gives a dense signal right at the token that diverged,
 # instead of one number smeared over the whole completion. The cell below computes the
 # returns-to-go for `68;` at $\beta = 0.1$ both ways (below). With our 4-token completions and a
 # baseline that is one number per batch (chapter 5), the difference is small; with
@@ -624,7 +624,7 @@ for name, r in (("per-token", per_token), ("per-sequence", per_sequence)):
 #
 # The cell below traces it for a run whose measured KL first overshoots the target and then
 # falls below it. Note how $\beta$ keeps rising while the KL is still above the target, and
-# only turns once the KL drops under it. Chapter 6 runs this controller against a fixed
+# only turns once the KL drops under it. Chapter 7 runs this controller against a fixed
 # $\beta$ in a real training loop.
 #
 # </details>
@@ -658,7 +658,7 @@ for i, kl_batch in enumerate(measured_kl, 1):
 #   reference it has far less noise than k1, far from it more. k2 $= \mathrm{kl}^2/2$ is close to
 #   k3 near the reference and biased far from it.
 # - These are statements about the *value*. Used as a reward, k3 does not push the policy along
-#   the KL's gradient (chapter 6); k1 does.
+#   the KL's gradient (chapter 7); k1 does.
 # - $\beta$ trades reward against distance; the adaptive controller sets it from a target KL.
 #
 # ## Exercises

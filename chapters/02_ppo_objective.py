@@ -358,7 +358,7 @@ for step in (0.0, 0.5, 1.0, 2.0, 3.0):
 # :class: note
 # - **The shaped reward is the advantage.** There is no value baseline and no generalized
 #   advantage estimation {cite}`schulman2016gae`: $A_i$ is the shaped reward itself. Chapter
-#   5 subtracts a batch-mean baseline; chapter 6 shows what a learned value function adds.
+#   5 subtracts a batch-mean baseline; chapter 7 shows what a learned value function adds.
 # - **The KL uses the current policy.** Here $\mathrm{kl}_i$ is computed from `new_logp`, so it
 #   changes as $\theta$ changes. Real implementations compute the shaped reward *once*, at
 #   rollout time, from the sampling policy's log-probs, and treat it as a constant during the
@@ -856,7 +856,7 @@ print(double_count.format_study(result))
 #   reward flattens is a classic sign.
 # - **Mean reward** (`objective/scores`) next to a measure the policy cannot game: a held-out
 #   check, human spot checks, or in this book the exact verifier. Reward up while true quality
-#   is flat or down is the definition of hacking; chapter 6 shows it happen.
+#   is flat or down is the definition of hacking; chapter 7 shows it happen.
 # - **Response length.** Reward models often like longer answers (or a policy learns to end
 #   early to dodge a penalty); a drift in mean length, or many completions hitting the maximum
 #   without an end token (`val/num_eos_tokens` counts the end tokens), is a cheap early warning.

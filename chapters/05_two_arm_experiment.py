@@ -146,7 +146,7 @@ for i in range(len(pairs)):
 # errors, that of the new prediction and that of the new prediction clamped to within
 # `cliprange_value` (0.2) of the old one, so that a prediction gains nothing by moving further,
 # as the ratio clip does for the policy. The
-# advantages then come from the critic's predictions through GAE (chapter 6) instead of from
+# advantages then come from the critic's predictions through GAE (chapter 7) instead of from
 # a batch mean. Everything else, the rollout, the leash in the per-token reward, the clipped
 # surrogate and the mask, is the same as here.
 #
@@ -1179,7 +1179,7 @@ for arm in ARMS:
 #    baseline gives every token of a completion the same share of the score, and knows only
 #    the position, not the state. It could also remove the prompt's share of the noise, large
 #    for the RM (line 2), although the control above showed that removing it changes how far
-#    the rm arm goes, not where. What it buys is less noise per token, and chapter 6 measures
+#    the rm arm goes, not where. What it buys is less noise per token, and chapter 7 measures
 #    how much, at 4 tokens and at 400: the saving grows with the length, and over hundreds of
 #    tokens the critic becomes load-bearing.
 # 3. **The optimizer maximizes the number it is handed.** The rm arm raised the RM's score of
@@ -1201,7 +1201,7 @@ for arm in ARMS:
 #    teacher of arithmetic: its accuracy change stays within a few points of zero for every
 #    $\beta$ (line 5), while the verifier arm gains at every $\beta$. A tighter leash only
 #    slows a good reward down. The leash decides how far a policy may go; where it goes is
-#    the reward's doing. Chapter 6 takes the leash off and lets the rm arm run longer.
+#    the reward's doing. Chapter 7 takes the leash off and lets the rm arm run longer.
 #
 # ## Summary
 #

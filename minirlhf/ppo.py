@@ -1,6 +1,6 @@
 """PPO for RLHF on the arithmetic task: one function, ``ppo_train``, for every arm of the book.
 
-Defined in chapter 5 (``ppo_train``, ``ppo_token_loss``) and chapter 6 (``adaptive_kl_update``, ``gae``).
+Defined in chapter 5 (``ppo_train``, ``ppo_token_loss``) and chapter 7 (``adaptive_kl_update``, ``gae``).
 
 The arms differ in one argument, ``reward_fn``: the reward model's score, or the verifier.
 One iteration does what every RLHF trainer does, at toy scale:
@@ -222,7 +222,7 @@ def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, hori
     The factor stays positive only while ``n_steps / horizon < 5`` (at e = -0.2 it is
     ``1 - 0.2 * n_steps / horizon``), so a longer step is refused.
 
-    Defined in chapter 6.
+    Defined in chapter 7.
     """
     if target <= 0 or horizon <= 0 or n_steps < 0 or beta < 0:
         raise ValueError(
@@ -246,7 +246,7 @@ def gae(rewards, values, gamma: float = 1.0, lam: float = 0.95) -> np.ndarray:
     ``A_t = delta_t + gamma * lam * A_{t+1}``. With lam = 1 this is the return minus V_t;
     with lam = 0 it is the one-step TD error.
 
-    Defined in chapter 6.
+    Defined in chapter 7.
     """
     rewards = np.asarray(rewards, dtype=float)
     values = np.asarray(values, dtype=float)

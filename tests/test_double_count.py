@@ -8,7 +8,7 @@ import torch
 
 from minirlhf.studies import double_count as dc
 
-# The chapter's setting: the reference and policy of chapter 6's check, one reward per token.
+# The chapter's setting: the reference and policy of chapter 7's check, one reward per token.
 REF = [2.0, 1.0, 0.0, -1.0, 0.5]
 OLD = [2.5, 0.4, 0.3, -1.2, 0.9]
 REWARD = [1.0, 0.0, 0.5, 0.0, 0.8]

@@ -1,4 +1,4 @@
-"""The baseline-variance measurement of chapter 6: sampled values match the closed forms,
+"""The baseline-variance measurement of chapter 7: sampled values match the closed forms,
 and the closed forms match cases worked by hand."""
 
 import pytest

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 6. The leash off, and the leash that adjusts itself
+# # 7. The leash off, and the leash that adjusts itself
 #
 # Chapter 5 ran the same PPO loop twice. Paid by the verifier, the policy learned arithmetic;
 # paid by the reward model (RM) on a strong leash ($\beta = 0.5$), it stayed close to where it
@@ -524,7 +524,7 @@ show_figure(
 # penalty did not raise the best gold score reachable at a given distance from the start; its
 # effect was like stopping the run early.
 #
-# ## Exercise 6.1: the adaptive KL controller
+# ## Exercise 7.1: the adaptive KL controller
 #
 # A fixed $\beta$ buys a distance that depends on everything else: the reward's scale, the
 # learning rate, the task. Chapter 5 had to pick its two values by trying. Ziegler et al.
@@ -783,7 +783,7 @@ show_figure(
 # $\lambda = 0$ it would be the $\delta$ column, $(0.1, 0.2, 0.2)$. The batch baseline would
 # have given all three tokens the same number.
 #
-# ## Exercise 6.2: `gae`
+# ## Exercise 7.2: `gae`
 #
 # **Contract.** `gae(rewards, values, gamma, lam)` takes the per-token rewards and the
 # critic's values of one completion, shape `(T,)`, or of a batch of completions of equal

@@ -1,4 +1,4 @@
-"""Chapter 6 exercises: the adaptive KL controller, and generalized advantage estimation."""
+"""Chapter 7 exercises: the adaptive KL controller, and generalized advantage estimation."""
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def _kl_random_kwargs(rng: np.random.Generator) -> dict:
 
 ADAPTIVE_KL_UPDATE = Exercise(
     name="adaptive_kl_update",
-    chapter=6,
+    chapter=7,
     title="The adaptive KL controller",
     expect=ExpectFloat(atol=1e-9),
     cases=(
@@ -89,7 +89,7 @@ def _gae_random_kwargs(rng: np.random.Generator) -> dict:
 
 GAE = Exercise(
     name="gae",
-    chapter=6,
+    chapter=7,
     title="Generalized advantage estimation",
     expect=ExpectArray(atol=1e-6, kind="numpy"),
     cases=(

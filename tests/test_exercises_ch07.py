@@ -1,4 +1,4 @@
-"""Chapter 6: the adaptive KL controller and GAE, checked against numbers worked by hand,
+"""Chapter 7: the adaptive KL controller and GAE, checked against numbers worked by hand,
 against their defining properties, and against plausible slips that the checks must catch."""
 
 import numpy as np
