@@ -211,9 +211,27 @@ def test_syntax_error_names_the_cell_and_line(graded):
 
 def test_a_cell_that_raises_is_reported_and_the_run_goes_on(graded):
     exercise, text = only_exercise(graded, "01_cell_raises")
-    assert "code cell 4, line 2: raised ZeroDivisionError: division by zero" in text
+    assert "code cell 2, line 2: raised ZeroDivisionError: division by zero" in text
     assert "| average = sum(tokens) / len(tokens)" in text
-    assert exercise.passed  # the exercise above the failing cell is still graded
+    assert exercise.passed  # the exercise below the failing cell is still graded
+
+
+def test_the_analyses_after_the_last_exercise_are_not_run(graded):
+    result, text, seconds = graded["01_analysis_after_exercise"][:3]
+    assert result.not_run == [4, 5] and not result.cells  # neither the sleep nor the raise ran
+    assert "code cells 4-5 not run: they come after the last exercise, and no grade depends on them" in text
+    assert only_exercise(graded, "01_analysis_after_exercise")[0].passed
+    assert seconds < 45  # the minute-long cell did not run
+
+
+@pytest.mark.parametrize("first, after", [
+    ("import numpy as np\ncheck('kl_penalty', f)", [1]),  # its check cell
+    ("def kl_penalty(a, b, beta):\n    return 0.0", [1]),  # its definition
+    ("x = 1", []),  # nothing marks the exercise's cells: every cell runs
+])
+def test_which_cells_an_exercise_needs(first, after):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(first), nbformat.v4.new_code_cell("y = 2")])
+    assert check._after_last_exercise(nb, [get("kl_penalty")]) == after
 
 
 def test_a_loop_that_never_ends_costs_one_time_limit(graded):
@@ -345,7 +363,7 @@ def test_the_notebook_file_is_out_of_reach_or_its_change_reported(graded):
     assert path.read_text() == "{}" and kept.exists()  # overwritten by an absolute path: reported, kept
     assert nbformat.reads(kept.read_text(), as_version=4).cells  # the version graded, whole
     assert f"the version graded is kept in {kept}" in text
-    assert "code cell 4, line 1: raised FileNotFoundError" in text  # the relative path reached nothing
+    assert "code cell 2, line 1: raised FileNotFoundError" in text  # the relative path reached nothing
 
 
 def test_a_function_that_signals_the_grader_leaves_nothing_behind(graded):

@@ -8,7 +8,10 @@ For each notebook:
    and compared after grading with what was read (a notebook whose code deleted or changed
    it is reported, and the version graded is kept). A cell that fails is recorded and the
    run goes on; a cell that runs too long is interrupted. The notebook's own check cells do
-   nothing during the run (``GRADING_ENV``): the grader runs those cases itself.
+   nothing during the run (``GRADING_ENV``): the grader runs those cases itself. The cells
+   after the last one an exercise needs (its check or its definition) are the chapter's
+   analyses, its long runs and figures: no grade depends on them, so they are not run, and
+   the report says which were left out.
 2. **Pick the exercises.** Those of the notebook's chapter (its ``NN_`` prefix) from the
    registry :mod:`minirlhf.course.exercises`; a renamed notebook is recognised by its check cells.
 3. **Call the learner's functions.** Each exercise gets its cases plus ``n_random``
@@ -135,6 +138,7 @@ class NotebookGrade:
     restarts: int = 0
     seconds: float = 0.0
     file_problem: str = ""  # set when the notebook file was deleted or changed while it was graded
+    not_run: list = field(default_factory=list)  # numbers of the code cells after the last exercise
 
     @property
     def passed(self) -> bool:
@@ -361,6 +365,21 @@ def _chapter_exercises(path: Path, nb) -> list[Exercise]:
         if cell.cell_type == "code":
             names += [n for n in re.findall(r"""check\(\s*["'](\w+)["']""", cell.source) if n in EXERCISES]
     return [EXERCISES[n] for n in dict.fromkeys(names)]
+
+
+def _after_last_exercise(nb, exercises: list[Exercise]) -> list[int]:
+    """Return the indices of the code cells that come after the last cell an exercise needs:
+    the last one that checks an exercise (``check("name"``) or defines one (``def name(``).
+
+    Those cells are the chapter's analyses (long runs, figures); the grade cannot depend on
+    them, so the grader does not run them. When no such cell is found (the check cells were
+    deleted, say) every cell is needed and the list is empty.
+    """
+    names = "|".join(re.escape(e.name) for e in exercises)
+    needed = re.compile(rf"""check\(\s*["']({names})["']|^\s*def\s+({names})\s*\(""", re.MULTILINE)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
+    last = max((i for i in code if needed.search(nb.cells[i].source)), default=None)
+    return [] if last is None else [i for i in code if i > last]
 
 
 def _random_cases(exercise: Exercise, seed: int) -> list[Case]:
@@ -840,7 +859,10 @@ def grade_notebook(path, seed: int | None = None, time_limit: float | None = Non
             grade.error = f"could not start a Python kernel ({type(exc).__name__}: {exc})"
             return grade
         try:
-            problems, skip = {}, set()
+            after = _after_last_exercise(nb, exercises)
+            code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
+            grade.not_run = [code.index(i) + 1 for i in after]
+            problems, skip = {}, set(after)
             runner.run_notebook(problems, skip)
             grade.cells = [problems[i] for i in sorted(problems)]
             for exercise in exercises:
@@ -914,6 +936,11 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
              f"--seed {grade.seed} repeats them)"]
     if grade.file_problem:
         lines.append(f"  {s('fail', 'FILE')}  {grade.file_problem}")
+    if grade.not_run:
+        first, last = grade.not_run[0], grade.not_run[-1]
+        cells = f"code cell {first}" if first == last else f"code cells {first}-{last}"
+        lines.append(f"  {s('dim', 'note')}  {cells} not run: they come after the last exercise, and no "
+                     "grade depends on them (run the notebook to see them)")
     for problem in grade.cells:
         lines.append(f"  {s('fail', 'CELL')}  {problem}")
         lines.append(f"        {s('dim', '|')} {problem.code}")

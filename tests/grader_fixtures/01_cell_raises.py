@@ -1,12 +1,16 @@
-# Grader fixture: the exercise is right, but a later cell raises. Expected: the cell is
+# Grader fixture: the exercise is right, but an earlier cell raises. Expected: the cell is
 # reported with its line, the run goes on, and the exercise passes.
 # verdict: pass
-# says: code cell 4, line 2: raised ZeroDivisionError: division by zero
+# says: code cell 2, line 2: raised ZeroDivisionError: division by zero
 
 # %%
 import numpy as np
 
 from minirlhf.course.exercises import check
+
+# %%
+tokens = []
+average = sum(tokens) / len(tokens)
 
 # %%
 def kl_penalty(logp_policy, logp_reference, beta):
@@ -15,7 +19,3 @@ def kl_penalty(logp_policy, logp_reference, beta):
 
 # %%
 check("kl_penalty", kl_penalty);
-
-# %%
-tokens = []
-average = sum(tokens) / len(tokens)
