@@ -569,8 +569,9 @@ class _Runner:
                 continue
             skip.add(index)
             if status == "timeout":
-                problems[index] = _cell_problem(number, cell.source,
-                                                f"ran longer than {self.cell_timeout:g} s and was stopped")
+                problems[index] = _cell_problem(
+                    number, cell.source,
+                    f"ran longer than the {self.cell_timeout:g} s limit per cell (--cell-timeout) and was stopped")
                 if self.recover():
                     continue
             else:

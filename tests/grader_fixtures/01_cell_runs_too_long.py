@@ -4,7 +4,7 @@
 # exception was never retrieved" tracebacks from the time-out's leftovers.
 # run: cli
 # verdict: exit 0
-# says: code cell 2: ran longer than 3 s and was stopped
+# says: code cell 2: ran longer than the 3 s limit per cell (--cell-timeout) and was stopped
 # says: code cell 3: stopped the kernel
 # says: PASS  kl_penalty
 # grade with: --cell-timeout 3
