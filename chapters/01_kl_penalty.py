@@ -15,8 +15,8 @@
 #
 # ```{admonition} What you need
 # :class: tip
-# Python and NumPy, and what a probability distribution and an expected value are. The code
-# runs on a CPU in a few seconds.
+# No earlier chapter: Python and NumPy, and what a probability distribution and an expected
+# value are. A first run of the whole notebook takes about 10 seconds on a 2-core CPU.
 # ```
 
 # %%
@@ -53,8 +53,28 @@ from minirlhf.studies import estimators
 # score and $\beta \ge 0$ the strength of the leash. The KL term is small while the policy
 # still writes the way the reference does and grows as it wanders off, so the optimizer
 # only moves where the extra reward pays for the extra distance. The leash cannot make a bad
-# reward model good; it limits how far the policy can go to exploit it. Chapters 5 and 6 of
+# reward model good; it limits how far the policy can go to exploit it. Chapters 5 to 7 of
 # this book run that experiment with a reward model that has a known blind spot.
+#
+# ## Five words from reinforcement learning
+#
+# Training a model from a score, rather than from examples to copy, is reinforcement learning
+# (RL), and this book uses a few of its words from here on. In our setting they mean:
+#
+# - **policy** $\pi_\theta$: the language model being trained. Given the text so far, it gives
+#   every possible next token a probability.
+# - **action**: one token the policy writes, $y_t$. The **state** $s_t$ is what it sees when it
+#   chooses: the prompt plus the tokens written so far.
+# - **episode**: one completion, from the prompt to the token that ends it.
+# - **reward**: a number paid for an action. The reward model scores a whole completion, so
+#   its score $R$ is paid on the last token and every other token gets 0; the leash below adds
+#   a small charge on every token.
+# - **return**: the sum of the rewards of an episode. The *return-to-go* $G_t$ of token $t$ sums
+#   the rewards of token $t$ and of every token after it: what is still to come when the policy
+#   chooses $y_t$.
+#
+# Training raises the probability of actions that led to a high return. Chapter 2 derives how,
+# and chapter 3 sets text generation up as a full RL problem (a Markov decision process).
 
 # %% [markdown]
 # ## Why a sampled estimate
@@ -251,8 +271,10 @@ except ValueError as err:
 # k3 is k1 plus $r - 1$, a term whose mean under the policy is exactly zero
 # ($\mathbb{E}_q[p/q] = \sum_x p(x) = 1$), so it adds no bias. It is negatively correlated with
 # k1, so it cancels much of k1's noise, and since $\log r \le r - 1$ the sum is never
-# negative. GRPO uses k3 as its KL term, in the loss {cite}`shao2024deepseekmath`, and so does
-# TRL's GRPO trainer (`trl/trainer/grpo_trainer.py`); TRL's PPO trainer lets you choose k1 (the
+# negative. GRPO, a later variant of PPO (the training algorithm chapter 2 builds), uses k3
+# as its KL term, in the loss {cite}`shao2024deepseekmath`, and so does the GRPO trainer of TRL,
+# Hugging Face's library of RLHF trainers (`trl/trainer/grpo_trainer.py`); TRL's PPO trainer
+# lets you choose k1 (the
 # default) or k3 for the KL it puts into the reward (`kl_estimator` in
 # `trl/experimental/ppo/ppo_config.py`).
 #
@@ -445,8 +467,8 @@ show_figure(
 # estimate is not differentiated; the choice still matters there. TRL's PPO trainer accepts
 # `kl_estimator="k3"` and then pays each token `non_score_reward = -kl_coef * kl` with
 # `kl = (logr.exp() - 1) - logr`, where `logr = ref_logprobs - logprobs` (k1 is `kl = -logr`;
-# `trl/experimental/ppo/ppo_trainer.py`). A reward moves the policy through the score function,
-# and the push k3 gives that way is the gradient of $\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$
+# `trl/experimental/ppo/ppo_trainer.py`). A reward moves the policy through the policy
+# gradient (chapter 2 derives it), and the push k3 gives that way is the gradient of $\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$
 # *minus* the gradient of the KL in the other direction. [Chapter 7](07_leash_off.ipynb) works
 # this out exactly in its worked answer "why k1 in the reward and not k3", and in its example
 # that leash pulls away from the reference. In the reward, k1 gives the right push on average.
@@ -552,137 +574,234 @@ explore(
 # then paid more for staying where it is than for being right.
 
 # %% [markdown]
-# ## Two design questions, worked
-#
-# <details class="answer">
-# <summary>Worked answer: penalize every token, or the sequence once? What changes for credit assignment?</summary>
-#
-# Both placements charge a completion the same total, $\beta \sum_t \mathrm{kl}_t$; they differ
-# in *which* tokens see which part of it.
-#
-# - **Per token** (InstructGPT; TRL's `trl/experimental/ppo/ppo_trainer.py`): token $t$
-#   gets $r_t = -\beta\,\mathrm{kl}_t$, and the last token also gets $R$. The return from token
-#   $t$ onwards, $G_t = R - \beta \sum_{t' \ge t} \mathrm{kl}_{t'}$, charges token $t$ for its own
-#   divergence and the divergence of what follows it, which it influences, but not for the
-#   tokens before it, which it cannot change.
-# - **Once per sequence**: all of $R - \beta \sum_t \mathrm{kl}_t$ is paid at the end, so every
-#   token's return is the same number, including the divergence of earlier tokens.
-#
-# Those earlier terms do not depend on the action at $t$, so in expectation the policy
-# gradient is the same. They add variance, though, and with a learned critic and GAE
-# (chapter 7) the per-token placement gives a dense signal right at the token that diverged,
-# instead of one number smeared over the whole completion. The cell below computes the
-# returns-to-go for `68;` at $\beta = 0.1$ both ways (below). With our 4-token completions and a
-# baseline that is one number per batch (chapter 5), the difference is small; with
-# 500-token answers it is not.
-#
-# A related choice is the *mean* in `kl_penalty`: the sum is what a completion pays, the
-# mean is what is comparable across lengths. A sum penalty makes long completions costlier,
-# which is sometimes wanted and sometimes a bias toward short answers.
-#
-# </details>
-#
-# The numbers behind that answer, for `68;` at $\beta = 0.1$:
-
-# %%
-def returns_to_go(r):
-    """Return G_t = sum of r_t' over t' >= t, for every t."""
-    return np.cumsum(r[::-1])[::-1]
-
-
-beta = 0.1
-per_token = -beta * kl + np.array([0.0, 0.0, R])  # R on the last token
-per_sequence = np.array([0.0, 0.0, R - beta * kl.sum()])
-print("token                ", "  ".join(f"{c!r:>6}" for c in completion))
-for name, r in (("per-token", per_token), ("per-sequence", per_sequence)):
-    print(f"{name + ' rewards':<21}", show(r))
-    print(f"{'  returns-to-go G_t':<21}", show(returns_to_go(r)))
-
-# %% [markdown]
-# <details class="answer">
-# <summary>Worked answer: how does the adaptive KL controller choose β?</summary>
-#
-# A fixed $\beta$ is hard to pick: the KL a run ends up with depends on the reward scale, the
-# learning rate and the task. Ziegler et al. instead fix a *target* KL and let $\beta$ follow
-# it {cite}`ziegler2019finetuning`. After each batch of $n_{\text{steps}}$ samples with
-# measured KL:
-#
-# $$
-# e = \operatorname{clip}\!\Big(\frac{\mathrm{KL}}{\mathrm{KL}_{\text{target}}} - 1,\; -0.2,\; 0.2\Big),
-# \qquad
-# \beta \leftarrow \beta \,\big(1 + e \cdot n_{\text{steps}} / \text{horizon}\big).
-# $$
-#
-# It is a proportional controller on $\log \beta$: a KL above target raises $\beta$ (a
-# tighter leash), a KL below it lowers $\beta$. The clip bounds the error at 20%, so one wild,
-# noisy KL estimate (remember k1's spread) cannot swing $\beta$ far, and the horizon sets the
-# speed: $\beta$ changes by at most a factor $1 \pm 0.2\, n_{\text{steps}}/\text{horizon}$ per
-# batch, about $e^{\pm 0.2}$ over one horizon's worth of samples. TRL's original PPO trainer,
-# up to version 0.11, switched it on by default (`adap_kl_ctrl=True` in
-# `trl/trainer/ppo_config.py`), with a target of 6 nats per completion and a horizon of 10,000
-# samples; the PPO trainer that replaced it has a fixed `kl_coef`.
-#
-# The cell below traces it for a run whose measured KL first overshoots the target and then
-# falls below it. Note how $\beta$ keeps rising while the KL is still above the target, and
-# only turns once the KL drops under it. Chapter 7 runs this controller against a fixed
-# $\beta$ in a real training loop.
-#
-# </details>
-
-# %%
-def adaptive_beta(beta, kl, target, n_steps, horizon):
-    """Return the next beta of the adaptive KL controller of Ziegler
-    et al. (2019)."""
-    error = np.clip(kl / target - 1, -0.2, 0.2)
-    return beta * (1 + error * n_steps / horizon)
-
-
-beta, target, n_steps, horizon = 0.1, 6.0, 1024, 10_000
-# What a run might measure, batch after batch (nats per completion):
-measured_kl = [2.0, 5.0, 9.0, 14.0, 10.0, 7.0, 5.5, 4.0]
-print("batch    KL   error   beta after")
-for i, kl_batch in enumerate(measured_kl, 1):
-    error = float(np.clip(kl_batch / target - 1, -0.2, 0.2))
-    beta = adaptive_beta(beta, kl_batch, target, n_steps, horizon)
-    print(f"{i:>5} {kl_batch:5.1f}  {error:+.3f}   {beta:.4f}")
+# Two design questions come with this leash: should it charge every token, or the completion
+# once? And how should $\beta$ be chosen? Both answers lean on ideas later chapters teach (the
+# policy gradient in chapter 2, a learned value function and the adaptive KL controller in
+# chapter 7). Chapter 7 answers them once those are on the table: the first in its section
+# "What the batch baseline left out", the second in exercise 7.1.
 
 # %% [markdown]
 # ## Summary
 #
-# - The KL penalty keeps the policy near the frozen reference, which limits how far it can go
-#   to exploit the reward model's mistakes.
-# - In practice it is estimated from the sampled tokens alone: $\mathrm{kl}_t =
-#   \log\pi_\theta(y_t) - \log\pi_{\mathrm{ref}}(y_t)$ is unbiased, cheap, and noisy, and a single
-#   token's value or a short completion's mean can be negative. Keep the sign.
-# - k3 $= e^{-\mathrm{kl}} - 1 + \mathrm{kl}$ has the same mean and is never negative; near the
-#   reference it has far less noise than k1, far from it more. k2 $= \mathrm{kl}^2/2$ is close to
-#   k3 near the reference and biased far from it.
-# - These are statements about the *value*. Used as a reward, k3 does not push the policy along
-#   the KL's gradient (chapter 7); k1 does.
-# - $\beta$ trades reward against distance; the adaptive controller sets it from a target KL.
+# You can now:
+#
+# - say why RLHF ties the policy to a frozen reference, and what $\beta$ trades: reward
+#   against distance, never a bad reward model made good;
+# - estimate the KL from the sampled tokens alone with your `kl_penalty` (k1), and explain why
+#   one token's value, or a short completion's mean, can be negative and must keep its sign;
+# - choose among k1, k2 and k3 from their bias and noise near and far from the reference, and
+#   keep apart what is good for a *value* from what is good for a *gradient* (chapter 7);
+# - turn the leash into per-token rewards and a shaped return, and read how both move with
+#   $\beta$.
 #
 # ## Exercises
 #
-# 1. **Sample size.** Rerun the estimator table with `n=1_000_000` and with three different
-#    seeds. How does the standard error of the bias change, and how many samples would k1 need
-#    to tell a bias of 1% of the KL from zero at $\mu = 0.1$?
-# 2. **Far from the reference.** Add $\mu = 2$ and $\mu = 3$ to `estimators.study` (the
-#    published column will read `-`). How do k2's bias and k3's standard deviation grow?
-#    Compare with the closed forms: what happens to $e^{\mu^2}$?
-# 3. **The other direction.** Swap the roles: sample from $p$ and pass $(\log p, \log q)$ as
-#    (policy, reference). The mean of k1 now estimates $\mathrm{KL}[p, q]$. For two
-#    unit-variance normals both directions equal $\mu^2/2$; give $p$ a standard deviation of
-#    2 (derive both KLs by hand first) to see each estimate follow the distribution it was
-#    sampled from.
-# 4. **Paired estimates.** Why is the standard error of the mean of $k2 - k3$ so much smaller
-#    than that of k2 at $\mu = 0.1$, and why does the trick lose its edge at $\mu = 1$? Expand
-#    both in powers of $\mathrm{kl}$.
-# 5. **Where the leash wins.** With the slider, find the $\beta$ at which the shaped return of
-#    `68;` reaches zero, then compute it from the printed $\sum_t \mathrm{kl}_t$. What does a
-#    policy learn from a correct answer whose shaped return is negative?
-# 6. **A mask.** Real batches pad completions to a common length. Add a `mask` argument to
-#    your `kl_penalty` (1 for real tokens, 0 for padding) and make the mean run over real
-#    tokens only. Which of the check cases would you change, and which new ones would you add?
-# 7. **A stubborn KL.** Feed `adaptive_beta` a constant KL of 12 for 200 batches. How fast
-#    does $\beta$ grow, and why does the clip at 0.2 make that growth exponential rather than
-#    unbounded in a single step?
+# Each exercise has a worked answer under it. Try the exercise first.
+#
+# **1. Sample size.** Rerun the estimator table with `n=1_000_000` and with three different
+# seeds. How does the standard error of the bias change, and how many samples would k1 need
+# to tell a bias of 1% of the KL from zero at $\mu = 0.1$?
+#
+# <details class="answer">
+# <summary>Worked answer: sample size</summary>
+#
+# The standard error of a mean falls as $1/\sqrt{n}$, so ten times fewer samples make it
+# $\sqrt{10} \approx 3.2$ times larger, the same for every seed (the cell below prints it per
+# seed, beside the value at ten million). The bias estimates themselves move from seed to seed
+# by about one standard error, as they should: none of them is evidence of a bias in k1.
+#
+# For the sample count, use the exact noise: one k1 sample has std / KL $= 2/\mu = 20$ at
+# $\mu = 0.1$, so the mean of $n$ samples has a standard error of $20/\sqrt{n}$ in units of the
+# KL. To tell a bias of 0.01 from zero at two standard errors, $2 \times 20 / \sqrt{n} \le 0.01$,
+# that is $n \ge (4000)^2$, sixteen million samples (the last line below). A per-token KL of
+# that size, logged from a batch of a few thousand tokens, is mostly noise.
+#
+# </details>
+
+# %% tags=["hide-input"]
+print("mu = 0.1, k1: bias / KL with its standard error")
+for seed in (0, 1, 2):
+    bias, _, se = estimators.monte_carlo(0.1, n=1_000_000, seed=seed)["k1"]
+    print(f"  n = 1,000,000, seed {seed}:  {bias:+.4f} ± {se:.4f}")
+row = next(r for r in rows if r["mu"] == 0.1 and r["estimator"] == "k1")
+print(f"  n = 10,000,000, seed 0: {row['mc_bias']:+.4f} ± "
+      f"{row['mc_bias_se']:.4f}")
+std_ratio = estimators.closed_form(0.1)["k1"][1]  # 2 / mu, exactly
+needed = (2 * std_ratio / 0.01) ** 2
+print(f"samples to see a 1% bias at two standard errors: {needed:,.0f}")
+
+# %% [markdown]
+# **2. Far from the reference.** Add $\mu = 2$ and $\mu = 3$ to `estimators.study` (the
+# published column will read `-`). How do k2's bias and k3's standard deviation grow? Compare
+# with the closed forms: what happens to $e^{\mu^2}$?
+#
+# <details class="answer">
+# <summary>Worked answer: far from the reference</summary>
+#
+# k2's bias is $\mu^2/4$ of the KL: the whole KL at $\mu = 2$ and more than twice it at
+# $\mu = 3$, so k2 overstates the divergence by a factor that grows without limit. k3 stays
+# unbiased, but its std / KL is $\sqrt{e^{\mu^2} - 1 - \mu^2} \,/\, (\mu^2/2)$, and $e^{\mu^2}$
+# explodes (the last two lines below). The table shows what that does to a simulation. For k1
+# and k2 the Monte Carlo values land on the exact ones. For k3 the measured standard deviation
+# falls short of the exact one, a little at $\mu = 2$ and by more than half at $\mu = 3$,
+# because its variance is carried by rare samples with a large negative $\mathrm{kl}$, whose
+# $e^{-\mathrm{kl}}$ is huge, and a million draws rarely contain enough of them. A
+# heavy-tailed estimator *looks* quieter than it is until you take very many samples. k1's
+# std / KL, $2/\mu$, keeps falling: far from the reference the plain log-ratio is the estimator
+# to trust.
+#
+# </details>
+
+# %% tags=["hide-input"]
+print(estimators.format_study(
+    estimators.study(mus=(2.0, 3.0), n=1_000_000, seed=0)))
+print("\n".join(f"e^(mu^2) at mu = {mu:g}: {np.exp(mu ** 2):,.0f}"
+                for mu in (2.0, 3.0)))
+
+# %% [markdown]
+# **3. The other direction.** Swap the roles: sample from $p$ and pass $(\log p, \log q)$ as
+# (policy, reference). The mean of k1 now estimates $\mathrm{KL}[p, q]$. For two unit-variance
+# normals both directions equal $\mu^2/2$; give $p$ a standard deviation of 2 (derive both KLs
+# by hand first) to see each estimate follow the distribution it was sampled from.
+#
+# <details class="answer">
+# <summary>Worked answer: the other direction</summary>
+#
+# For normals, $\mathrm{KL}[\mathcal{N}(m_1, s_1^2), \mathcal{N}(m_2, s_2^2)] = \log(s_2/s_1)
+# + \big(s_1^2 + (m_1 - m_2)^2\big)/(2 s_2^2) - 1/2$. With $q = \mathcal{N}(0, 1)$ and
+# $p = \mathcal{N}(\mu, 4)$ (standard deviation 2), and $\mu = 1$:
+#
+# - $\mathrm{KL}[q, p] = \log 2 + (1 + \mu^2)/8 - 1/2$;
+# - $\mathrm{KL}[p, q] = -\log 2 + (4 + \mu^2)/2 - 1/2$.
+#
+# The cell below evaluates both and estimates each with k1 from a million samples: sampled
+# from $q$, the mean of $\log q - \log p$ lands on $\mathrm{KL}[q, p]$; sampled from $p$, the
+# mean of $\log p - \log q$ lands on $\mathrm{KL}[p, q]$, which here is several times larger
+# (the last line). The sampler decides which KL you measure, and in RLHF the sampler is the policy:
+# the leash is $\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$. The wide $p$ puts mass where
+# the narrow $q$ has almost none, and that costs much more when $p$ is the one sampled.
+#
+# </details>
+
+# %% tags=["hide-input"]
+def normal_logpdf(x, mean, std):
+    """Return the log-density of N(mean, std^2) at x."""
+    return -0.5 * ((x - mean) / std) ** 2 - np.log(std * np.sqrt(2 * np.pi))
+
+
+mu, n_dir = 1.0, 1_000_000  # q = N(0, 1), p = N(mu, 2^2)
+dir_rng = np.random.default_rng(0)
+x_q = dir_rng.normal(0.0, 1.0, n_dir)  # samples of q
+x_p = dir_rng.normal(mu, 2.0, n_dir)  # samples of p
+kl_qp = np.log(2) + (1 + mu ** 2) / 8 - 0.5
+kl_pq = -np.log(2) + (4 + mu ** 2) / 2 - 0.5
+est_qp = estimators.k1(normal_logpdf(x_q, 0, 1), normal_logpdf(x_q, mu, 2))
+est_pq = estimators.k1(normal_logpdf(x_p, mu, 2), normal_logpdf(x_p, 0, 1))
+print(f"KL[q, p]: exact {kl_qp:.4f}, k1 on samples of q {est_qp.mean():.4f}")
+print(f"KL[p, q]: exact {kl_pq:.4f}, k1 on samples of p {est_pq.mean():.4f}")
+print(f"KL[p, q] / KL[q, p] = {kl_pq / kl_qp:.2f}")
+
+# %% [markdown]
+# **4. Paired estimates.** Why is the standard error of the mean of $k2 - k3$ so much smaller
+# than that of k2 at $\mu = 0.1$, and why does the trick lose its edge at $\mu = 1$? Expand
+# both in powers of $\mathrm{kl}$.
+#
+# <details class="answer">
+# <summary>Worked answer: paired estimates</summary>
+#
+# Write $x = \mathrm{kl}$. Then $k_2 = x^2/2$ and
+# $k_3 = e^{-x} - 1 + x = x^2/2 - x^3/6 + x^4/24 - \dots$, so
+#
+# $$
+# k_2 - k_3 = \frac{x^3}{6} - \frac{x^4}{24} + \dots
+# $$
+#
+# The $x^2/2$ that carries nearly all of k2's noise cancels sample by sample, and what is left
+# is $x/3$ times smaller than what cancelled. At $\mu = 0.1$ a typical $x$ is about $0.1$ (its
+# standard deviation is $\mu$), so the difference is a small fraction of k2, and so is its
+# spread. At $\mu = 1$ a typical $x$ is about 1: the leftover terms are as large as the terms
+# that cancelled, and the difference is nearly as noisy as k2 itself. The cell below measures the three standard deviations, relative to
+# the KL, at both values of $\mu$.
+#
+# </details>
+
+# %% tags=["hide-input"]
+pair_rng = np.random.default_rng(0)
+print(f"{'':<8}{'std / KL of one sample':>30}")
+print(f"{'mu':<8}{'k2':>10}{'k3':>10}{'k2 - k3':>10}")
+for mu in (0.1, 1.0):
+    logq, logp = estimators.gaussian_logps(mu, 1_000_000, pair_rng)
+    a2, a3 = estimators.k2(logq, logp), estimators.k3(logq, logp)
+    kl_true = estimators.true_kl(mu)
+    print(f"{mu:<8g}" + "".join(f"{v.std() / kl_true:10.4f}"
+                                for v in (a2, a3, a2 - a3)))
+
+# %% [markdown]
+# **5. Where the leash wins.** With the slider, find the $\beta$ at which the shaped return of
+# `68;` reaches zero, then compute it from the printed $\sum_t \mathrm{kl}_t$. What does a
+# policy learn from a correct answer whose shaped return is negative?
+#
+# <details class="answer">
+# <summary>Worked answer: where the leash wins</summary>
+#
+# The shaped return $R - \beta \sum_t \mathrm{kl}_t$ is zero at $\beta = R / \sum_t
+# \mathrm{kl}_t$, with $R = 1$ and the sum printed by the slider's cell; the cell below divides.
+# Above that $\beta$ the correct answer's return is negative.
+#
+# What the policy learns from it depends on what the return is compared with. Chapter 2 shows
+# that a training step pushes up completions whose return is above a *baseline* (roughly, what
+# the policy usually gets) and pushes down those below. A negative return is then not a
+# punishment for being right; it says that this correct answer was bought with more distance
+# from the reference than it was worth. If the other completions of the batch score lower
+# still, `68;` is still raised; if the leash charges it more than they lose, the policy learns
+# to give the correct answer less often, or to give it in a way the reference finds more
+# likely. A $\beta$ that large makes staying put the best policy: the leash has won.
+#
+# </details>
+
+# %% tags=["hide-input"]
+print(f"sum of kl_t for '68;': {kl.sum():.3f}\nthe shaped return is zero "
+      f"at beta = R / sum = {R / kl.sum():.3f}")
+
+# %% [markdown]
+# **6. A mask.** Real batches pad completions to a common length. Add a `mask` argument to your
+# `kl_penalty` (1 for real tokens, 0 for padding) and make the mean run over real tokens only.
+# Which of the check cases would you change, and which new ones would you add?
+#
+# <details class="answer">
+# <summary>Worked answer: a mask</summary>
+#
+# The mean becomes a weighted one, $\beta \sum_t m_t\,\mathrm{kl}_t / \sum_t m_t$:
+#
+# ```python
+# def kl_penalty_masked(logp_policy, logp_reference, beta, mask):
+#     kl = (np.asarray(logp_policy, dtype=float)
+#           - np.asarray(logp_reference, dtype=float))
+#     mask = np.asarray(mask, dtype=float)
+#     return round(float(beta * (kl * mask).sum() / mask.sum()), 2)
+# ```
+#
+# No existing case needs to change if the mask defaults to all ones: with every $m_t = 1$ the
+# weighted mean is the plain one. New cases should catch what a mask can get wrong. A padded
+# token with a large log-ratio must not move the result (the cell below runs one such case,
+# masked and unmasked); the mean must divide by the number of real tokens, not by the length
+# (a row with one real token of three); the mask may arrive as integers, floats or booleans;
+# and a mask with no 1 in it has no mean, so it should raise a `ValueError` rather than return
+# NaN. Chapter 3 builds exactly this mask for our completions, and every loss and statistic
+# of the book uses it.
+#
+# </details>
+
+# %% tags=["hide-input"]
+def kl_penalty_masked(logp_policy, logp_reference, beta, mask):
+    """Return beta * the mean of kl over the tokens where mask is 1."""
+    kl = (np.asarray(logp_policy, dtype=float)
+          - np.asarray(logp_reference, dtype=float))
+    mask = np.asarray(mask, dtype=float)
+    return round(float(beta * (kl * mask).sum() / mask.sum()), 2)
+
+
+# two real tokens with kl 0.5, then a padding token with kl -9
+padded = ([-1.0, -2.0, -9.0], [-1.5, -2.5, 0.0], 0.1)
+print("masked  ", kl_penalty_masked(*padded, mask=[1, 1, 0]))
+print("unmasked", minirlhf.kl_penalty(*padded))

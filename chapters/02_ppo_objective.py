@@ -18,9 +18,10 @@
 #
 # ```{admonition} What you need
 # :class: tip
-# Chapter 1, PyTorch's autograd, and what an expected value is. No reinforcement learning: the
-# policy gradient is derived from scratch in the first section. The code runs on a CPU in a
-# few seconds.
+# Chapter 1 (the leash, and its five words from reinforcement learning), PyTorch's autograd,
+# and what an expected value is. No more reinforcement learning than that: the policy gradient
+# is derived from scratch in the first section. A first run of the whole notebook takes under
+# 10 seconds on a 2-core CPU.
 # ```
 
 # %%
@@ -176,9 +177,11 @@ for name, b in (("0", 0.0), (f"E[R] = {value:.2f}", value),
 # the baseline leaves the gradient unbiased, whatever its value. The spread is another matter
 # (the column "vs b = 0"). A baseline at the expected reward cuts the variance; a baseline far
 # from the typical reward (1, the best reward, which nearly every action falls short of) makes
-# the estimate noisier than none. A good baseline predicts the reward. In chapter 5 it is the batch's
-# mean reward; in full PPO it is a learned *value function*. The weight $R(y) - b$ is the
-# simplest *advantage*: how much better than expected the action turned out.
+# the estimate noisier than none. A good baseline predicts the reward. In chapter 5, where a
+# completion is a sequence of tokens, it is a number per token position: the batch's mean of
+# the return-to-go at that position (chapter 1's rewards from that token to the end); in full
+# PPO it is a learned *value function* (chapter 7). The weight $R(y) - b$ is the simplest
+# *advantage*: how much better than expected the action turned out.
 #
 # ### Exercise 2.1: `reinforce_loss`
 #
@@ -412,6 +415,25 @@ for kl_follows_new, name in ((True, "kl from new_logp"),
 # Inputs may be lists or arrays; NumPy only. Keep the sign of every $\mathrm{kl}_i$, as in
 # chapter 1.
 #
+# **Why `'policy_loss'` equals `'objective'`, and how it relates to a loss that is minimized.**
+# A trainer can put the leash in one of two places (the section "The KL counted twice" below
+# compares them). With the KL as a separate loss term, the objective is the clipped surrogate
+# *minus* the penalty, and the surrogate alone, the part that comes from the policy's ratios,
+# is what is reported as the policy term. With the KL inside the advantage, as here, there is
+# nothing left to subtract: the surrogate *is* the whole objective, and the two entries are
+# the same number. The contract keeps both names so that the difference between the two
+# layouts stays visible, and a reader who sees them differ knows the KL was counted outside
+# the advantage. Despite the word "loss", both are quantities to *maximize*.
+#
+# An optimizer minimizes, so training uses the negative, $-J$. Chapter 5's `ppo_token_loss` is
+# that negative on a real batch: minus the mean, over the completion tokens the mask keeps,
+# of $\min(\mathrm{ratio}_t A_t,\ \operatorname{clip}(\mathrm{ratio}_t)\, A_t)$. It takes the
+# advantages ready-made: the leash has already been moved into them by
+# `kl_shaped_advantages`, as per-token rewards $-\beta\,\mathrm{kl}_t$ computed once at
+# rollout, summed with the score into returns-to-go, minus a baseline. So, given the same
+# advantages, `ppo_token_loss` is minus this exercise's `'policy_loss'` (before rounding), and
+# `'kl_penalty'` enters neither; the cell after the check shows it on the first example.
+#
 # **Examples.**
 # `old=[-2.0], new=[-1.8], ref=[-2.0], rewards=[1.0], epsilon=0.2, beta=0.1` gives
 # `{'objective': 1.18, 'policy_loss': 1.18, 'kl_penalty': 0.02}`: the ratio $e^{0.2} \approx
@@ -463,6 +485,20 @@ try:
     minirlhf.ppo_rlhf_objective(**example, epsilon=1.5, beta=0.1)
 except ValueError as err:
     print("ValueError:", err)
+
+# %% [markdown]
+# The same first example through chapter 5's loss. The advantage is worked out by hand here,
+# the shaped reward $1 - 0.1 \times 0.2 = 0.98$, and the mask keeps the one token:
+
+# %%
+from minirlhf.ppo import ppo_token_loss
+
+A = torch.tensor([[1.0 - 0.1 * 0.2]])  # reward - beta * kl, (1, 1)
+loss = ppo_token_loss(new_logp=torch.tensor([[-1.8]]),
+                      old_logp=torch.tensor([[-2.0]]), advantages=A,
+                      mask=torch.ones(1, 1), epsilon=0.2)
+print(f"ppo_token_loss = {loss.item():.4f}; minus the objective: "
+      f"{-1.2 * 0.98:.4f}")
 
 # %% [markdown]
 # ## Where the gradient is cut off
@@ -523,11 +559,13 @@ show_figure(
 
 # %% [markdown]
 # The same thing in numbers: automatic differentiation of the clipped term with respect to
-# the ratio, at a few ratios on each side of the band.
+# the ratio, at a few ratios on each side of the band, with $\epsilon = 0.2$ and
+# $A = \pm 1$.
 
 # %%
+epsilon = 0.2  # the clip range, as in the figure
 ratio = torch.tensor([0.5, 0.9, 1.0, 1.1, 1.5] * 2, requires_grad=True)
-adv = torch.tensor([1.0] * 5 + [-1.0] * 5)
+adv = torch.tensor([1.0] * 5 + [-1.0] * 5)  # A = +1, then A = -1
 clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
 surrogate = torch.min(ratio * adv, clipped * adv)  # (10,)
 surrogate.sum().backward()
@@ -819,29 +857,10 @@ print(double_count.format_study(result))
 #
 # ## Two questions, worked
 #
-# <details class="answer">
-# <summary>Worked answer: why can a critic and GAE handle a KL-shaped reward while the separate-term version cannot?</summary>
-#
-# When the KL is part of the reward, it is part of the *return*: every token's return includes
-# the divergence it will cause later in the completion. A learned value function
-# $V(s_t)$ then predicts the expected shaped return from state $s_t$, KL costs included, and
-# generalized advantage estimation {cite}`schulman2016gae` spreads each token's
-# $-\beta\,\mathrm{kl}_t$ back to the decisions that led to it. A token that steers the
-# completion into territory where the policy and the reference disagree for many tokens to come
-# gets a low advantage *now*, even if it is cheap itself. The KL is treated like any other
-# reward, with all of PPO's machinery for delayed consequences.
-#
-# As a separate loss term, $\beta\,\mathrm{mean}_t\, k_3(t)$ is differentiated on the spot. Each
-# token's log-ratio is pushed toward the reference's, but nothing accounts for how the choice
-# of token $t$ changes the *states*, and so the divergence, of the tokens after it. The critic
-# never sees the term, because it is not in the reward, so it cannot learn it either. The
-# gradient of a per-token estimate is also not, in general, an unbiased estimate of the
-# gradient of the sequence-level KL; chapter 1 warned that value and gradient are different
-# questions. GRPO gets away with it because it has no critic and scores whole answers, and
-# because its $\beta$ is small: there the separate term is a regulariser, not a part of the
-# credit assignment.
-#
-# </details>
+# The first question this chapter's objective raises, why a critic and GAE can handle a
+# KL-shaped reward while the separate-term version cannot, needs the critic and GAE; chapter 7
+# answers it once they are on the table, in its section "What the batch baseline left out".
+# The second needs only the statistics a run logs.
 #
 # <details class="answer">
 # <summary>Worked answer: which statistics catch reward hacking?</summary>
@@ -861,7 +880,7 @@ print(double_count.format_study(result))
 #   early to dodge a penalty); a drift in mean length, or many completions hitting the maximum
 #   without an end token (`val/num_eos_tokens` counts the end tokens), is a cheap early warning.
 # - **Clip fraction** (`policy/clipfrac_avg`). A high fraction of clipped tokens means each
-#   update moves the policy further than PPO's trust region assumes; a sudden rise often comes
+#   update moves the policy further than the clip range is meant to allow; a sudden rise often comes
 #   with a collapse onto a few exploit strings.
 # - **Entropy** (`objective/entropy`). A policy that has found an exploit becomes sure of it:
 #   entropy falls and samples look alike. Read the samples.
@@ -873,48 +892,237 @@ print(double_count.format_study(result))
 #
 # ## Summary
 #
-# - The policy gradient is an expectation you can sample:
-#   $\nabla_\theta \mathbb{E}_{\pi_\theta}[R] = \mathbb{E}_{\pi_\theta}[(R - b)\,\nabla_\theta \log \pi_\theta(y)]$
-#   for any baseline $b$ that does not depend on the action. REINFORCE minimizes
-#   $-\mathrm{mean}_i (R_i - b) \log \pi_\theta(y_i)$; a baseline near the expected reward cuts
-#   the noise, and the surrogate $\mathrm{ratio} \cdot A$ has the same gradient at
-#   $\theta = \theta_{\text{old}}$.
-# - PPO-RLHF shapes each token's reward with the leash, $A_i = r_i - \beta\,\mathrm{kl}_i$, and
-#   maximizes the clipped surrogate
-#   $\mathrm{mean}_i \min(\mathrm{ratio}_i A_i,\, \mathrm{clip}(\mathrm{ratio}_i)\, A_i)$.
-# - Clipping flattens a token's term once its ratio has left the band in the direction its
-#   advantage rewards; it never blocks a correction. For $A < 0$ it sets no floor on a rising
-#   ratio; dual-clip PPO adds one.
-# - Put the KL into the reward *or* into the loss, never both. Subtracting the k1 penalty again
-#   doubles the objective's value but not the pull toward the reference: on average its extra
-#   gradient is zero at the first step and afterwards pushes away from the sampling policy.
+# You can now:
+#
+# - derive the policy gradient with the log-derivative trick, write REINFORCE as a loss
+#   (your `reinforce_loss`), and say why a baseline leaves it unbiased and can cut its noise;
+# - explain the probability ratio and why PPO clips it, and read off where a token's clipped
+#   term is flat (no gradient) and where it still pulls the token back;
+# - compute the PPO-RLHF objective with the leash inside the advantage (your
+#   `ppo_rlhf_objective`), and relate it to the loss a trainer minimizes;
+# - put the KL in the reward *or* in the loss, and recognize the bug of doing both: its logged
+#   value doubles, its pull toward the reference does not;
+# - name the statistics that catch reward hacking, and the names TRL logs them under.
 #
 # ## Exercises
 #
-# 1. **Extreme clip ranges.** Set $\epsilon = 0.01$ and $\epsilon = 0.9$ in `print_table`. Which
-#    tokens are clipped at each, and what does $J$ approach as $\epsilon \to 0$? Explain with the
-#    formula.
-# 2. **Gradients per token.** Rewrite `token_table` in torch, make `new_logp` a tensor with
-#    `requires_grad=True`, and compute $\partial J / \partial\, \texttt{new\_logp}_i$. Check that the
-#    tokens marked CLIPPED get exactly zero from the surrogate. With `kl` computed from
-#    `new_logp`, what gradient do they still get, and from where?
-# 3. **The KL as a constant.** Real code computes the shaped reward from the *sampling* policy.
-#    Replace `new - ref` by `old - ref` in the advantage and compare $J$ and its gradients with
-#    the version above at the first update step and after it. Then compare their *expected*
-#    gradients with `double_count.objectives` (`"kl in reward"` against
-#    `"kl fixed at rollout"`): which one equals the gradient of
-#    $\mathbb{E}[r] - \beta\,\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$ after an update, and why?
-# 4. **k3 in the reward.** Use `estimators.k3(new, ref)` instead of `new - ref` in the shaped
-#    advantage. For which tokens of the batch does the advantage change most, and why?
-# 5. **The double count in general.** Show that at ratio 1 the bug's *value* equals version 1's
-#    with $2\beta$ for any batch, while its gradient with respect to each `new_logp` equals
-#    version 1's at $\beta$ minus $\beta / N$. Then prove
-#    $\sum_y \pi_{\text{old}}(y)\,\nabla\log\pi_\theta(y) = -\nabla\mathrm{KL}(\pi_{\text{old}} \,\|\, \pi_\theta)$,
-#    and rerun `double_count.study` with other rewards and a larger `lr`: when does the extra
-#    term strengthen the leash, and when does it weaken it? (Watch the printed ratios: once
-#    one leaves the clip band, the reward's share of the gradient differs between versions.)
-# 6. **A negative advantage, a rising ratio.** For $A = -1$, compute a token's term and its
-#    gradient with respect to `new_logp` at ratios 1.5, 3 and 10. How large a share of a
-#    batch's gradient can that one token take? Add the dual-clip floor
-#    $\max(\text{term},\, c\,A)$ for $A < 0$, with $c = 3$, to `clipped_surrogate`, and check
-#    that the gradient is unchanged below ratio $c$ and zero above it.
+# Each exercise has a worked answer under it. Try the exercise first.
+#
+# **1. Extreme clip ranges.** Set $\epsilon = 0.01$ and $\epsilon = 0.9$ in `print_table`. Which
+# tokens are clipped at each, and what does $J$ approach as $\epsilon \to 0$? Explain with the
+# formula.
+#
+# <details class="answer">
+# <summary>Worked answer: extreme clip ranges</summary>
+#
+# With $\epsilon = 0.01$ every token whose ratio moved at all has left the band. In this batch
+# each moved in the direction its advantage rewards, so all six are clipped (flat); a token
+# that had moved the other way would be kept unclipped. With $\epsilon = 0.9$ the band $[0.1, 1.9]$ holds every ratio of
+# the batch, nothing is clipped, and $J$ is the plain surrogate $\mathrm{mean}_i\,
+# \mathrm{ratio}_i A_i$. The cell below prints the states at both settings ($\beta = 0.1$).
+#
+# As $\epsilon \to 0$, $\operatorname{clip}(\mathrm{ratio}_i) \to 1$, so each term tends to
+# $\min(\mathrm{ratio}_i A_i,\ A_i)$ and $J$ to $\mathrm{mean}_i \min(\mathrm{ratio}_i A_i, A_i)$
+# (the last line). Every move the update made that raised a term is ignored, every move that
+# lowered one is counted: $J \le \mathrm{mean}_i A_i$, its value at ratio 1. Here every move
+# raised its term, so each minimum is $A_i$ and the limit is exactly $\mathrm{mean}_i A_i$.
+# PPO with $\epsilon = 0$ cannot gain from leaving $\pi_{\text{old}}$ at all.
+#
+# </details>
+
+# %% tags=["hide-input"]
+for eps in (0.01, 0.9):
+    *_, state, J = token_table(eps, 0.1)
+    print(f"epsilon = {eps}: J = {J:+.4f}; states of tokens 0 to 5:\n  "
+          + ", ".join(STATES[s] for s in state))
+_, _, adv_lim, _, _, _ = token_table(0.2, 0.1)
+limit = np.minimum(np.exp(log_ratio) * adv_lim, adv_lim).mean()
+print(f"limit as epsilon -> 0: mean(min(ratio * A, A)) = {limit:+.4f}; "
+      f"mean(A) = {adv_lim.mean():+.4f}")
+
+# %% [markdown]
+# **2. Gradients per token.** Rewrite `token_table` in torch, make `new_logp` a tensor with
+# `requires_grad=True`, and compute $\partial J / \partial\, \texttt{new\_logp}_i$. Check that
+# the tokens marked CLIPPED get exactly zero from the surrogate. With `kl` computed from
+# `new_logp`, what gradient do they still get, and from where?
+#
+# <details class="answer">
+# <summary>Worked answer: gradients per token</summary>
+#
+# The cell below does it at $\epsilon = 0.2$, $\beta = 0.1$, once with the advantages held
+# fixed (the surrogate alone) and once with $\mathrm{kl}_i$ following `new_logp`. With fixed
+# advantages the clipped tokens' gradient is exactly zero, as the figure of the clipped
+# surrogate promised. With $\mathrm{kl}_i = \texttt{new\_logp}_i - \texttt{ref\_logp}_i$, a
+# clipped token's term is $(1 \pm \epsilon)(r_i - \beta\,\mathrm{kl}_i)/N$, whose derivative is
+# $-(1 \pm \epsilon)\,\beta / N$: not zero. It comes from the leash, not the surrogate: the
+# advantage itself depends on the token's log-prob, and lowering that log-prob lowers its
+# KL. Real code computes the KL once at rollout (exercise 3), and then this gradient is gone.
+#
+# </details>
+
+# %% tags=["hide-input"]
+def torch_terms(new, kl_follows_new, eps=0.2, beta=0.1):
+    """Return J of the six-token batch, computed in torch."""
+    old, ref = torch.tensor(old_logp), torch.tensor(ref_logp)
+    kl_i = (new if kl_follows_new else new.detach()) - ref
+    adv_i = torch.tensor(rewards) - beta * kl_i
+    ratio_i = torch.exp(new - old)
+    return torch.minimum(ratio_i * adv_i,
+                         ratio_i.clamp(1 - eps, 1 + eps) * adv_i).mean()
+
+
+*_, state, _ = token_table(0.2, 0.1)
+print("token  state          dJ/dnew, A fixed   dJ/dnew, kl follows new")
+grads = []
+for follows in (False, True):
+    new = torch.tensor(new_logp, requires_grad=True)
+    grads.append(torch.autograd.grad(torch_terms(new, follows), new)[0])
+for i, s in enumerate(state):
+    print(f"{i:>5}  {STATES[s]:<13}  {grads[0][i].item():+16.4f}"
+          f"   {grads[1][i].item():+22.4f}")
+print(f"-(1 + eps) * beta / N = {-(1.2) * 0.1 / 6:+.4f}; "
+      f"-(1 - eps) * beta / N = {-(0.8) * 0.1 / 6:+.4f}")
+
+# %% [markdown]
+# **3. The KL as a constant.** Real code computes the shaped reward from the *sampling* policy.
+# Replace `new - ref` by `old - ref` in the advantage and compare $J$ and its gradients with
+# the version above at the first update step and after it. Then compare their *expected*
+# gradients with `double_count.objectives` (`"kl in reward"` against `"kl fixed at rollout"`):
+# which one equals the gradient of $\mathbb{E}[r] - \beta\,\mathrm{KL}(\pi_\theta \,\|\,
+# \pi_{\mathrm{ref}})$ after an update, and why?
+#
+# <details class="answer">
+# <summary>Worked answer: the KL as a constant</summary>
+#
+# At the first step `new` equals `old`, so the two versions have the same $J$; their gradients
+# differ by $\beta/N$ per token (the admonition "Two simplifications"). After the update the
+# values differ too, by $\beta$ times the mean of $\texttt{new} - \texttt{old}$ over the tokens
+# whose term is not clipped.
+#
+# In expectation, while no ratio leaves the band, the expected objective is
+# $\sum_y \pi_{\text{old}}(y)\,\mathrm{ratio}(y)\,A(y) = \sum_y \pi_\theta(y)\,A(y)$. With
+# $\mathrm{kl}$ following $\theta$ this is $\mathbb{E}_{\pi_\theta}[r] - \beta\,
+# \mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$ *exactly*, so `"kl in reward"` has the true
+# gradient at every $\theta$ inside the band. With the KL fixed at rollout it is
+# $\mathbb{E}_{\pi_\theta}[r] - \beta\sum_y \pi_\theta(y)(\log\pi_{\text{old}} - \log\pi_{\mathrm{ref}})$,
+# which differs from the true objective by $\beta\,\mathrm{KL}(\pi_\theta \,\|\, \pi_{\text{old}})$:
+# zero, with zero gradient, at $\theta_{\text{old}}$, and growing as the update moves away.
+# The cell below measures both on `double_count.study`'s five-token example (the same inputs,
+# after its one update step): the `"kl in reward"` gradient matches the true one, the fixed
+# one differs by a little. The clip keeps $\pi_\theta$ near $\pi_{\text{old}}$, which is why the
+# cheaper constant is good enough in practice.
+#
+# </details>
+
+# %% tags=["hide-input"]
+setting = dict(logits_ref=[2.0, 1.0, 0.0, -1.0, 0.5],
+               theta_old=[2.5, 0.4, 0.3, -1.2, 0.9],
+               reward=[1.0, 0.0, 0.5, 0.0, 0.8], beta=0.5)
+theta_up = double_count.update(**setting, lr=1.0).requires_grad_(True)
+expected = double_count.gradients(
+    double_count.objectives(theta_up, **setting), theta_up)
+print("after one update, expected gradients (5 logits), and the size of"
+      " their\ndifference from the true gradient")
+for name in ("true", "kl in reward", "kl fixed at rollout"):
+    gap = (expected[name] - expected["true"]).norm().item()
+    print(f"{name:<20}" + " ".join(f"{v:+.4f}" for v in expected[name])
+          + f"  {gap:.4f}")
+
+# %% [markdown]
+# **4. k3 in the reward.** Use `estimators.k3(new, ref)` instead of `new - ref` in the shaped
+# advantage. For which tokens of the batch does the advantage change most, and why?
+#
+# <details class="answer">
+# <summary>Worked answer: k3 in the reward</summary>
+#
+# The change in token $i$'s advantage is $-\beta\,(k_3 - k_1) = -\beta\,(e^{-\mathrm{kl}_i} - 1)$.
+# It is largest for the tokens with the largest $|\mathrm{kl}_i|$, and lopsided: for
+# $\mathrm{kl}_i > 0$ the term is negative and at most 1 in size, so k3 charges *less* than k1;
+# for $\mathrm{kl}_i < 0$ it grows exponentially, and k3 charges a token the policy likes less
+# than the reference does, where k1 paid it. In our batch that is token 4
+# ($\mathrm{kl} = 1.2$, the largest change) and token 2 (the one negative $\mathrm{kl}$, which
+# turns from a bonus into a charge); the cell below prints both advantages. Chapter 7 shows that
+# k3 as a reward also pushes the wrong way on average.
+#
+# </details>
+
+# %% tags=["hide-input"]
+adv_k1 = rewards - 0.1 * (new_logp - ref_logp)
+adv_k3 = rewards - 0.1 * estimators.k3(new_logp, ref_logp)
+print("token     kl   A with k1   A with k3   change   (beta = 0.1)")
+for i, (k, a1, a3) in enumerate(zip(kl, adv_k1, adv_k3)):
+    print(f"{i:>5}  {k:+.2f}   {a1:+9.4f}   {a3:+9.4f}  {a3 - a1:+7.4f}")
+
+# %% [markdown]
+# **5. The double count in general.** Show that at ratio 1 the bug's *value* equals version
+# 1's with $2\beta$ for any batch, while its gradient with respect to each `new_logp` equals
+# version 1's at $\beta$ minus $\beta / N$. Then prove
+# $\sum_y \pi_{\text{old}}(y)\,\nabla\log\pi_\theta(y) = -\nabla\mathrm{KL}(\pi_{\text{old}} \,\|\, \pi_\theta)$,
+# and rerun `double_count.study` with other rewards and a larger `lr`: when does the extra
+# term strengthen the leash, and when does it weaken it? (Watch the printed ratios: once one
+# leaves the clip band, the reward's share of the gradient differs between versions.)
+#
+# <details class="answer">
+# <summary>Worked answer: the double count in general</summary>
+#
+# At ratio 1 nothing is clipped and version 1 is $J_1(\beta) = \frac1N\sum_i (r_i -
+# \beta\,\mathrm{kl}_i)$. The bug is $J_1(\beta) - \frac{\beta}{N}\sum_i \mathrm{kl}_i = \frac1N
+# \sum_i (r_i - 2\beta\,\mathrm{kl}_i) = J_1(2\beta)$, whatever the batch. Its gradient with
+# respect to $\texttt{new\_logp}_i$ is version 1's plus the derivative of
+# $-\frac{\beta}{N}\sum_j \mathrm{kl}_j$, which is $-\beta/N$, because
+# $\partial\,\mathrm{kl}_i / \partial\,\texttt{new\_logp}_i = 1$.
+#
+# For the identity: $\mathrm{KL}(\pi_{\text{old}} \,\|\, \pi_\theta) = \sum_y \pi_{\text{old}}(y)
+# \log\pi_{\text{old}}(y) - \sum_y \pi_{\text{old}}(y)\log\pi_\theta(y)$, and only the second sum
+# depends on $\theta$, so its gradient is $-\sum_y \pi_{\text{old}}(y)\,\nabla\log\pi_\theta(y)$.
+#
+# So the extra term pushes along $+\beta\,\nabla\mathrm{KL}(\pi_{\text{old}} \,\|\, \pi_\theta)$,
+# away from the sampling policy. Whether that strengthens or weakens the leash depends on
+# where the update went: if it moved toward the reference, moving further from
+# $\pi_{\text{old}}$ is moving toward the reference too, and the bug's leash comes out
+# stronger; if the reward pulled the update away from the reference, as in the chapter's
+# example (cosine $-0.89$), it comes out weaker. A larger `lr` makes the term larger, since it
+# grows with the distance from $\pi_{\text{old}}$, until ratios leave the band and the
+# comparison stops being about leashes alone.
+#
+# </details>
+#
+# **6. A negative advantage, a rising ratio.** For $A = -1$, compute a token's term and its
+# gradient with respect to `new_logp` at ratios 1.5, 3 and 10. How large a share of a batch's
+# gradient can that one token take? Add the dual-clip floor $\max(\text{term},\, c\,A)$ for
+# $A < 0$, with $c = 3$, to `clipped_surrogate`, and check that the gradient is unchanged below
+# ratio $c$ and zero above it.
+#
+# <details class="answer">
+# <summary>Worked answer: a negative advantage, a rising ratio</summary>
+#
+# For $A < 0$ and a ratio above $1 + \epsilon$ the minimum keeps $\mathrm{ratio}\cdot A$, and
+# since $\partial\,\mathrm{ratio} / \partial\,\texttt{new\_logp} = \mathrm{ratio}$, the gradient
+# of the term is $\mathrm{ratio}\cdot A$: $-1.5$, $-3$ and $-10$ at the three ratios (the cell
+# below). A token in the band contributes at most about $(1 + \epsilon)|A|$, so one token at
+# ratio 10 pulls as hard as about eight ordinary tokens with the same $|A|$, and its share grows
+# without limit as its ratio does. With the dual-clip floor the term becomes
+# $\max(\mathrm{ratio}\cdot A,\ 3A)$: unchanged (with the same gradient) while the ratio is below
+# 3, and flat at $3A = -3$, with zero gradient, from 3 on.
+#
+# </details>
+
+# %% tags=["hide-input"]
+def dual_clipped_surrogate(ratio, adv, epsilon, c=3.0):
+    """Return the clipped terms, with the floor c * adv where adv < 0."""
+    term = torch.minimum(ratio * adv, ratio.clamp(1 - epsilon, 1 + epsilon)
+                         * adv)
+    return torch.where(adv < 0, torch.maximum(term, c * adv), term)
+
+
+print("ratio   term   d/d new_logp   dual-clip term   d/d new_logp")
+for r in (1.5, 3.0, 10.0):
+    new = torch.tensor(np.log(r), requires_grad=True)  # old_logp = 0
+    adv_neg = torch.tensor(-1.0)
+    plain = torch.minimum(torch.exp(new) * adv_neg,
+                          torch.exp(new).clamp(0.8, 1.2) * adv_neg)
+    dual = dual_clipped_surrogate(torch.exp(new), adv_neg, 0.2)
+    (g_plain,) = torch.autograd.grad(plain, new)
+    (g_dual,) = torch.autograd.grad(dual, new)
+    print(f"{r:5.1f}  {plain.item():+5.1f}  {g_plain.item():+13.2f}"
+          f"  {dual.item():+15.1f}  {g_dual.item():+13.2f}")

@@ -15,7 +15,8 @@
 # :class: tip
 # Chapters 1 and 2, and a little PyTorch: tensors, `softmax`, `cross_entropy`, `backward`.
 # The first run of this notebook trains the policy (a few seconds) and saves it under
-# `outputs/models`; later runs load it.
+# `outputs/models`; later runs load it. A first run of the whole notebook takes about 25
+# seconds on a 2-core CPU.
 # ```
 
 # %%
@@ -28,9 +29,9 @@ from minirlhf import sft, store, task
 from minirlhf.course.exercises import check
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
-from minirlhf.experiment import REFERENCE
-from minirlhf.model import (completion_mask, generate, make_generator,
-                            n_params)
+from minirlhf.experiment import ORIGINAL
+from minirlhf.model import (completion_logprobs, completion_mask, generate,
+                            make_generator, n_params)
 from minirlhf.palette import BLUE, ORANGE  # safe for color blindness
 from minirlhf.studies import rm_blind_spot
 
@@ -375,11 +376,17 @@ show_figure(
             "policy the rest of the book starts from.",
 )
 
+# %% [markdown]
+# This book rebuilds the experiment of an earlier project, which published one run of it. We
+# call its numbers *the original run* (never "the reference", which in this book is the
+# frozen policy the KL is measured to); chapter 5 sets them beside ours. Its partial-SFT
+# policy was stopped in the same way, in the middle of the climb:
+
 # %%
-reference = REFERENCE["sft_accuracy"]  # the book's reference run
+original = ORIGINAL["sft_accuracy"]  # the original project's run
 print(f"greedy accuracy on the 400 eval prompts after {stop} steps\n"
       f"  the partial-SFT policy     {at_stop:.3f}\n"
-      f"  the book's reference run   {reference:.3f}")
+      f"  the original run           {original:.3f}")
 
 # %% [markdown]
 # For a hundred steps the model learns the format (digits, then `;`) and little arithmetic;
@@ -475,37 +482,198 @@ print("\n".join(rows))
 #
 # ## Summary
 #
-# - The task is addition in 13 tokens, with a verifier that checks the arithmetic and a
-#   vocabulary of wrong answers: near-misses, other wrong numbers, malformed text.
-# - Generation is an MDP: the state is the prompt plus the tokens so far, the action the next
-#   token, the episode one completion, and the reward is 0 on every token but the last.
-# - SFT is next-token cross-entropy on correct answers, masked to the answer tokens, so the
-#   prompt gets no gradient. The same completion mask follows the tokens into PPO.
-# - We stop SFT early, in the steep part of the learning curve, to leave a partial policy
-#   with room for RL to improve, or to damage.
+# You can now:
+#
+# - encode a sum as tokens, read a completion the way the verifier does, and sort wrong answers
+#   into near-misses, other wrong numbers and malformed text;
+# - describe text generation as a Markov decision process: state, action, transition, episode
+#   and a reward paid on the last token, and compute a completion's log-probability from its
+#   tokens';
+# - write the masked SFT loss (your `masked_sft_loss`), and show that the prompt and the
+#   padding get no gradient; the same completion mask follows the tokens into PPO;
+# - explain why the book stops SFT early, in the steep part of the learning curve: a partial
+#   policy leaves room for RL to improve it, or to damage it.
 #
 # ## Exercises
 #
-# 1. **No mask.** Train an SFT policy whose loss counts every position: copy the training
-#    loop of `minirlhf.sft.train_sft`, and replace `mask` by `torch.ones_like(mask)`. Compare
-#    greedy accuracy after the same number of steps with the masked run. Which positions dominate the loss
-#    now, and what floor does the loss approach?
-# 2. **Stop later.** Train a policy for 260 steps with
-#    `sft.train_sft(sft.SFTConfig(steps=260))` (a few seconds; it is not saved). How accurate
-#    is it greedily, and how many of 64 completions sampled at temperature 0.7 for one prompt
-#    are right? What would chapter 5 have left to teach it?
-# 3. **Probability of the truth.** For `23+45=`, compute the probability the policy gives the
-#    completion `68;` from `minirlhf.model.completion_logprobs`, then estimate it by sampling
-#    1,000 completions at temperature 1. Do the two agree? Repeat at temperature 0.7, where
-#    the log-probs need `temperature=0.7`.
-# 4. **Where it fails.** Split the evaluation prompts by whether the ones digits carry
-#    (`a % 10 + b % 10 >= 10`) and by the number of digits of the sum. Which groups does the
-#    partial policy get wrong most, and in which digits are its near-misses off
-#    (`rm_blind_spot.near_miss_class` sorts them)?
-# 5. **Discounting.** RL often discounts future rewards by $\gamma < 1$. With a single reward
-#    at the end of a 2 to 4 token episode, what would $\gamma = 0.9$ change in the returns of
-#    the table above? Would it favour short answers?
-# 6. **Row means.** A popular bug averages the loss per row, then over rows. For a batch of
-#    `1+2=` (answer `3;`) and `99+99=` (answer `198;`), work out by hand the weight each
-#    answer token gets in the pooled mean and in the mean of row means. Which answers does
-#    the bug favour, and would it matter on this task?
+# Each exercise has a worked answer under it. Try the exercise first.
+#
+# **1. No mask.** Train an SFT policy whose loss counts every position: copy the training loop
+# of `minirlhf.sft.train_sft`, and replace `mask` by `torch.ones_like(mask)`. Compare greedy
+# accuracy after the same number of steps with the masked run. Which positions dominate the
+# loss now, and what floor does the loss approach?
+#
+# <details class="answer">
+# <summary>Worked answer: no mask</summary>
+#
+# Without the mask, every one of the 9 target positions counts (the table of `sft_batch` above):
+# the prompt tokens, the answer, and the padding after the `;`. The prompt positions dominate.
+# They are the majority of the targets, and most of them cannot be predicted: the operands are
+# drawn at random, so a digit of the prompt is a guess among ten (a loss near $\log 10$) however
+# long the model trains. Those positions set a floor under the loss, roughly their share of
+# the positions times the entropy of a random digit, and their large gradients compete with
+# the answer's for the same weights, so expect the unmasked run to be no better, and likely
+# worse, after the same number of steps. Padding after the `;` is the opposite: trivially predictable once
+# the `;` is written, it adds near-zero loss and teaches nothing. Measure it by running the
+# loop both ways for the book's step count and compare `sft.greedy_accuracy`.
+#
+# </details>
+#
+# **2. Stop later.** Train a policy for 260 steps with `sft.train_sft(sft.SFTConfig(steps=260))`
+# (a few seconds; it is not saved). How accurate is it greedily, and how many of 64 completions
+# sampled at temperature 0.7 for one prompt are right? What would chapter 5 have left to teach
+# it?
+#
+# <details class="answer">
+# <summary>Worked answer: stop later</summary>
+#
+# The cell below trains it and measures both, on the prompt `23+45=`. Past the steep part of
+# the curve, the policy answers most prompts right when it writes its most likely answer, yet
+# at temperature 0.7 its samples for one prompt still disagree: some right, some wrong. PPO
+# learns from those differences between the rewards of a batch, so chapter 5's verifier arm
+# would still have signal, but less room: the greedy answers it could still fix are a smaller
+# share, and a few hundred SFT steps more (the learning curve) leave almost none. The
+# comparison the book is after, a reward that helps against one that hurts, needs room in
+# both directions, which the partial policy has and this one has less of.
+#
+# </details>
+
+# %% tags=["hide-input"]
+later, _ = sft.train_sft(sft.SFTConfig(steps=260), progress=PROGRESS)
+one = torch.tensor([[23, 45]] * 64)  # one prompt, 64 samples
+drawn = generate(later, task.encode_prompts(one), temperature=0.7,
+                 generator=make_generator(0))
+n_right = int(task.batch_verify(one, drawn).sum())
+print(f"260 SFT steps: greedy accuracy {sft.greedy_accuracy(later):.3f}; "
+      f"{n_right} of 64 samples of 23+45= right")
+
+# %% [markdown]
+# **3. Probability of the truth.** For `23+45=`, compute the probability the policy gives the
+# completion `68;` from `minirlhf.model.completion_logprobs`, then estimate it by sampling
+# 1,000 completions at temperature 1. Do the two agree? Repeat at temperature 0.7, where the
+# log-probs need `temperature=0.7`.
+#
+# <details class="answer">
+# <summary>Worked answer: probability of the truth</summary>
+#
+# The probability of a completion is the product of its tokens' probabilities, so it is the
+# exponential of the sum of the three per-token log-probs up to and including the `;` (the
+# mask drops the padding). The sampled share estimates the same number, with a standard error
+# of $\sqrt{p(1-p)/n}$ for $n$ samples. The cell below prints both at temperatures 1 and 0.7,
+# the share from 1,000 samples and from 20,000, each with its standard error. With 1,000 the
+# share can sit a standard error or two away; with 20,000 it lands on the exact value. A lower temperature sharpens every next-token distribution,
+# so the most likely answer gains probability, and the log-probs must be computed at the
+# temperature the samples were drawn at, or they describe a different policy.
+#
+# </details>
+
+# %% tags=["hide-input"]
+one = torch.tensor([[23, 45]])
+truth_ids = task.encode_answers([68])  # (1, 4): "68;" and padding
+with torch.no_grad():
+    for temp in (1.0, 0.7):
+        lp = completion_logprobs(policy, task.encode_prompts(one),
+                                 truth_ids, temperature=temp)
+        exact_p = float(torch.exp((lp * completion_mask(truth_ids)).sum()))
+        shares = []
+        for n_draw in (1_000, 20_000):
+            many = one.repeat(n_draw, 1)  # (n_draw, 2)
+            drawn = generate(policy, task.encode_prompts(many),
+                             temperature=temp, generator=make_generator(2))
+            right = task.batch_verify(many, drawn)
+            se = np.sqrt(exact_p * (1 - exact_p) / n_draw)
+            shares.append(f"{float(right.mean()):.3f} ± {se:.3f}")
+        print(f"temperature {temp}: P('68;') = {exact_p:.3f}\n  sampled "
+              f"share, 1,000: {shares[0]}; 20,000: {shares[1]}")
+
+# %% [markdown]
+# **4. Where it fails.** Split the evaluation prompts by whether the ones digits carry
+# (`a % 10 + b % 10 >= 10`) and by the number of digits of the sum. Which groups does the
+# partial policy get wrong most, and in which digits are its near-misses off
+# (`rm_blind_spot.near_miss_class` sorts them)?
+#
+# <details class="answer">
+# <summary>Worked answer: where it fails</summary>
+#
+# The cell below splits the 400 greedy answers. The guess that a carry is what trips the
+# policy up is wrong here: the sums whose ones digits carry are answered right *more* often
+# than those that do not, and the weakest group is the three-digit sums without a carry in the
+# ones, where the tens digits carry into the hundreds instead. That group also holds most of
+# the policy's tens-digit-only near-misses: answers like `103;` or `123;` for 113, with the
+# size of the hundreds right and the tens digit one off. The tens digit of a sum that
+# overflows into the hundreds is what it gets wrong most, more than the ones carry. This is why a tens digit alone off by
+# one is far more common among its near-misses than among all near-misses of the same sums.
+#
+# </details>
+
+# %% tags=["hide-input"]
+a_, b_ = eval_pairs[:, 0], eval_pairs[:, 1]
+carry = (a_ % 10 + b_ % 10 >= 10).tolist()
+length = [len(str(t)) for t in (a_ + b_).tolist()]
+rows = ["carry  digits  prompts  accuracy   near-miss classes "
+        "(ones / tens / several)"]
+for c in (False, True):
+    for d in (1, 2, 3):
+        idx = [i for i in range(len(kinds)) if carry[i] == c
+               and length[i] == d]
+        if not idx:
+            continue
+        right = np.mean([kinds[i] == "correct" for i in idx])
+        counts = dict.fromkeys(rm_blind_spot.NEAR_MISS_CLASSES, 0)
+        for i in idx:
+            if kinds[i] == "near_miss":
+                t = int(a_[i] + b_[i])
+                answer = task.parse_completion(texts[i])
+                counts[rm_blind_spot.near_miss_class(t, answer)] += 1
+        classes = " / ".join(str(counts[k])
+                             for k in rm_blind_spot.NEAR_MISS_CLASSES)
+        rows.append(f"{'yes' if c else 'no':<6} {d:>6}  {len(idx):>7}"
+                    f"  {right:>8.3f}   {classes}")
+print("\n".join(rows))
+
+# %% [markdown]
+# **5. Discounting.** RL often discounts future rewards by $\gamma < 1$. With a single reward
+# at the end of a 2 to 4 token episode, what would $\gamma = 0.9$ change in the returns of the
+# table above? Would it favour short answers?
+#
+# <details class="answer">
+# <summary>Worked answer: discounting</summary>
+#
+# With discounting, the return of token $t$ is $\sum_{k \ge 0} \gamma^k r_{t+k}$, and with one
+# reward $R$ on the last token $T$ it is $\gamma^{T-t} R$: the last token keeps $R$, the one
+# before it $0.9R$, the one before that $0.81R$ (the cell below prints them for the three
+# lengths). So earlier tokens, the digits that decide the answer, get a smaller share of the
+# credit than the `;` that merely closes it, the opposite of what we want. It favours short
+# answers only where the policy has a choice of length for the same reward: the first token
+# of a 2-token answer sees $0.9R$, that of a 4-token answer $0.729R$. For the verifier the
+# length of a correct answer is fixed by the sum, so the effect is a rescaling; for a reward
+# model that pays wrong answers too, it tilts the policy toward ending early. With episodes
+# this short and one end, RLHF sets $\gamma = 1$ (chapter 7).
+#
+# </details>
+
+# %% tags=["hide-input"]
+gamma = 0.9
+for n_tok in (2, 3, 4):
+    print(f"{n_tok}-token answer, returns of tokens 1..{n_tok}: "
+          + " ".join(f"{gamma ** (n_tok - 1 - t):.3f}R"
+                     for t in range(n_tok)))
+
+# %% [markdown]
+# **6. Row means.** A popular bug averages the loss per row, then over rows. For a batch of
+# `1+2=` (answer `3;`) and `99+99=` (answer `198;`), work out by hand the weight each answer
+# token gets in the pooled mean and in the mean of row means. Which answers does the bug
+# favour, and would it matter on this task?
+#
+# <details class="answer">
+# <summary>Worked answer: row means</summary>
+#
+# The batch has $2 + 4 = 6$ answer tokens. The pooled mean gives each of them weight $1/6$.
+# The mean of row means gives each row weight $1/2$ and splits it over the row's tokens:
+# $1/4$ for each token of `3;` and $1/8$ for each token of `198;`. The bug favours short
+# answers: a token of a 2-token answer counts twice as much as a token of a 4-token answer.
+# On this task answers have 2 to 4 tokens, so the largest distortion is that factor of 2, and
+# most sums have 3-token answers; it would change the training a little, not break it. With
+# chat answers from 5 to 500 tokens the factor is 100, and the short answers would dominate.
+#
+# </details>

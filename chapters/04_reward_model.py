@@ -16,7 +16,9 @@
 # ```{admonition} What you need
 # :class: tip
 # Chapter 3 (the task, the policy, the completion mask). The first run of this notebook
-# trains the reward model (a few seconds) and saves it under `outputs/models`.
+# trains the reward model (a few seconds) and saves it under `outputs/models`; later runs
+# load it. The whole notebook, with the five reward models its worked answers train, takes
+# under a minute on a 2-core CPU.
 # ```
 
 # %%
@@ -30,7 +32,7 @@ from minirlhf import reward_model as rmlib
 from minirlhf.course.exercises import check
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
-from minirlhf.experiment import REFERENCE
+from minirlhf.experiment import ORIGINAL
 from minirlhf.model import (GPTConfig, TinyGPT, generate, make_generator,
                             n_params, reward_scores)
 # the Okabe-Ito colors, safe for color blindness
@@ -179,13 +181,13 @@ print("\n".join(rows))
 # %%
 rm, _ = store.load_rm(progress=PROGRESS)
 report = rmlib.rm_report(rm)
-reference = {"pair accuracy": REFERENCE["rm_pair_accuracy"],
-             "near-miss accuracy": REFERENCE["rm_near_miss_accuracy"]}
+original = {"pair accuracy": ORIGINAL["rm_pair_accuracy"],
+            "near-miss accuracy": ORIGINAL["rm_near_miss_accuracy"]}
 rows = [str(rmlib.RMConfig()), "",
-        "                       this run   book's reference run"]
+        "                       this run   the original run"]
 for name, key in (("pair accuracy", "pair_accuracy"),
                   ("near-miss accuracy", "near_miss_accuracy")):
-    rows.append(f"{name:<22} {report[key]:>8.3f}   {reference[name]:>8.3f}")
+    rows.append(f"{name:<22} {report[key]:>8.3f}   {original[name]:>8.3f}")
 rows += ["", "mean margin r(correct) - r(wrong), garbage:    "
          + signed(report["margin"]["random"]),
          "mean margin r(correct) - r(wrong), near-miss:  "
@@ -196,7 +198,8 @@ print("\n".join(rows))
 # On the kind of pair it was trained on, the RM is right most of the time and by a wide
 # margin. On near-misses, taken together, it is right only a little more often than a coin
 # toss, and its mean margin is a small fraction of the margin on garbage. The same happens in
-# the book's reference run, with somewhat different numbers: the scale of RM scores is
+# the original run (the numbers of the project this book rebuilds), with somewhat different
+# numbers: the scale of RM scores is
 # arbitrary, and a different run lands elsewhere, but the gap between the two accuracies is
 # the point. Near-misses are not all alike, though: *Seeing the blind spot*, below, splits
 # them.
@@ -575,41 +578,27 @@ print("\n".join(rows))
 #
 # ## Summary
 #
-# - A reward model scores a prompt and a completion with one number; it is trained on pairs,
-#   with the Bradley–Terry loss $-\log\sigma(r_c - r_r)$, written with `logsigmoid` so that
-#   it stays finite.
-# - The loss sees only margins between the completions it is shown. The RM learns whatever
-#   separates those pairs most cheaply, here the rough size of the answer.
-# - On held-out pairs like its training pairs it is accurate. Near-misses, which its data
-#   never contrasted, it ranks right only a little more often than a coin toss: it catches a
-#   tens digit off by one more often than not, by a small margin, and is blind to a wrong
-#   ones digit. On the policy's own near-misses it prefers the truth less than half the time.
+# You can now:
+#
+# - train a reward model on preference pairs with the Bradley–Terry loss (your
+#   `bradley_terry_loss`), written with `logsigmoid` so that it stays finite;
+# - say what the loss can and cannot teach: only margins between the completions it is shown,
+#   so the RM learns whatever separates those pairs most cheaply, here the rough size of the
+#   answer;
+# - measure a reward model beyond its headline accuracy: by kind of wrong answer, with
+#   intervals that resample prompts, and on the policy's own answers;
+# - explain the blind spot this RM brings to chapter 5: it spots garbage, sees a tens digit off
+#   by one dimly, and is blind to a wrong ones digit.
 #
 # ## Exercises
 #
-# 1. **Put near-misses into the data.** The cell below trains a reward model whose rejected
-#    answers are near-misses for a share of each batch. It is switched off so that the
-#    chapter runs fast; set `RETRAIN = True` and run it (it trains from scratch). What happens
-#    to the tens-digit and the ones-digit near-miss accuracy? Why might one respond faster
-#    than the other? Try `NEAR_MISS_SHARE = 1.0`: what happens to the accuracy on garbage?
-# 2. **Train longer.** With `NEAR_MISS_SHARE = 0.0`, train for 400 and for 800 steps. Which
-#    accuracies move, and which stay where they were? Redraw the figure of margins against
-#    k for the longer run.
-# 3. **Predict, then measure.** Make rejected answers that keep the ones digit and replace
-#    the tens digit by a random one (`68;` becomes `18;` or `98;`), score them with
-#    `reward_scores` against the correct answers of the evaluation prompts, and count how
-#    often the RM ranks the truth higher. Write your prediction down first, from the second
-#    figure.
-# 4. **A different reading position.** The RM reads its score at the first `;`. What would go
-#    wrong if it read the score at the last position of the 10-token window instead, after
-#    the padding? Think about `68;;` and `68;7`.
-# 5. **Temperature of preferences.** Bradley–Terry says a margin of 2 means the chosen
-#    answer wins with probability $\sigma(2) \approx 0.88$. Our labeller is never unsure. What
-#    does that do to the scale of the margins as training goes on, and why does it not matter
-#    for PPO, which normalizes the rewards of each batch?
-# 6. **Label noise.** In the training loop below, swap chosen and rejected for 10% of each
-#    batch and retrain. How much do the accuracies drop? Real labellers disagree with each
-#    other far more often than this {cite}`ouyang2022instructgpt`.
+# Each exercise has a worked answer under it. Try the exercise first.
+#
+# **1. Put near-misses into the data.** The cell below trains a reward model whose rejected
+# answers are near-misses for a share of each batch. It is switched off so that the chapter
+# runs fast; set `RETRAIN = True` and run it (it trains from scratch). What happens to the
+# tens-digit and the ones-digit near-miss accuracy? Why might one respond faster than the
+# other? Try `NEAR_MISS_SHARE = 1.0`: what happens to the accuracy on garbage?
 
 # %%
 RETRAIN = False  # True: train a reward model with near-misses as negatives
@@ -617,9 +606,10 @@ NEAR_MISS_SHARE = 0.5  # share of each batch whose rejected answer is one
 STEPS = 100  # the book's RM trains for 100 steps
 
 
-def train_rm_with_near_misses(steps, share, cfg=None):
+def train_rm_with_near_misses(steps, share, cfg=None, flip=0.0):
     """Return a reward model trained like the book's, except that the
-    first `share` of each batch gets a near-miss as its rejected answer."""
+    first `share` of each batch gets a near-miss as its rejected answer
+    and the last `flip` of each batch has chosen and rejected swapped."""
     cfg = cfg or rmlib.RMConfig()
     torch.manual_seed(cfg.seed)
     model = TinyGPT(GPTConfig(), scalar_head=True)
@@ -627,6 +617,7 @@ def train_rm_with_near_misses(steps, share, cfg=None):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr,
                             weight_decay=cfg.weight_decay)
     n_near = int(round(share * cfg.batch_size))
+    n_flip = int(round(flip * cfg.batch_size))
     for _ in range(steps):
         # 1. a batch of pairs: correct answer against a wrong one
         batch = task.sample_pairs(cfg.batch_size, g, pool)  # (B, 2)
@@ -634,6 +625,9 @@ def train_rm_with_near_misses(steps, share, cfg=None):
         if n_near:  # a wrong answer within 10 of the truth
             rejected[:n_near] = task.wrong_answers(batch[:n_near],
                                                    "near_miss", g)
+        if n_flip:  # a labeller's mistakes: the wrong answer preferred
+            chosen[-n_flip:], rejected[-n_flip:] = (
+                rejected[-n_flip:].clone(), chosen[-n_flip:].clone())
         # 2. score both sides in one pass, then the Bradley-Terry step
         scores = reward_scores(model, prompts.repeat(2, 1),
                                torch.cat([chosen, rejected]))  # (2B,)
@@ -655,3 +649,186 @@ if RETRAIN:
     print("\n".join(rows))
 else:
     print("Switched off: set RETRAIN = True and run this cell again.")
+
+# %% [markdown]
+# <details class="answer">
+# <summary>Worked answer: put near-misses into the data</summary>
+#
+# The cell below trains three variants and sets their accuracy on each kind of held-out pair
+# (far-off garbage, and the three classes of near-miss of *Seeing the blind spot*) beside the
+# book's RM. Read it in two steps.
+#
+# After 100 steps, the book's training length, near-misses in the data do not help. With half
+# of each batch made of pairs the network cannot separate yet, the near-miss accuracies come
+# out no better than the book's RM's, the tens digit's lower. With every rejected answer a
+# near-miss, the RM learns next to nothing in 100 steps, garbage included: it is never shown
+# the easy contrast of size that the book's RM learns first, and no pair it is shown can be
+# ranked by anything it has learned yet. Its garbage accuracy shows that what the book's RM
+# knows about garbage came entirely from the garbage pairs.
+#
+# Given 400 steps, the half-and-half RM is the one to read: compare it with the 400-step RM
+# without near-misses in exercise 2. A tens digit off by one moves the answer by 10, which a
+# sharper sense of size can catch; a wrong ones digit leaves the size nearly unchanged, and
+# only learning the last digit of the sum helps, which this network finds hard (chapter 3's
+# policy, the same network, gets about a third of the sums right after its short run). The
+# last column bears this out: after 400 steps the half-and-half RM catches a wrong tens digit
+# far more often than the 400-step RM without near-misses (exercise 2), and a wrong ones digit
+# more often too, but much less reliably than the tens digit. Data that
+# contrasts the right thing is necessary, and not sufficient: the model also needs the
+# capacity and the training to learn it.
+#
+# </details>
+
+# %% tags=["hide-input"]
+variants = {"book's RM": rm}  # near-miss share 0, 100 steps
+for share, steps in ((0.5, 100), (1.0, 100), (0.5, 400)):
+    variants[f"{share:.1f} x {steps}"] = train_rm_with_near_misses(steps,
+                                                                 share)
+
+
+def accuracy_rows(models):
+    """Return lines: each model's held-out accuracy by kind of pair."""
+    kinds_shown = ("random", "tens_digit", "several_digits", "ones_digit")
+    tables = {name: rm_blind_spot.blind_spot_table(m, n_boot=10)
+              for name, m in models.items()}
+    lines = [f"{'accuracy':<16}" + "".join(f"{n:>13}" for n in models)]
+    for kind in kinds_shown:
+        lines.append(f"{kind:<16}" + "".join(
+            f"{tables[n][kind]['accuracy']:>13.3f}" for n in models))
+    return lines
+
+
+print("columns: the book's RM, then near-miss share x training steps")
+print("\n".join(accuracy_rows(variants)))
+
+# %% [markdown]
+# **2. Train longer.** With `NEAR_MISS_SHARE = 0.0`, train for 400 and for 800 steps. Which
+# accuracies move, and which stay where they were? Redraw the figure of margins against k for
+# the longer run.
+#
+# <details class="answer">
+# <summary>Worked answer: train longer</summary>
+#
+# The cell below trains for 400 steps (800 takes twice as long again; run it yourself) and
+# compares. Longer training on the same pairs sharpens what those pairs teach, the sense of
+# size, so the garbage accuracy, already near the top, has little room, and the near-miss
+# classes can move only as far as a finer sense of size reaches: a tens digit off by one, a
+# change of 10, is within its reach, a wrong ones digit is not, because no pair ever contrasts
+# two answers of the same size. To redraw the figure, rerun the cell that fills `moved` with
+# `rm` replaced by the longer-trained model, then `show_figure(draw_moved)`.
+#
+# </details>
+
+# %% tags=["hide-input"]
+longer = {"book's RM (100 steps)": rm,
+          "400 steps": train_rm_with_near_misses(400, 0.0)}
+print("\n".join(accuracy_rows(longer)))
+
+# %% [markdown]
+# **3. Predict, then measure.** Make rejected answers that keep the ones digit and replace the
+# tens digit by a random one (`68;` becomes `18;` or `98;`), score them with `reward_scores`
+# against the correct answers of the evaluation prompts, and count how often the RM ranks the
+# truth higher. Write your prediction down first, from the second figure.
+#
+# <details class="answer">
+# <summary>Worked answer: predict, then measure</summary>
+#
+# The prediction from the figure of margins against k: moving the tens digit by $k$ raises the
+# margin and the fraction ranked right with $k$, so a random new tens digit, usually several
+# steps away, should be ranked right most of the time. The cell below measures it on the
+# evaluation prompts whose sum has two digits (for a three-digit sum the tens digit is not the
+# leading one), with a new tens digit drawn uniformly from the other nine, skipping a leading
+# zero; it prints the fraction ranked right overall and split by how far the tens digit moved.
+# Overall the prediction holds, and the far moves are ranked right most often. The small
+# groups do not climb neatly with the distance, though: with a few dozen pairs each, and on
+# two-digit sums only, the curve of the figure, an average over all 400 sums, is a guide to
+# the trend, not to each group.
+#
+# </details>
+
+# %% tags=["hide-input"]
+g = make_generator(13)
+two = (eval_truth >= 10) & (eval_truth <= 99)  # two-digit sums
+truth2 = eval_truth[two]
+shift = torch.randint(1, 10, truth2.shape, generator=g)  # 1..9
+new_tens = (truth2 // 10 + shift) % 10
+wrong2 = new_tens * 10 + truth2 % 10
+ok = new_tens > 0  # a leading zero would make a one-digit answer
+with torch.no_grad():
+    r_w = reward_scores(rm, eval_prompts[two][ok],
+                        task.encode_answers(wrong2[ok].tolist()))
+right = (r_true[two][ok] > r_w).numpy()
+far = (new_tens[ok] - truth2[ok] // 10).abs().numpy()
+print(f"{int(ok.sum())} pairs: the truth ranked higher in "
+      f"{right.mean():.3f}")
+for lo, hi in ((1, 1), (2, 3), (4, 9)):
+    sel = (far >= lo) & (far <= hi)
+    print(f"  tens digit moved by {lo} to {hi}: {right[sel].mean():.3f} "
+          f"({sel.sum()} pairs)")
+
+# %% [markdown]
+# **4. A different reading position.** The RM reads its score at the first `;`. What would go
+# wrong if it read the score at the last position of the 10-token window instead, after the
+# padding? Think about `68;;` and `68;7`.
+#
+# <details class="answer">
+# <summary>Worked answer: a different reading position</summary>
+#
+# The verifier ignores everything after the first `;`, and so does the completion mask, but a
+# score read at the last position would see it. `68;;` and `68;7` are the same answer, yet the
+# RM would score them differently, and the tokens after the `;` are exactly the ones the policy
+# draws in lockstep and that no loss trains (chapter 3). A policy optimized against that RM
+# could raise its score by what it writes after the answer is over: a free channel for reward
+# hacking, invisible to the verifier. The reading position would also move with the answer's
+# length (a 2-token answer is followed by more padding than a 4-token one), so the RM would
+# have to learn the same judgement at different distances from the answer. Reading at the
+# first `;` fixes both: it is the first position that has seen the whole answer, and causal
+# attention keeps it blind to whatever comes after.
+#
+# </details>
+#
+# **5. Temperature of preferences.** Bradley–Terry says a margin of 2 means the chosen answer
+# wins with probability $\sigma(2) \approx 0.88$. Our labeller is never unsure. What does that
+# do to the scale of the margins as training goes on, and why does it not matter for PPO, which
+# normalizes the rewards of each batch?
+#
+# <details class="answer">
+# <summary>Worked answer: temperature of preferences</summary>
+#
+# A labeller who always prefers the correct answer says the true probability is 1, and the
+# Bradley–Terry likelihood reaches 1 only as the margin goes to infinity. Nothing in the loss
+# stops the margins from growing: every pair ranked right still has a gradient
+# $-\sigma(-\Delta)$, small but never zero, so the scale of the scores creeps up the longer the
+# RM trains (slowly, because that gradient shrinks exponentially). The *ranking* is what
+# carries information; the scale is an accident of training length. PPO in chapter 5
+# standardizes the scores of each batch, subtracting their mean and dividing by their standard
+# deviation, so multiplying every score by a constant changes nothing there (apart from the
+# clip at $\pm 3$ standard deviations). A trainer that used raw scores would see its effective
+# learning rate, and the weight of the KL leash against the reward, change with the RM's
+# training length. With noisy labels (exercise 6) the scale has a finite optimum instead.
+#
+# </details>
+#
+# **6. Label noise.** In the training loop above, swap chosen and rejected for 10% of each
+# batch and retrain. How much do the accuracies drop? Real labellers disagree with each other
+# far more often than this {cite}`ouyang2022instructgpt`.
+#
+# <details class="answer">
+# <summary>Worked answer: label noise</summary>
+#
+# `train_rm_with_near_misses` takes a `flip` argument for this; the cell below trains with
+# `flip=0.1` (100 steps, no near-misses) and compares with the book's RM. A flipped pair says
+# the wrong answer won, but the flips are spread over every kind of pair, so they tell the RM
+# nothing systematic, and the ranking it learns barely changes. What changes is the scale: if
+# one pair in ten is flipped, the likelihood is highest where $\sigma(\Delta) = 0.9$, a margin
+# of $\log 9$ (printed below), instead of growing without limit, so the noise works like a
+# brake on the margins. Label noise that is *systematic*, a labeller who prefers longer
+# answers, say, is a different matter: that the RM learns.
+#
+# </details>
+
+# %% tags=["hide-input"]
+noisy = {"book's RM": rm,
+         "10% flipped": train_rm_with_near_misses(STEPS, 0.0, flip=0.1)}
+print("\n".join(accuracy_rows(noisy)))
+print(f"margin where sigma = 0.9: log 9 = {np.log(9):.3f}")

@@ -15,19 +15,22 @@
 # | verifier | the exact checker: 1 if the sum is right, else 0 | 0.08, a light leash that guards the answer format |
 #
 # You will write the two pieces that drive both runs (the advantages, with the leash inside
-# the reward, and the loss), repeat the experiment over several seeds, and read from the
-# curves what the optimizer did with each reward. The short version: it
-# maximized the number it was handed.
+# the reward, and the loss), read the whole training loop stage by stage in the package's
+# own code, repeat the experiment over several seeds, and read from the curves what the
+# optimizer did with each reward. The short version: it maximized the number it was handed.
 #
 # ```{admonition} What you need
 # :class: tip
-# Chapters 1 to 4. The first run of this notebook trains the policy and the reward model if
-# they are not on disk yet (a few seconds each), then the experiment and a sweep over the
-# leash (a minute or two); later runs read them back and take about twenty seconds.
+# Chapter 1 (the KL leash), chapter 2 (the clipped surrogate), chapter 3 (the policy, the
+# language model as an MDP) and chapter 4 (the reward model and its blind spot). The first
+# run of this notebook trains the policy and the reward model if they are not on disk yet
+# (a few seconds each), then the experiment and the runs of the worked answers: about a
+# minute in all. Later runs read the stored runs back and take ten to twenty seconds.
 # ```
 
 # %%
 import ast
+import copy
 import inspect
 import json
 import re
@@ -38,15 +41,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from minirlhf import experiment, ppo, sft, store, task
+from minirlhf import experiment, ppo, store, task
 from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
 from minirlhf.course.runs import load_or_run, same_curves
+from minirlhf.course.source import Source
 from minirlhf.model import (completion_logprobs, completion_mask, generate,
                             make_generator, n_params, reward_scores)
 from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
+from minirlhf.reward_model import bradley_terry_loss
 from minirlhf.paths import OUTPUTS
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
@@ -153,9 +158,10 @@ for i in range(len(pairs)):
 # Every setting lives in one dataclass, `ppo.PPOConfig`; its defaults are the recipe, and
 # the arms pass their own $\beta$ next to it. The table below is read from the package's
 # source rather than retyped: each setting's name and default as written in the class,
-# and the docstring under it, which says what the setting does and what TRL calls it.
+# and the docstring under it, which says what the setting does and what TRL calls it. It is
+# long, a glossary to come back to, so the page keeps it folded: open it with the button.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
 def settings_table(cls, name_w=18, default_w=10, width=77):
     """Return a dataclass's docstring and a text table of its fields (name,
     default, docstring), each read from the class's source."""
@@ -242,6 +248,7 @@ batch_pairs = task.sample_pairs(cfg.batch_size, g,
 batch_prompts = task.encode_prompts(batch_pairs)  # (64, 6)
 batch = generate(policy, batch_prompts, cfg.temperature,
                  generator=g)  # (64, 4)
+batch_std = {}  # the spread of each reward on this batch
 print(f"{'score':<9} {'mean':>6}  {'std':>5}  {'min':>6}  {'max':>6}  "
       f"{'z min':>5}  {'z max':>5}  clipped")
 for name, reward_fn in (("rm", ppo.rm_reward(rm)),
@@ -249,6 +256,7 @@ for name, reward_fn in (("rm", ppo.rm_reward(rm)),
     r = reward_fn(batch_pairs, batch_prompts, batch).float()  # (64,)
     z = ppo.standardized_scores(r, cfg.adv_clip, cfg.adv_eps)  # (64,)
     n_clipped = int((z.abs() == cfg.adv_clip).sum())
+    batch_std[name] = r.std(unbiased=False).item()
     print(f"{name:<9} {r.mean():+.3f}  {r.std(unbiased=False):.3f}  "
           f"{r.min():+.3f}  {r.max():+.3f}  {z.min():+.2f}  {z.max():+.2f}"
           f"  {n_clipped:>2} of 64")
@@ -377,7 +385,7 @@ check("ppo_token_loss", ppo_token_loss);
 #
 # `ppo_train` takes both as arguments, `advantage_fn` and `loss_fn`, with exactly the
 # signatures of the exercises. The next cell hands it yours when they pass every check;
-# otherwise the package's references, `minirlhf.ppo.kl_shaped_advantages` and
+# otherwise the package's own versions, `minirlhf.ppo.kl_shaped_advantages` and
 # `minirlhf.ppo.ppo_token_loss`, and it says which.
 
 # %%
@@ -386,13 +394,13 @@ mine = {
     "ppo_token_loss": (ppo_token_loss, ppo.ppo_token_loss),
 }
 drive = {}
-for name, (yours, reference_fn) in mine.items():
+for name, (yours, package_fn) in mine.items():
     verdict = run_cases(yours, get(name))
     if verdict.passed:
         drive[name] = yours
         print(f"Your {name} passes every check: it drives the runs below.")
     else:
-        drive[name] = reference_fn
+        drive[name] = package_fn
         n_checks = len(verdict.results)
         why = ("is not written yet" if verdict.not_implemented
                else f"passes {verdict.n_passed} of {n_checks} checks")
@@ -401,6 +409,133 @@ for name, (yours, reference_fn) in mine.items():
               "notebook from here again:\nyours will drive the runs.")
 advantage_fn = drive["kl_shaped_advantages"]
 loss_fn = drive["ppo_token_loss"]
+
+# %% [markdown]
+# ## The loop, stage by stage
+#
+# `ppo_train` is the whole training loop, and it is short because each stage of an iteration
+# is a function of its own in `minirlhf/ppo.py`. This section shows each stage as the
+# package's own source, read from the package when the cell runs (so the page cannot drift
+# from the code that made the runs), each followed by the stage run once on a real batch.
+# Your two functions sit inside two of the stages: `score_and_advantages` calls your
+# `kl_shaped_advantages` (exercise 5.1) through its argument `advantage_fn`, and
+# `ppo_update` calls your `ppo_token_loss` (exercise 5.2) through `loss_fn`. The cell above
+# chose them, and every run of this chapter passes them in.
+#
+# First the loop itself. Steps 1 to 7 in its comments are the recipe's; the rest is
+# bookkeeping: a copy of the policy to train, one random generator for the prompts and the
+# samples, Adam, the log, and a progress bar.
+
+# %%
+Source(ppo.ppo_train)
+
+# %% [markdown]
+# ### 1. Rollout
+#
+# A rollout returns one batch as a small dataclass, so that the later stages take one
+# argument instead of seven. Every tensor in it is fixed once the batch is drawn: the update
+# differentiates only the new log-probs it computes itself.
+
+# %%
+Source(ppo.Rollout)
+
+# %% [markdown]
+# `rollout` draws the prompts, lets the policy write, and scores each sampled token twice:
+# its log-probability under the policy that sampled it (`old_logp`, the denominator of every
+# ratio in the update) and under the frozen reference (`ref_logp`, for the leash). It runs
+# under `torch.no_grad()`: nothing here is trained.
+
+# %%
+Source(ppo.rollout)
+
+# %% [markdown]
+# Run on its own, with four prompts (a small `PPOConfig`, the recipe's other settings):
+
+# %%
+small = ppo.PPOConfig(batch_size=4)
+stage_batch = ppo.rollout(policy, reference, task.train_pairs(), small,
+                          make_generator(0))
+for field in fields(stage_batch):
+    value = getattr(stage_batch, field.name)
+    print(f"{field.name:<12}{str(tuple(value.shape)):<9}"
+          f"first row {np.round(value[0].tolist(), 2).tolist()}")
+a, b = stage_batch.pairs[0].tolist()
+text = "".join(task.VOCAB[t] for t in stage_batch.completions[0].tolist())
+print(f"first row as text: {task.format_prompt(a, b)}{text}")
+
+# %% [markdown]
+# The first row's completion is four token ids (`;` is id 12, and it also pads the prompt on
+# the left); the mask keeps the tokens up to and including the first `;`. Here the policy *is* the reference, as at the start of every
+# run, so `old_logp` and `ref_logp` agree and every $\mathrm{kl}_t$ is 0.
+#
+# ### 2-4. Score, leash and advantages
+#
+# One score per completion from the reward function, standardized over the batch, then the
+# advantages: this is where exercise 5.1 plugs in. The default is the package's
+# `kl_shaped_advantages`; `ppo_train` passes yours as `advantage_fn`. With the leash in the
+# loss instead (`kl_placement="loss"`, GRPO's placement), the advantages get $\beta = 0$ and
+# `ppo_update` adds the leash.
+
+# %%
+Source(ppo.score_and_advantages)
+
+# %% [markdown]
+# On the batch above, with the rm arm's reward and $\beta$, and the `advantage_fn` this
+# notebook drives its runs with:
+
+# %%
+beta_rm = experiment.DEFAULT_BETA["rm"]
+stage_rewards, stage_adv = ppo.score_and_advantages(
+    stage_batch, ppo.rm_reward(rm), beta_rm, small, advantage_fn)
+print("RM score    ", np.round(stage_rewards.tolist(), 2).tolist())
+for i in range(len(stage_adv)):
+    print(f"advantages {i}", np.round(stage_adv[i].tolist(), 2).tolist())
+
+# %% [markdown]
+# With no divergence yet, each completion's kept tokens all carry its standardized score
+# minus the batch baseline of their position; the tokens past the `;` carry 0.
+#
+# ### 5. The update
+#
+# Two gradient steps on the same batch, each through your loss (exercise 5.2, `loss_fn`),
+# with the gradient norm clipped before Adam's step. After each step it records, under
+# TRL's names, how often the clip bound and how far the policy moved from the one that
+# sampled.
+
+# %%
+Source(ppo.ppo_update)
+
+# %% [markdown]
+# Run on the batch above, on a copy of the policy (the one this chapter starts from must
+# stay as it is):
+
+# %%
+stage_policy = copy.deepcopy(policy).train()
+stage_opt = torch.optim.Adam(stage_policy.parameters(), lr=small.lr)
+stage_stats = ppo.ppo_update(stage_policy, stage_opt, stage_batch, stage_adv,
+                             beta_rm, small, loss_fn)
+for name, value in stage_stats.items():
+    print(f"{name:<22}{value:+.6f}")
+
+# %% [markdown]
+# The first step starts with every ratio at exactly 1, so nothing is clipped; the second
+# starts from wherever the first left the policy. The loss is averaged over the two steps.
+#
+# ### 6. Logging and evaluation
+#
+# `batch_metrics` turns the batch and the update's statistics into the numbers a real
+# trainer logs per iteration (the table of training statistics in chapter 6 says what each
+# shows). Then `ppo.evaluate` answers the 400 fixed evaluation prompts greedily and returns
+# the three curves the figures below draw: true accuracy, the RM's score, and the exact KL
+# to the reference.
+
+# %%
+Source(ppo.batch_metrics)
+
+# %%
+for name, value in ppo.batch_metrics(stage_batch, stage_rewards, stage_stats,
+                                     beta_rm).items():
+    print(f"{name:<24}{value:+.4f}")
 
 # %% [markdown]
 # Now the two arms, seed 0, 25 iterations each, with those functions. Nothing else differs between
@@ -436,12 +571,12 @@ for arm, log in runs.items():
 # `python -m minirlhf.experiment` does the same from a terminal. The next cell reads the
 # results from `outputs/results.json` when they were made by the package's current code
 # with these settings and from the same starting policy, and otherwise runs the experiment
-# now (under a minute) and writes them there, with the three figures
+# now (well under a minute) and writes them there, with the three figures
 # (`minirlhf.course.runs.load_or_run` does that bookkeeping for every stored run of this chapter).
 #
-# The experiment uses the reference functions, and its seed 0 is the pair of runs above. The
+# The experiment uses the package's own functions, and its seed 0 is the pair of runs above. The
 # last line of the cell says whether the two agree to the last digit. They do when your
-# functions compute what the references compute, operation for operation. Functions that are
+# functions compute what the package's compute, operation for operation. Functions that are
 # right but round differently (the ratio as `new_logp.exp() / old_logp.exp()`, say) give
 # curves that differ in their last digits: every sample depends on all the updates before
 # it, so a difference, once made, is carried along.
@@ -496,8 +631,9 @@ for name, score in yardstick.items():
 
 # %% [markdown]
 # The three figures: for each arm the mean over the five seeds, with a band that spans the
-# 95% interval of that mean; on the first, the book's reference run (one seed) as open
-# markers at its start and end, and on the second the first two yardsticks.
+# 95% interval of that mean; on the first, the original run (one seed; see "Ours beside the
+# original run" below) as open markers at its start and end, and on the second the first two
+# yardsticks.
 
 # %% tags=["hide-input"]
 FIGURES = {  # key: (y label, title, the y label on a phone)
@@ -520,10 +656,11 @@ def draw_metric(key, narrow=False):
                            ax=ax)
     if key == "accuracy":
         for arm in ARMS:
-            ref = experiment.REFERENCE[arm]
-            ax.plot([0, cfg.iterations], [ref["start"], ref["end"]],
+            original = experiment.ORIGINAL[arm]
+            ax.plot([0, cfg.iterations],
+                    [original["start"], original["end"]],
                     ls="none", marker="o", mfc="white", mec=ARM_COLORS[arm],
-                    ms=8, mew=1.6, label=f"reference run, {arm} arm")
+                    ms=8, mew=1.6, label=f"original run, {arm} arm")
     if key == "rm_score":
         names = list(yardstick)[:2]  # all correct, all near-misses
         for name, ls in zip(names, ("--", ":")):
@@ -550,7 +687,7 @@ show_figure(
         f"Verifier arm: from {end_text('verifier', 'accuracy')}. RM arm: "
         f"from {end_text('rm', 'accuracy')}.",
     caption="True accuracy of the greedy answers on the 400 evaluation "
-            f"prompts ({BAND}; open markers: the book's reference run). The "
+            f"prompts ({BAND}; open markers: the original run). The "
             "verifier arm climbs away from the common start; the rm arm "
             "ends a little below it.",
 )
@@ -579,12 +716,17 @@ show_figure(
 )
 
 # %% [markdown]
-# The table puts numbers on the figures, beside the book's reference run. Ours are means
-# over five seeds with a 95% interval (Student's $t$ with 4 degrees of freedom); the
-# reference is a single run, from a policy whose start differed a little from ours.
+# ## Ours beside the original run
+#
+# This book rebuilds the experiment of an earlier project, which published one run of each
+# arm. We call its numbers *the original run*, never "the reference": in this book the
+# reference is the frozen policy that the KL is measured to. The table sets the two side by
+# side: ours as the mean over the five seeds with its 95% interval (Student's $t$ with 4
+# degrees of freedom), the original as its single run.
 
 # %%
 summary = experiment.summarize(results)
+orig = experiment.ORIGINAL
 
 
 def pm(mean, half, digits=3, sign=""):
@@ -592,29 +734,114 @@ def pm(mean, half, digits=3, sign=""):
     return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
 
 
-W = 34  # width of the row labels
-print(f"{'':<{W}}{'start':>7}{'end, ours':>17}     reference run")
+side_by_side = [("true accuracy at the start",
+                 f"{summary['rm']['start']:.3f}",
+                 f"{orig['sft_accuracy']:.3f}")]
 for arm in ARMS:
-    s, ref = summary[arm], experiment.REFERENCE[arm]
-    print(f"{arm + ' arm, true accuracy':<{W}}{s['start']:>7.3f}"
-          f"{pm(s['end'], s['end_ci']):>17}     "
-          f"{ref['start']:.3f} -> {ref['end']:.3f}")
+    s = summary[arm]
+    side_by_side += [
+        (f"{arm} arm, true accuracy at the end", pm(s["end"], s["end_ci"]),
+         f"{orig[arm]['end']:.3f}"),
+        (f"{arm} arm, gain over the start",
+         pm(s["gain"], s["gain_ci"], 3, "+"),
+         f"{orig[arm]['end'] - orig[arm]['start']:+.3f}"),
+        (f"{arm} arm, RM score at the end",
+         pm(s["rm_score_end"], s["rm_score_end_ci"], 2, "+"),
+         f"about {orig[arm]['rm_score']:+.1f}"),
+        (f"{arm} arm, KL per token at the end",
+         pm(s["kl_end"], s["kl_end_ci"]),
+         orig[arm]["kl"])]
+print(f"{'':<39}{'ours, 5 seeds':>16}   {'original run':>12}")
+for label, ours, theirs in side_by_side:
+    print(f"{label:<39}{ours:>16}   {theirs:>12}")
+print()
 for arm in ARMS:
-    s, ref = summary[arm], experiment.REFERENCE[arm]
-    end = pm(s["rm_score_end"], s["rm_score_end_ci"], 2, "+")
-    print(f"{arm + ' arm, RM score of greedy':<{W}}"
-          f"{s['rm_score_start']:>+7.2f}{end:>17}     "
-          f"about {ref['rm_score']:+.1f}")
-for arm in ARMS:
-    s, ref = summary[arm], experiment.REFERENCE[arm]
-    print(f"{arm + ' arm, KL per token':<{W}}{0:>7.3f}"
-          f"{pm(s['kl_end'], s['kl_end_ci']):>17}     {ref['kl']}")
+    s = summary[arm]
+    theirs = orig[arm]["end"] - orig[arm]["start"]
+    inside = abs(theirs - s["gain"]) <= s["gain_ci"]
+    print(f"the original's {arm} arm gain lies inside our interval: "
+          f"{'yes' if inside else 'no'}")
 
 # %% [markdown]
-# **Is the gap real?** Each seed gives one pair of runs that share their prompts' seed, so
-# the fair comparison is the difference within each seed, with an interval over seeds. The
-# same for the gain of each arm over its own start, and for the RM's verdict on the two
-# arms at the end.
+# The shape is the same: the verifier arm gains, the rm arm ends a little below its start,
+# and the rm arm stays closer to the reference. Three things differ: the start, the size of
+# the gains, and the level of the RM's score.
+#
+# **The start.** Both runs begin from a partial-SFT policy, a language model trained on
+# correct sums and stopped early on purpose, but not from the same one: the original's
+# checkpoint scored the accuracy in its column, ours (chapter 3's, 165 steps) the one in ours.
+# The original's checkpoint is not available, and what is known of it is its accuracy. At
+# that point of training the learning curve is steep (chapter 3), so checkpoints a few steps
+# apart differ by more than this. That is why the gains, each measured from its own start,
+# are the fairer comparison.
+#
+# **The gains.** The original's changes are larger than ours in both arms (a larger gain for
+# the verifier arm, a larger loss for the rm arm), and fall outside our intervals (the last
+# two lines). That is no contradiction. Our intervals cover PPO's seeds
+# from our one checkpoint; they say nothing about another checkpoint, and how large a gain
+# is depends on the start: chapter 6 trains other partial-SFT starts the same way and
+# measures by how much. A single run from another start may land outside them.
+#
+# **The RM's score.** The reward model is trained with the Bradley-Terry loss of chapter 4,
+# $-\log\sigma(r_\text{chosen} - r_\text{rejected})$, which sees only *differences* of scores.
+# Add the same constant to every score and the loss, and so its gradient, does not change.
+# The cell below checks it on our reward model's own scores of the 400 evaluation prompts
+# answered correctly (chosen) and with garbage (rejected):
+
+# %%
+with torch.no_grad():
+    chosen = reward_scores(rm, eval_prompts, sheets["every answer correct"])
+    rejected = reward_scores(rm, eval_prompts,
+                             sheets["every answer garbage"])  # (400,) each
+for shift in (0.0, 0.5, -1.7, 10.0):
+    loss = bradley_terry_loss(chosen + shift, rejected + shift).item()
+    print(f"every score {shift:+5.1f}:  Bradley-Terry loss {loss:.6f}")
+
+# %% [markdown]
+# So the level of an RM's scores is arbitrary: two reward models trained the same way on the
+# same kind of pairs can sit a constant apart, and "+2.2 against +1.7" compares two
+# arbitrary offsets. What has a meaning is where a score sits relative to the RM's *own*
+# yardsticks. On our RM, with 0% for the score of all-garbage answers and 100% for all-correct
+# ones:
+
+# %%
+low = yardstick["every answer garbage"]
+span = yardstick["every answer correct"] - low
+
+
+def on_the_scale(score):
+    """Return where an RM score sits from all garbage (0%) to all correct
+    (100%)."""
+    return (score - low) / span
+
+
+print(f"{'':<30}{'RM score':>9}   garbage = 0%, correct = 100%")
+for name, score in yardstick.items():
+    print(f"{name:<30}{score:>+9.2f}   {on_the_scale(score):>6.0%}")
+for arm in ARMS:
+    for when, key in (("start", "rm_score_start"), ("end", "rm_score_end")):
+        score = summary[arm][key]
+        print(f"{arm + ' arm, ' + when:<30}{score:>+9.2f}   "
+              f"{on_the_scale(score):>6.0%}")
+
+# %% [markdown]
+# On that scale both arms' answers sit with the all-correct and all-near-miss sheets, from
+# the start to the end, far from garbage: the RM is saturated on what this policy writes.
+# That is the original's observation too (its arms scored about the same, about +2.2, from
+# start to end); its yardsticks were not published, so its level cannot be placed on this
+# scale, and it need not be.
+
+# %% [markdown]
+# ## Is the gap real?
+#
+# Each seed gives one pair of runs that share their prompts' seed, so the fair comparison is
+# the difference within each seed, with an interval over seeds. The same for the gain of
+# each arm over its own start, and for the RM's verdict on the two arms at the end.
+#
+# What these intervals cover: PPO's seeds (which prompts are drawn, which completions are
+# sampled), all from one SFT checkpoint and one reward model. They say nothing about how the
+# result would change from another partial-SFT start; chapter 6, "Is the result robust?"
+# (`06_robustness.ipynb`), trains other starts and measures that.
 
 # %%
 acc = {arm: curves[arm]["accuracy"] for arm in ARMS}  # (5, 26) each
@@ -664,460 +891,36 @@ for text, value, holds in claims:
     print(f"{verdict:<15}{text:<56}{value:+.3f}")
 
 # %% [markdown]
-# One caution about what these intervals cover. They measure the spread over PPO seeds, all
-# starting from one partial-SFT checkpoint, and the checkpoint matters. The book's was
-# picked among partial-SFT runs with other seeds, each stopped as soon as it answered a
-# third of the prompts right, as one from which this recipe gains clearly. That is a choice
-# made after seeing outcomes, so the next cell measures what it hides: it makes the other
-# starts the same way (SFT seeds 0 to 4, each stopped at the first multiple of 5 steps where
-# greedy accuracy reaches 1/3) and runs both arms from each with PPO seeds 0, 1 and 2,
-# averaging each arm's gain over the three. The results are stored in
-# `outputs/sft_starts.json` and recomputed when the code changes (about a minute).
-
-# %%
-SFT_SEEDS = [0, 1, 2, 3, 4]
-PPO_SEEDS = [0, 1, 2]
-
-
-def partial_policy(seed):
-    """Return (policy, steps): SFT with `seed`, stopped at the first
-    multiple of 5 steps whose greedy eval accuracy is at least 1/3 (at most
-    300 steps)."""
-    _, curve = sft.train_sft(sft.SFTConfig(seed=seed, steps=300),
-                             eval_every=5, progress=PROGRESS)
-    steps = next(s for s, a in zip(curve["steps"], curve["accuracy"])
-                 if a >= 1 / 3)
-    policy_s, _ = sft.train_sft(sft.SFTConfig(seed=seed, steps=steps),
-                                progress=PROGRESS)
-    return policy_s, steps
-
-
-def arm_gain(arm, start, seed):
-    """Return an arm's accuracy at the end minus at the start, from the
-    partial policy `start`, with PPO seed `seed`."""
-    _, log = experiment.run_arm(arm, start, rm, seed, BETA[arm], cfg,
-                                progress=PROGRESS)
-    return log["accuracy"][-1] - log["accuracy"][0]
-
-
-def run_starts():
-    """Return {'arms': {sft_seed: {'steps', 'start', 'rm', 'verifier'}}}:
-    each arm's gain in accuracy from that SFT seed's partial policy, per PPO
-    seed."""
-    out = {}
-    for seed in SFT_SEEDS:
-        start, steps = partial_policy(seed)
-        row = {"steps": steps, "start": sft.greedy_accuracy(start)}
-        for arm in ARMS:
-            row[arm] = [arm_gain(arm, start, s) for s in PPO_SEEDS]
-        out[str(seed)] = row
-    return {"arms": out}
-
-
-by_start = load_or_run(
-    OUTPUTS / "sft_starts.json",
-    {"sft_seeds": SFT_SEEDS, "ppo_seeds": PPO_SEEDS, "beta": BETA,
-     "ppo": asdict(cfg)},
-    {}, run_starts)["arms"]
-book_seed = str(sft.SFTConfig().seed)
-print(f"mean gain over PPO seeds {PPO_SEEDS}")
-print("SFT seed  steps  start   rm arm   verifier arm")
-for seed, r in by_start.items():
-    mark = "  <- the book's start" if seed == book_seed else ""
-    print(f"{seed:>8}  {r['steps']:>5}  {r['start']:.3f}  "
-          f"{np.mean(r['rm']):+.3f}   {np.mean(r['verifier']):+.3f}{mark}")
-gain_v = {k: float(np.mean(r["verifier"])) for k, r in by_start.items()}
-gain_r = {k: float(np.mean(r["rm"])) for k, r in by_start.items()}
-n_starts = len(gain_v)
-rank = sorted(gain_v, key=gain_v.get, reverse=True).index(book_seed) + 1
-n_big = sum(g >= 0.15 for g in gain_v.values())
-n_flat = sum(g <= 0.02 for g in gain_r.values())
-n_ahead = sum(gain_v[k] > gain_r[k] for k in gain_v)
-print()
-print(f"verifier arm gains at least 0.15 from {n_big} of {n_starts} starts")
-print(f"verifier arm, mean gain over the starts: "
-      f"{np.mean(list(gain_v.values())):+.3f}")
-print(f"the book's start ranks {rank} of {n_starts} by the verifier arm's "
-      "gain")
-print(f"rm arm gains at most 0.02 from {n_flat} of {n_starts} starts")
-print(f"verifier arm gains more than the rm arm from {n_ahead} of "
-      f"{n_starts} starts")
-
-# %% [markdown]
-# Read the five lines under the table before the chapter's claims. What carries over from
-# start to start is the direction: the verifier arm gains more than the rm arm, and the rm
-# arm does not gain. The size does not: "at least 0.15" holds for the book's start, which was chosen
-# as one that gains clearly, and the mean over starts is the fairer number for a partial
-# policy in general. With 64 samples per iteration and 25 iterations, how much the
-# verifier's 0-or-1 signal can teach depends on how many of the policy's samples are right,
-# and on which prompts. A single SFT run is an anecdote too.
-#
-# ## Is it the reward, or the noise?
-#
-# A careful reader should object at this point. The batch-mean baseline compares each
-# completion with the whole batch, whatever its prompt, but the Bradley–Terry loss of
-# chapter 4 only ever saw margins between two answers to the *same* prompt: nothing ties one
-# prompt's scores to another's. The next cell
-# samples 8 completions for each of 64 prompts and splits the variance of each reward into
-# the part that depends only on which prompt was drawn and the part that depends on the
-# answer.
-
-# %%
-K = 8  # completions per prompt
-g = make_generator(2)
-rep_pairs = task.sample_pairs(cfg.batch_size, g, task.train_pairs())
-rep_pairs = rep_pairs.repeat_interleave(K, 0)  # (512, 2)
-rep_prompts = task.encode_prompts(rep_pairs)  # (512, 6)
-rep = generate(policy, rep_prompts, cfg.temperature, generator=g)  # (512, 4)
-prompt_share = {}
-print("reward     variance   within a prompt   share of the prompt")
-for arm, (reward_fn, _) in ARMS.items():
-    r = reward_fn(rep_pairs, rep_prompts, rep).float().view(-1, K)  # (64, 8)
-    total, within = r.var(unbiased=False), r.var(1, unbiased=False).mean()
-    prompt_share[arm] = 1 - (within / total).item()
-    print(f"{arm:<9} {total:>9.3f}   {within:>15.3f}   "
-          f"{prompt_share[arm]:>19.0%}")
-
-# %% [markdown]
-# For the RM, most of what varies in a batch is which prompt was drawn, not how good the
-# answer was. The batch-mean baseline leaves that in the advantages: it does not bias the
-# policy gradient, but it is noise, and a baseline per prompt would remove it (a learned
-# critic $V(\text{prompt})$, or GRPO's mean over several completions of the same prompt
-# {cite}`shao2024deepseekmath`). Could that noise, rather than the RM's blind spot, be what
-# holds the rm arm back?
-#
-# Test it. Hand the rm arm a reward with the prompt's share taken out: the RM's score of the
-# completion minus its score of the reference policy's greedy answer to the same prompt. The
-# subtracted number depends only on the prompt, so it changes no expected gradient, and it
-# needs no ground truth. Five seeds again, stored like the experiment.
-
-# %%
-@torch.no_grad()
-def rm_minus_prompt_baseline(pairs, prompts, completions):
-    """Return the RM's score of each completion minus its score of the
-    reference's greedy answer to the same prompt (B,)."""
-    greedy = generate(reference, prompts, greedy=True)  # (B, 4)
-    baseline = reward_scores(rm, prompts, greedy)  # (B,)
-    return reward_scores(rm, prompts, completions) - baseline  # (B,)
-
-
-def run_centred():
-    """Return the rm arm's runs with the per-prompt baseline, every seed."""
-    out = {}
-    for seed in SEEDS:
-        _, log = ppo.ppo_train(policy, reference, rm_minus_prompt_baseline,
-                               BETA["rm"], ppo.PPOConfig(seed=seed), rm=rm,
-                               progress=PROGRESS)
-        out[str(seed)] = {k: log[k] for k in ("accuracy", "rm_score", "kl")}
-    return {"arms": {"rm": out}}
-
-
-centred = load_or_run(
-    OUTPUTS / "rm_prompt_baseline.json",
-    {"seeds": SEEDS, "beta": BETA["rm"], "ppo": asdict(cfg)},
-    {("rm", "0"): runs["rm"]}, run_centred)["arms"]["rm"]
-control = {}  # baseline -> metric -> (mean, half-width) at the end
-print(f"{'rm arm, end of run':<24}{'true accuracy':>16}{'RM score':>15}"
-      f"{'KL':>15}")
-centred_logs = [centred[str(s)] for s in SEEDS]
-for name, arm_logs in (("batch-mean baseline", logs["rm"]),
-                       ("per-prompt baseline", centred_logs)):
-    control[name] = {
-        k: experiment.mean_ci95([log[k][-1] for log in arm_logs])
-        for k in ("accuracy", "rm_score", "kl")}
-    print(f"{name:<24}{pm(*control[name]['accuracy']):>16}"
-          f"{pm(*control[name]['rm_score'], 2, '+'):>15}"
-          f"{pm(*control[name]['kl']):>15}")
-
-# %% [markdown]
-# With the noise taken out, the rm arm gets better at what it is handed: the RM's score of
-# its answers climbs higher than with the batch mean. Its accuracy does not improve.
-#
-# The comparison is not clean, though, and the KL column shows why: at the same $\beta$ the
-# per-prompt arm moved about twice as far from the reference. The recipe standardizes every
-# batch of scores (step 2). Take out the prompt's share of the variance and the batch's
-# standard deviation shrinks, so each answer's difference from the others is divided by a
-# smaller number: the signal grows against $\beta$ and against the learning rate. The control
-# changed two things at once, the noise and the step size. The fairer comparison is at equal
-# distance from the reference, which the $\beta$ sweep further down supplies for the
-# batch-mean arm (seed 0): the next cell finds the sweep's runs whose final KL brackets the
-# per-prompt arm's.
-
-# %%
-raw = ppo.rm_reward(rm)(batch_pairs, batch_prompts, batch)  # the batch above
-centred_scores = rm_minus_prompt_baseline(batch_pairs, batch_prompts, batch)
-std_raw = raw.std(unbiased=False)
-std_centred = centred_scores.std(unbiased=False)
-print("std of the rm arm's scores over one batch:")
-print(f"  raw                           {std_raw:.2f}")
-print(f"  with the per-prompt baseline  {std_centred:.2f}")
-print("after standardizing, a difference between two answers counts "
-      f"{std_raw / std_centred:.1f}\n"
-      "times more with the per-prompt baseline")
-
-# %% [markdown]
-# ## Watching a run: the training statistics
-#
-# The eval curves above need a verifier, which real RLHF does not have. What a real run has
-# is what the trainer logs about its own batches. `ppo_train` logs them under the names TRL's
-# PPO trainer uses (`trl/experimental/ppo/ppo_trainer.py`, where the metrics dict is filled),
-# so that the plots below read like a real run's dashboard. Here are both
-# arms of the seed-0 run your functions drove.
-#
-# | name | what it is | what to watch for |
-# | --- | --- | --- |
-# | `objective/scores` | mean reward of the batch, before normalizing | It should rise. If it rises while an independent measure of quality does not, the policy is exploiting the reward. |
-# | `objective/kl` | mean per-token log-ratio to the reference on the sampled tokens (k1) | A steady climb is the policy spending its leash; a jump means one update moved it far. TRL logs the sum over a completion's tokens; ours is per token. |
-# | `objective/entropy` | mean per-token entropy of the sampling distribution, in nats | A fall toward 0 means the policy has stopped exploring: every sample of a prompt is the same, and the advantages vanish. |
-# | `policy/clipfrac_avg` | fraction of completion tokens where the clip binds: the clipped term is the smaller one, so the token's gradient is cut off (TRL's definition, `pg_losses2 > pg_losses`) | Near 0, the updates barely move the policy; above about 0.2, they are too large for the clip to keep them proximal. A ratio outside the band with the advantage pointing back inside does not count: its gradient is not cut. |
-# | `policy/approxkl_avg` | $\tfrac12\,\mathrm{mean}\,(\log r)^2$ over the completion tokens, TRL's estimate of the KL between the sampling policy and the updated one (the k2 of Schulman's note) | How far one batch moved the policy; spikes come before instabilities. It is not `objective/kl`. |
-# | `val/completion_length` | mean number of completion tokens, up to and including the first `;` | A drift in length is a classic sign of reward hacking; here it also tells whether the answers kept their format. TRL's PPO logs the count of end tokens in the batch (`val/num_eos_tokens`), its GRPO `completions/mean_length` (`trl/trainer/grpo_trainer.py`). |
-# | `loss/policy_avg` | the PPO loss, averaged over the updates | Not a progress measure: the advantages are re-centred in every batch. Watch it only for NaN or spikes. |
-
-# %% tags=["hide-input"]
-STATS = [("objective/scores", "RM units, or\nfraction right"),
-         ("objective/kl", "nats per token"),
-         ("objective/entropy", "nats per token"),
-         ("policy/clipfrac_avg", "fraction of tokens"),
-         ("policy/approxkl_avg", "nats per token"),
-         ("val/completion_length", "tokens"), ("loss/policy_avg", "loss")]
-it = np.arange(1, cfg.iterations + 1)
-
-
-def draw_dashboard(narrow=False):
-    """Return one panel per statistic, both arms of the seed-0 run: three
-    columns (legend in the free slot), or one column on a phone."""
-    cols = 1 if narrow else 3
-    rows = -(-len(STATS) // cols)
-    fig, axes = plt.subplots(
-        rows, cols, squeeze=False, constrained_layout=True,
-        figsize=(3.6, 1.7 * rows + 0.4) if narrow else (6.8, 2.0 * rows))
-    for ax, (key, unit) in zip(axes.flat, STATS):
-        for arm in ARMS:
-            ax.plot(it, runs[arm][key], color=ARM_COLORS[arm], lw=1.6,
-                    label=f"{arm} arm")
-        ax.set_title(key, fontsize=9)
-        ax.set_ylabel(unit, fontsize=8)
-        ax.tick_params(labelsize=8)
-    # the x label on the lowest panel of each column
-    for col in range(cols):
-        last = max(k for k in range(col, len(STATS), cols))
-        axes.flat[last].set_xlabel("PPO iteration", fontsize=8)
-    for ax in axes.flat[len(STATS):]:
-        ax.axis("off")
-    handles = axes.flat[0].get_legend_handles_labels()
-    if narrow:
-        fig.legend(*handles, loc="outside upper center", ncol=2,
-                   frameon=False, fontsize=9)
-    else:
-        axes.flat[-1].legend(*handles, loc="center", frameon=False,
-                             fontsize=9)
-    return fig
-
-
-show_figure(
-    draw_dashboard,
-    alt="Seven panels of training statistics per iteration for the seed-0 "
-        "run of both arms: objective/scores, objective/kl, "
-        "objective/entropy, policy/clipfrac_avg, policy/approxkl_avg, "
-        "val/completion_length and loss/policy_avg.",
-    caption="The training statistics of one run of each arm (seed 0), "
-            "under TRL's names; objective/scores is in the reward's own "
-            "units (RM units for the rm arm, the fraction of correct "
-            "samples for the verifier arm). Both arms' scores rise, the "
-            "clip fraction and the approximate KL fall to almost 0 after "
-            "the first iterations, and the entropy and the completion "
-            "length hardly move: nothing here tells the arm that learned "
-            "sums from the one that did not.",
-)
-print(f"mean of iterations 1-5 -> 21-25   {'rm arm':>11}  "
-      f"{'verifier arm':>16}")
-for key, _ in STATS:
-    print(f"{key:<24}" + "".join(
-        f"{np.mean(runs[arm][key][:5]):>11.3f} -> "
-        f"{np.mean(runs[arm][key][-5:]):<6.3f}" for arm in ARMS).rstrip())
-
-# %% [markdown]
-# Read the two dashboards as if there were no verifier. Both arms' `objective/scores` rise
-# from the first iterations to the last: by its own logs the rm arm trains as well as the
-# verifier arm, and it does, at raising the RM's score. `objective/kl` grows faster for the
-# arm on the lighter leash. The clip fraction and the approximate KL are largest in the
-# first iterations and then fall toward 0: Adam's first steps move every weight by about the
-# full learning rate, before its running averages have seen how noisy the gradients are, and
-# the learning rate decays to 0 over the run. The entropy and the completion length hardly
-# move: neither arm collapsed onto one answer per prompt, and neither changed the format of
-# its answers. Nothing on either dashboard says that one arm got better at sums and the other
-# did not.
-
-# %% [markdown]
-# ## How hard to pull: a $\beta$ slider
-#
-# Each arm ran at one $\beta$. What does the leash do at other strengths? The next cell runs
-# both arms, seed 0, at seven values of $\beta$ from 0 (no leash) to 1, with the full 25
-# iterations; the runs at 0.08 and 0.5 are the ones above and are not run again. Like the
-# experiment, the sweep is stored in `outputs/beta_sweep.json` and read back when it is
-# still valid; a first run takes about a minute.
-
-# %%
-BETAS = [0.0, 0.02, 0.05, 0.08, 0.2, 0.5, 1.0]
-
-
-def run_sweep():
-    """Return both arms' runs at every beta (seed 0), reusing the two runs
-    made above."""
-    out = {arm: {} for arm in ARMS}
-    for arm, (_, arm_beta) in ARMS.items():
-        for beta in BETAS:
-            if beta == arm_beta:
-                log = runs[arm]
-            else:
-                _, log = experiment.run_arm(arm, policy, rm, 0, beta, cfg,
-                                            progress=PROGRESS)
-            out[arm][str(beta)] = {k: log[k]
-                                   for k in ("accuracy", "rm_score", "kl")}
-    return {"arms": out}
-
-
-sweep = load_or_run(
-    OUTPUTS / "beta_sweep.json",
-    {"betas": BETAS, "seed": 0, "ppo": asdict(cfg)},
-    {(arm, str(beta)): runs[arm] for arm, (_, beta) in ARMS.items()},
-    run_sweep)["arms"]
-print("        rm arm                   verifier arm")
-print("beta    accuracy         KL      accuracy         KL")
-for beta in BETAS:
-    pair = (sweep["rm"][str(beta)], sweep["verifier"][str(beta)])
-    print(f"{beta:<6}" + "".join(
-        f"  {log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f}"
-        f"  {log['kl'][-1]:.3f}" for log in pair))
-
-# %% [markdown]
-# The sweep also settles the control of the previous section: here are the batch-mean rm
-# arm's runs (seed 0) whose final KL lies on either side of the per-prompt arm's mean, with
-# their accuracies.
-
-# %%
-kl_centred, _ = control["per-prompt baseline"]["kl"]
-by_kl = sorted((sweep["rm"][str(b)]["kl"][-1], b) for b in BETAS)
-below = max((kl, b) for kl, b in by_kl if kl <= kl_centred)
-above = min((kl, b) for kl, b in by_kl if kl > kl_centred)
-print("rm arm's baseline   beta     KL   accuracy")
-print(f"{'per-prompt':<18}{BETA['rm']:>6g}  {kl_centred:.3f}   "
-      f"{pm(*control['per-prompt baseline']['accuracy'])} "
-      f"(mean of {len(SEEDS)} seeds)")
-for kl, b in (below, above):
-    log = sweep["rm"][str(b)]
-    print(f"{'batch-mean':<18}{b:>6g}  {kl:.3f}   "
-          f"{log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f} (seed 0)")
-
-# %% [markdown]
-# At a comparable distance from the reference, none of these runs ends above its start, and
-# the per-prompt arm, which follows the RM's score more efficiently, ends a little lower than
-# the batch-mean runs. The conclusion of the control stands, now for the right reason: the
-# noise was slowing the optimizer down; the reward was pointing it the wrong way.
-#
-# The slider shows the curves behind each row. In JupyterLab it does more: it also offers
-# values between the seven above, and when you release it at a $\beta$ not run yet, both arms
-# are trained from scratch at that $\beta$ (seed 0), in a few seconds, with a progress bar;
-# runs already made are kept, so going back is instant. In the book, the seven precomputed
-# settings stand in.
-
-# %% tags=["hide-input"]
-LIVE_BETAS = [0.0, 0.01, 0.02, 0.05, 0.08, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0]
-SWEPT = [log for arm in ARMS for log in sweep[arm].values()]  # every run
-ACC_LIM = (min(min(log["accuracy"]) for log in SWEPT) - 0.03,
-           max(max(log["accuracy"]) for log in SWEPT) + 0.03)
-KL_TOP = 1.15 * max(max(log["kl"]) for log in SWEPT)
-
-
-def draw_leash(beta, found, narrow=False):
-    """Return a figure of accuracy and KL per iteration for the runs in
-    `found` ({arm: log}), all at this beta: side by side, or stacked for a
-    phone (narrow=True)."""
-    fig, (left, right) = plt.subplots(
-        2 if narrow else 1, 1 if narrow else 2, constrained_layout=True,
-        figsize=(3.6, 5.6) if narrow else (6.8, 3.3))
-    start = runs["rm"]["accuracy"][0]
-    for arm, log in found.items():
-        x = np.arange(len(log["accuracy"]))
-        left.plot(x, log["accuracy"], color=ARM_COLORS[arm], lw=1.8,
-                  label=f"{arm} arm")
-        right.plot(x, log["kl"], color=ARM_COLORS[arm], lw=1.8)
-    left.axhline(start, color="grey", ls=":", lw=1.2,
-                 label="start (both arms)")
-    left.set_ylim(*ACC_LIM)
-    left.set_ylabel("true accuracy (greedy)", fontsize=9)
-    kl_top = max(KL_TOP, *(1.15 * max(log["kl"]) for log in found.values()))
-    right.set_ylim(0, kl_top)
-    right.set_ylabel("KL to the reference\n(nats per token)", fontsize=9)
-    for ax in (left, right):
-        ax.set_xlabel("PPO iteration", fontsize=9)
-        ax.tick_params(labelsize=9)
-    left.set_title("accuracy", fontsize=10)
-    right.set_title("distance from the reference", fontsize=10)
-    fig.suptitle(f"β = {beta:g}", fontsize=11)
-    # the legend under the axes, where it cannot cover a curve
-    fig.legend(*left.get_legend_handles_labels(), loc="outside lower center",
-               ncol=2 if narrow else 3, frameon=False, fontsize=9)
-    return fig
-
-
-def leash_alt(beta, found):
-    """Return the alt text of one frame."""
-    return f"At beta = {beta:g}: " + "; ".join(
-        f"{arm} arm accuracy {log['accuracy'][0]:.3f} to "
-        f"{log['accuracy'][-1]:.3f}, KL {log['kl'][-1]:.3f} per token"
-        for arm, log in found.items()) + "."
-
-
-leash_runs = {(arm, float(b)): log
-              for arm in ARMS for b, log in sweep[arm].items()}
-
-
-def leash_at(beta):
-    """Return {arm: log} at this beta (seed 0), training an arm not run
-    yet."""
-    for arm in ARMS:
-        if (arm, beta) not in leash_runs:
-            _, leash_runs[arm, beta] = experiment.run_arm(
-                arm, policy, rm, 0, beta, cfg, progress=PROGRESS)
-    return {arm: leash_runs[arm, beta] for arm in ARMS}
-
-
-def draw_frame(beta, narrow=False):
-    """Return the slider's figure at this beta (wide, or for a phone)."""
-    return draw_leash(beta, leash_at(beta), narrow)
-
-
-explore(draw_frame, {"beta": BETAS if building_book() else LIVE_BETAS},
-        default={"beta": 0.5}, labels={"beta": "β (uneven steps)"},
-        alt=lambda beta: leash_alt(beta, leash_at(beta)),
-        continuous_update=False,
-        caption="Accuracy and per-token KL to the reference per iteration, "
-                "both arms, seed 0, at the β the slider selects. The slider "
-                "steps through the values that were run, unevenly spaced: "
-                f"{', '.join(f'{b:g}' for b in BETAS)}. Drag it right, to a "
-                "tighter leash, and both arms end closer to the reference; "
-                "at every β the verifier arm ends above the dotted start "
-                "line and the rm arm near it.")
-
-
-# %% [markdown]
 # ## What the experiment says
 #
-# Five lessons, each with the number from this notebook that carries it:
+# Five lessons, each with the numbers from this notebook that carry it. Three of them also
+# rest on analyses that chapter 6, "Is the result robust?" (`06_robustness.ipynb`), makes;
+# there they get a pointer, not numbers.
+#
+# **1. RLHF is PPO with text as the environment.** Nothing in the loop is specific to
+# language except the environment: an episode is a completion, an action a token, and the
+# only reward arrives at the end. The rollout, the advantage, the clipped ratio and the leash
+# are the PPO of any other task {cite}`schulman2017ppo`; what RLHF adds is where the reward
+# comes from and the KL to a frozen reference {cite}`ziegler2019finetuning`. One iteration
+# of the seed-0 runs above, in numbers:
 
 # %%
-ver, rma = summary["verifier"], summary["rm"]
-lengths = [np.mean(runs[arm]["val/completion_length"]) for arm in ARMS]
-gain = {arm: {b: log["accuracy"][-1] - log["accuracy"][0]
-              for b, log in sweep[arm].items()} for arm in ARMS}
-kl_end = {arm: {b: log["kl"][-1] for b, log in sweep[arm].items()}
-          for arm in ARMS}
-n_net = n_params(policy)
-# What a critic would know, for the verifier's reward: V(s_t) is the chance
-# that the starting policy, sampling at 0.7, completes the right answer
-# from state s_t.
+length = np.mean([np.mean(runs[arm]["val/completion_length"])
+                  for arm in ARMS])
+print(f"episodes per iteration    {cfg.batch_size}")
+print(f"tokens per episode        {length:.2f} on average")
+print(f"actions per iteration     {cfg.batch_size * length:.0f}")
+print(f"rewards per iteration     {cfg.batch_size}, one per episode")
+
+# %% [markdown]
+# **2. The value head is PPO's heaviest part, and here a batch baseline can stand in for it.**
+# Full PPO learns a critic $V(s_t)$, in InstructGPT a network as large as the reward model,
+# trained alongside the policy, with GAE to turn its predictions into per-token advantages
+# {cite}`ouyang2022instructgpt,schulman2016gae`. Even at 4 tokens it would have work to do,
+# because the value changes *inside* a completion. With the verifier's reward, $V(s_t)$ is
+# the chance that the policy, sampling at 0.7, completes the right answer from state $s_t$:
+
+# %%
 truth = task.correct_completions(eval_pairs)  # (400, 4)
 with torch.no_grad():
     lp = completion_logprobs(policy, eval_prompts, truth,
@@ -1125,142 +928,348 @@ with torch.no_grad():
 lp = lp * completion_mask(truth)
 v_start = lp.sum(1).exp()  # V(s_0): the whole right answer
 v_first = lp[:, 1:].sum(1).exp()  # V(s_1) after the right first digit
-per_prompt = control["per-prompt baseline"]
-d_acc = gap["end accuracy, verifier - rm"][0]
-d_rm, h_rm = gap["end RM score, verifier - rm"]
-print(f"1. One iteration: {cfg.batch_size} episodes of "
-      f"{np.mean(lengths):.2f} tokens on average, "
-      f"{cfg.batch_size * np.mean(lengths):.0f} actions;\n"
-      "   one reward per episode, on its last token.")
-print(f"2. A value head the size of the policy: {n_net:,} more parameters.\n"
-      f"   The prompt alone explains {prompt_share['rm']:.0%} of the RM "
-      "reward's variance in a batch,\n"
-      f"   {prompt_share['verifier']:.0%} of the verifier's.\n"
-      "   Verifier's value, mean over the eval prompts: "
-      f"V(s_0) = {v_start.mean():.2f};\n"
-      f"   after the right first digit {v_first.mean():.2f}, "
-      "after a wrong one 0.")
-print(f"3. rm arm: RM score {rma['rm_score_start']:+.2f} -> "
-      f"{pm(rma['rm_score_end'], rma['rm_score_end_ci'], 2, '+')}; "
-      f"accuracy gain {pm(rma['gain'], rma['gain_ci'], 3, '+')}.\n"
-      "   rm arm, per-prompt baseline: RM score "
-      f"{pm(*per_prompt['rm_score'], 2, '+')},\n"
-      f"   accuracy {pm(*per_prompt['accuracy'])}.\n"
-      "   verifier arm: accuracy gain "
-      f"{pm(ver['gain'], ver['gain_ci'], 3, '+')}.")
-print(f"4. Verifier arm minus rm arm at the end: accuracy {d_acc:+.3f},\n"
-      f"   RM score {d_rm:+.2f} [{d_rm - h_rm:+.2f}, {d_rm + h_rm:+.2f}].\n"
-      f"   RM score of the rm arm's answers ({rma['end']:.0%} correct): "
-      f"{rma['rm_score_end']:+.2f};\n"
-      f"   of all-correct answers: {yardstick['every answer correct']:+.2f};"
-      " all near-misses: "
-      f"{yardstick['every answer a near-miss']:+.2f};\n"
-      f"   all garbage: {yardstick['every answer garbage']:+.2f}.")
-for arm in ARMS:
-    print(f"{'5.' if arm == 'rm' else '  '} {arm} arm, beta {BETAS[0]:g} to "
-          f"{BETAS[-1]:g}: accuracy gain {min(gain[arm].values()):+.3f} to "
-          f"{max(gain[arm].values()):+.3f},\n"
-          f"   KL {min(kl_end[arm].values()):.3f} to "
-          f"{max(kl_end[arm].values()):.3f}.")
+print(f"a critic the size of the policy: {n_params(policy):,} parameters")
+print("the verifier's value, mean over the 400 eval prompts:")
+print(f"  before the first digit    V(s_0) = {v_start.mean():.2f}")
+print(f"  after a right first digit V(s_1) = {v_first.mean():.2f}")
+print("  after a wrong first digit V(s_1) = 0")
 
 # %% [markdown]
-# 1. **RLHF is PPO with text as the environment.** Nothing in the loop is specific to
-#    language except the environment: an episode is a completion, an action a token, and
-#    the only reward arrives at the end (line 1). The rollout, the advantage, the clipped
-#    ratio and the leash are the PPO of any other task {cite}`schulman2017ppo`; what RLHF adds
-#    is where the reward comes from and the KL to a frozen reference
-#    {cite}`ziegler2019finetuning`.
-# 2. **The value head is PPO's heaviest part, and here a batch baseline can stand in for it.**
-#    Full PPO learns a critic $V(s_t)$, in InstructGPT a network as large as the reward
-#    model, trained alongside the policy, with GAE to turn its predictions into per-token
-#    advantages {cite}`ouyang2022instructgpt,schulman2016gae` (line 2). Even at 4 tokens it
-#    would have work to do. Its value changes *inside* a completion: with the verifier's
-#    reward, a wrong first digit sends it to 0 at once, and a right one raises it (line 2). A critic would credit or blame the digit that did it; the batch
-#    baseline gives every token of a completion the same share of the score, and knows only
-#    the position, not the state. It could also remove the prompt's share of the noise, large
-#    for the RM (line 2), although the control above showed that removing it changes how far
-#    the rm arm goes, not where. What it buys is less noise per token, and chapter 7 measures
-#    how much, at 4 tokens and at 400: the saving grows with the length, and over hundreds of
-#    tokens the critic becomes load-bearing.
-# 3. **The optimizer maximizes the number it is handed.** The rm arm raised the RM's score of
-#    its answers, and their accuracy did not rise with it; given a cleaner version of the
-#    same number, it raised the number faster, and still not the accuracy. The verifier arm,
-#    handed the truth, raised the truth (line 3). The algorithm and every setting were
-#    the same: the difference is entirely in the reward.
-# 4. **A saturated proxy looks like success.** Judged by the RM, the rm arm is the better
-#    policy: its answers score a little *higher* than the verifier arm's (the interval of the
-#    gap excludes 0, line 4), although the verifier arm is right far more often. The gap is a
-#    sliver of the RM's range, from garbage to correct. They score about as high as a sheet of answers
-#    that are all correct, too: the RM is saturated on this policy's outputs, which are
-#    mostly of the right size, and a near-miss costs a sliver of what garbage costs. Its
-#    score can no longer tell a better policy from a worse one. In a real system, where there
-#    is no verifier, the RM's score going up is exactly what the dashboard would show
-#    {cite}`gao2023scaling`.
-# 5. **The leash contains damage but cannot create signal.** Loosening $\beta$ lets the rm
-#    arm move several times further from the reference, and no setting turns the RM into a
-#    teacher of arithmetic: its accuracy change stays within a few points of zero for every
-#    $\beta$ (line 5), while the verifier arm gains at every $\beta$. A tighter leash only
-#    slows a good reward down. The leash decides how far a policy may go; where it goes is
-#    the reward's doing. Chapter 7 takes the leash off and lets the rm arm run longer.
+# A critic would credit or blame the digit that moved the value; the batch baseline gives
+# every token of a completion the same share of the score, and knows only the position, not
+# the state. What a critic buys is less noise per token, and chapter 7 measures how much, at
+# 4 tokens and at 400: the saving grows with the length, and over hundreds of tokens the
+# critic becomes load-bearing. How much of the reward's spread the prompt alone explains,
+# and what a baseline per prompt changes: chapter 6.
+#
+# **3. The optimizer maximizes the number it is handed.** The rm arm raised the RM's score of
+# its answers, and their accuracy did not rise with it. The verifier arm, handed the truth,
+# raised the truth. The algorithm and every setting were the same: the difference is
+# entirely in the reward.
+
+# %%
+for arm in ARMS:
+    s = summary[arm]
+    print(f"{arm + ' arm':<13}RM score {s['rm_score_start']:+.2f} -> "
+          f"{pm(s['rm_score_end'], s['rm_score_end_ci'], 2, '+')},  "
+          f"accuracy gain {pm(s['gain'], s['gain_ci'], 3, '+')}")
+
+# %% [markdown]
+# Whether a cleaner version of the same RM number teaches the arithmetic it failed to teach
+# (a baseline per prompt, which removes the prompt's share of the noise) is chapter 6's
+# control experiment.
+#
+# **4. A saturated proxy looks like success.** Judged by the RM, the rm arm is the better
+# policy: its answers score a little *higher* than the verifier arm's, although the verifier
+# arm is right far more often. The gap is a sliver of the RM's range from garbage to correct,
+# and both sit by the all-correct sheet: the RM can no longer tell a better policy from a
+# worse one. In a real system there is no verifier, and the RM's score going up is exactly
+# what the dashboard would show {cite}`gao2023scaling`.
+
+# %%
+d_rm, h_rm = gap["end RM score, verifier - rm"]
+d_acc, h_acc = gap["end accuracy, verifier - rm"]
+print("verifier arm - rm arm, at the end (mean and 95% interval):")
+print(f"  true accuracy {d_acc:+.3f} "
+      f"[{d_acc - h_acc:+.3f}, {d_acc + h_acc:+.3f}]")
+print(f"  RM score      {d_rm:+.3f} "
+      f"[{d_rm - h_rm:+.3f}, {d_rm + h_rm:+.3f}]")
+print(f"  RM score gap as a share of garbage-to-correct: {d_rm / span:+.1%}")
+
+# %% [markdown]
+# **5. The leash contains damage but cannot create signal.** On its strong leash the rm arm
+# barely left the reference, and it did not gain; the verifier arm, on a light one, spent its
+# freedom on accuracy:
+
+# %%
+for arm in ARMS:
+    s = summary[arm]
+    print(f"{arm + ' arm':<13}beta {BETA[arm]:<5g} KL at the end "
+          f"{pm(s['kl_end'], s['kl_end_ci'])},  accuracy gain "
+          f"{s['gain']:+.3f}")
+
+# %% [markdown]
+# Two settings cannot show that no $\beta$ turns the RM into a teacher of arithmetic. The
+# sweep over $\beta$ that does, for both arms, is in chapter 6: the leash decides how far a
+# policy may go; where it goes is the reward's doing. Chapter 7 then takes the leash off and
+# lets the rm arm run longer.
 #
 # ## Summary
 #
-# - One function, `ppo_train`, runs both arms; they differ in the reward function and
-#   $\beta$. Each iteration samples 64 completions, scores them once at the end, standardizes
-#   the scores over the batch, pays the leash $-\beta\,\mathrm{kl}_t$ as a per-token reward
-#   (once: the loss has no KL term), turns the rewards into returns-to-go minus a batch
-#   baseline (you wrote that step), and takes two clipped-surrogate steps over the completion
-#   tokens (you wrote that loss). It is clipped policy gradient without a critic.
-# - Handed the verifier, PPO made the partial policy markedly better at sums; handed the
-#   reward model, it raised the RM's score and the accuracy did not follow. Over five seeds
-#   the 95% interval of the gap between the arms stays far from zero.
-# - How large the verifier arm's gain is depends on the starting checkpoint, and the book's
-#   was picked as one that gains clearly: from five partial-SFT starts made the same way, the
-#   mean gain was about half of the book's. The direction, verifier arm above rm arm, held
-#   from every start.
-# - The RM scored the two arms' answers within a sliver of each other, the rm arm's a little
-#   higher: a reward model that is saturated on the policy's outputs reports success
-#   whichever way the policy goes.
-# - The statistics a real trainer logs (`objective/scores`, `objective/kl`,
-#   `objective/entropy`, `policy/clipfrac_avg`, `policy/approxkl_avg`, the completion length)
-#   are what you have when there is no verifier.
+# You can now:
 #
+# - read a complete PPO-RLHF training loop, stage by stage, in the package's own code: the
+#   rollout with its two sets of log-probs, the score standardized over the batch, the leash
+#   as a per-token reward inside the advantages (your `kl_shaped_advantages`), the clipped
+#   update over the completion tokens (your `ppo_token_loss`), and the statistics a trainer
+#   logs;
+# - plug your own functions into `ppo_train` and get the very runs the package makes, to the
+#   last digit when they compute the same operations;
+# - run a two-arm RL experiment over seeds and judge a gap by the interval of the
+#   within-seed differences, not by one run;
+# - tell what a reward model's score means (a level that is arbitrary, a position between
+#   yardsticks that is not) and spot a saturated proxy: handed the RM, PPO raised the RM's
+#   score while the accuracy did not follow; handed the verifier, it raised the accuracy;
+# - compare your run with a published one by what can be compared: gains from each start,
+#   scores on each RM's own scale.
+#
+# The intervals here cover PPO's seeds from one SFT checkpoint. Chapter 6 asks whether the
+# result survives other starts, another baseline and other leashes.
+
+# %% [markdown]
 # ## Exercises
 #
-# 1. **More seeds.** Run the experiment with seeds 0 to 9 (set `SEEDS = list(range(10))`
-#    and run the cells of that section again). Does the half-width of each
-#    interval shrink by about $1/\sqrt{2}$? Which of the claims above would you trust with 2
-#    seeds?
-# 2. **The learning rate.** Train the verifier arm with `PPOConfig(lr=1e-3)` and with
-#    `lr=5e-5`. Watch `policy/clipfrac_avg` and `policy/approxkl_avg` in the first
-#    iterations. At which setting does the clip start doing most of the work, and what
-#    happens to the accuracy?
-# 3. **The KL in the loss instead.** Run both arms with `PPOConfig(kl_placement="loss")`: the
-#    advantages come from the score alone and $\beta \cdot \mathrm{mean}_t\, k_3$, computed from
-#    `new_logp`, is added to the loss (GRPO's choice, chapter 1; `minirlhf.ppo.k3_loss_term`).
-#    How do the final KL and the accuracy compare with the reward placement, over three seeds?
-#    Then write the buggy version that does both (a `loss_fn` that adds the k3 term while the
-#    leash is also in the reward), and compare its KL with the reward placement at $2\beta$.
-#    Chapter 2 predicts what you should see.
-# 4. **No standardization.** Give the raw score to the advantages instead of $z$ (write an
-#    `advantage_fn` that undoes nothing: it receives $z$, so copy `ppo_train` and change the
-#    line that standardizes). For which arm does the meaning of $\beta$ change, and by how
-#    much? Use the standard deviations printed at the start of the chapter. This is TRL's
-#    choice; it then whitens the advantages, which you can add too.
-# 5. **Sampling temperature.** Run both arms at temperature 1.0. The ratio and the KL use
-#    the same temperature as the sampling; what happens to `objective/entropy`, and to the
-#    gain of the verifier arm?
-# 6. **Where did the answers go?** `ppo_train`'s log holds `kinds`: the fraction of greedy
-#    answers that are correct, near-misses, other wrong numbers or malformed, per iteration.
-#    Plot it for both arms. Does the rm arm trade correct answers for near-misses, which
-#    the RM cannot tell apart?
-# 7. **A mixed reward.** Hand the optimizer `0.5 * rm + 0.5 * verifier` (write the
-#    `reward_fn`). Predict from the lessons above where its accuracy ends, then run it.
-# 8. **Without the clamp.** Set `kl_clamp=1e9` and construct a batch where the reference
-#    gives a sampled token a log-probability of −40. What does one such token do to the
-#    advantages of its completion, and to the loss of the whole batch?
-# 9. **Another starting point.** Train another partial policy with `sft.train_sft(config)`
-#    and `config = sft.SFTConfig(seed=0, steps=180)` (it returns the model without saving
-#    it), check its greedy accuracy with `sft.greedy_accuracy`, and run both arms from it
-#    with a few seeds. How large is the verifier arm's gain now? What does that say about
-#    reporting one SFT run?
+# Each exercise has a worked answer under it. Try the exercise first. The answers that need
+# new runs take them from the hidden cell below: five runs of 25 iterations, seed 0, stored
+# in `outputs/ch05_exercises.json` like the experiment's.
+
+# %% tags=["hide-input"]
+def exercise_runs():
+    """Return the runs the worked answers use, each seed 0, 25 iterations."""
+    rm_fn = ppo.rm_reward(rm)
+
+    def mixed(pairs, prompts, completions):
+        return (0.5 * rm_fn(pairs, prompts, completions)
+                + 0.5 * ppo.verifier_reward(pairs, prompts, completions))
+
+    plan = {  # name: (reward, beta, settings that differ from the recipe)
+        "verifier, lr 1e-3": (ppo.verifier_reward, BETA["verifier"],
+                              {"lr": 1e-3}),
+        "verifier, lr 5e-5": (ppo.verifier_reward, BETA["verifier"],
+                              {"lr": 5e-5}),
+        "rm, leash in the loss": (rm_fn, BETA["rm"],
+                                  {"kl_placement": "loss"}),
+        "verifier, leash in the loss": (ppo.verifier_reward,
+                                        BETA["verifier"],
+                                        {"kl_placement": "loss"}),
+        "mixed reward": (mixed, BETA["verifier"], {}),
+    }
+    arms = {}
+    for name, (reward_fn, beta, changes) in plan.items():
+        _, log = ppo.ppo_train(
+            policy, reference, reward_fn, beta,
+            ppo.PPOConfig(seed=0, **changes), rm=rm, progress=PROGRESS,
+            desc=name)
+        arms[name] = {"0": log}
+    return {"arms": arms}
+
+
+extra = load_or_run(OUTPUTS / "ch05_exercises.json",
+                    {"iterations": cfg.iterations, "beta": BETA,
+                     "ppo": asdict(cfg), "runs": 5}, {}, exercise_runs)
+extra = {name: seeds["0"] for name, seeds in extra["arms"].items()}
+seed0 = {arm: logs[arm][0] for arm in ARMS}  # the recipe's runs, seed 0
+print("Runs for the worked answers, seed 0 each:")
+for name in extra:
+    print(f"  {name}")
+
+# %% [markdown]
+# **1. More seeds, fewer seeds.** With seeds 0 to 9 (set `SEEDS = list(range(10))` and run
+# the section "Two arms, five seeds" again), would the half-width of each interval shrink by
+# $1/\sqrt{2}$? And which of the claims above would you still trust with only 2 seeds?
+#
+# <details class="answer">
+# <summary>Worked answer: more seeds, fewer seeds</summary>
+#
+# A little more than $1/\sqrt{2}$. The half-width is $t_{n-1}\, s / \sqrt{n}$: doubling the
+# seeds divides $\sqrt{n}$'s part by $\sqrt{2}$, and Student's $t$ for 9 degrees of freedom is
+# also smaller than for 4, so for the same spread $s$ the interval shrinks by the factor the
+# cell below prints (the spread itself will come out a little different with new seeds).
+# The other way, 2 seeds leave one degree of freedom, where $t$ is huge: for the same spread
+# every interval grows several times wider. The cell recomputes the within-seed differences
+# from seeds 0 and 1 only, and every interval now contains 0, even the verifier arm's lead
+# over the rm arm, which five seeds put far from it. With two seeds none of the claims that
+# rest on an interval can be made; the means alone look much as they do with five.
+#
+# </details>
+
+# %% tags=["hide-input"]
+def half_width_per_spread(n):
+    """Return the 95% half-width of a mean of n values with spread 1."""
+    x = np.arange(n, dtype=float)
+    return experiment.mean_ci95(x)[1] / x.std(ddof=1)
+
+
+print(f"half-width, 10 seeds / 5 seeds: "
+      f"{half_width_per_spread(10) / half_width_per_spread(5):.3f}"
+      f"   (1/sqrt(2) = {1 / np.sqrt(2):.3f})")
+print(f"half-width, 2 seeds / 5 seeds:  "
+      f"{half_width_per_spread(2) / half_width_per_spread(5):.1f}")
+print(f"\n{'seeds 0 and 1 only':<36}{'mean':>8}   95% interval"
+      "        0 inside?")
+for name, d in tests.items():
+    mean, half = experiment.mean_ci95(d[:2])
+    print(f"{name:<36}{mean:>+8.3f}   "
+          f"[{mean - half:+.3f}, {mean + half:+.3f}]"
+          f"   {'yes' if abs(mean) <= half else 'no'}")
+
+# %% [markdown]
+# **2. The learning rate.** Train the verifier arm with `PPOConfig(lr=1e-3)` and with
+# `lr=5e-5` (the recipe's is `2e-4`), seed 0. Watch `policy/clipfrac_avg` and
+# `policy/approxkl_avg` in the first iterations. At which setting does the clip do the most
+# work, and what happens to the accuracy?
+#
+# <details class="answer">
+# <summary>Worked answer: the learning rate</summary>
+#
+# At `1e-3` each step moves the policy far from the one that sampled: the approximate KL of
+# the first iteration is many times the recipe's, and the clip binds on a good share of the
+# tokens, so it is doing most of the work of keeping the update near the samples. The policy
+# also ends much further from the reference, and below the recipe's accuracy: big noisy steps
+# undo some of what they teach. At `5e-5` the ratio hardly leaves 1 and the clip never binds;
+# the policy learns, only more slowly, and ends below the recipe's too. The clip is a guard
+# rail for a learning rate at the edge, not a substitute for choosing one.
+#
+# </details>
+
+# %% tags=["hide-input"]
+lr_runs = {"1e-3": extra["verifier, lr 1e-3"],
+           "2e-4 (recipe)": seed0["verifier"],
+           "5e-5": extra["verifier, lr 5e-5"]}
+print(f"{'lr':<15}{'clipfrac, it. 1-3':<21}{'approxkl, it. 1':<17}"
+      f"{'accuracy end':<14}KL end")
+for lr, log in lr_runs.items():
+    clip = " ".join(f"{c:.3f}" for c in log["policy/clipfrac_avg"][:3])
+    print(f"{lr:<15}{clip:<21}{log['policy/approxkl_avg'][0]:<17.4f}"
+          f"{log['accuracy'][-1]:<14.3f}{log['kl'][-1]:.3f}")
+
+# %% [markdown]
+# **3. The leash in the loss instead.** Run both arms, seed 0, with
+# `PPOConfig(kl_placement="loss")`: the advantages come from the score alone and
+# $\beta \cdot \mathrm{mean}_t\, k_3$, computed from `new_logp`, is added to the loss (GRPO's
+# choice, chapter 1; `minirlhf.ppo.k3_loss_term`). How do the final KL and the accuracy
+# compare with the leash in the reward? Is the difference larger than the spread between
+# seeds?
+#
+# <details class="answer">
+# <summary>Worked answer: the leash in the loss</summary>
+#
+# At these $\beta$ and 25 iterations the two placements end close to each other in both
+# arms: the same order (the verifier arm further from the reference and more accurate), KL
+# and accuracy a little apart. The differences are smaller than the 95% half-widths that five
+# seeds of the reward placement give (last column), so one seed cannot tell the placements
+# apart. The placements differ in *what* a token is charged for: in the reward, a token pays
+# for the divergence of the tokens it leads to; in the loss, each token pays for its own k3,
+# measured on the current policy. At 4 tokens and a small KL there is little to tell them
+# apart; doing both at once would charge twice (chapter 2).
+#
+# </details>
+
+# %% tags=["hide-input"]
+print(f"{'arm':<10}{'placement':<11}{'accuracy end':>13}{'KL end':>9}"
+      f"{'5-seed half-width (acc, KL)':>30}")
+for arm in ARMS:
+    s = summary[arm]
+    for where, log in (("reward", seed0[arm]),
+                       ("loss", extra[f"{arm}, leash in the loss"])):
+        width = (f"{s['end_ci']:.3f}, {s['kl_end_ci']:.3f}"
+                 if where == "reward" else "")
+        print(f"{arm:<10}{where:<11}{log['accuracy'][-1]:>13.3f}"
+              f"{log['kl'][-1]:>9.3f}{width:>30}")
+
+# %% [markdown]
+# **4. No standardization.** Give the raw score to the advantages instead of $z$ (copy
+# `ppo.score_and_advantages` and drop the line that standardizes). For which arm does the
+# meaning of $\beta$ change, and by how much? Use the spreads of the first batch printed in
+# the section "The recipe". This is TRL's choice; it then whitens the advantages.
+#
+# <details class="answer">
+# <summary>Worked answer: no standardization</summary>
+#
+# For both, in opposite directions. The advantage adds the score to $-\beta$ times the
+# divergence; with $z$ the score has spread 1, with the raw score it has the reward's own
+# spread $\sigma$. Dividing everything by $\sigma$ shows that the raw score with $\beta$ acts
+# like the standardized score with $\beta / \sigma$. The RM's scores spread over several
+# units, so its arm's leash becomes several times weaker; the verifier's 0-or-1 rewards spread
+# less than 1, so its leash becomes stronger (the cell below). On this batch the two arms
+# would even end up with about the same leash, and the light-versus-strong design of the
+# experiment would be gone. TRL's `kl_coef` is therefore in the reward model's units and
+# cannot be carried from one reward to another.
+#
+# </details>
+
+# %% tags=["hide-input"]
+print(f"{'arm':<10}{'beta':>6}{'spread of the scores':>22}"
+      f"{'acts like beta':>16}")
+for arm in ARMS:
+    print(f"{arm:<10}{BETA[arm]:>6g}{batch_std[arm]:>22.3f}"
+          f"{BETA[arm] / batch_std[arm]:>16.3f}")
+
+# %% [markdown]
+# **5. Where did the answers go?** `ppo_train`'s log holds `kinds`: the fraction of greedy
+# answers that are correct, near-misses, other wrong numbers or malformed, per iteration.
+# Compare the start and the end of both arms, mean over the five seeds. Does the rm arm trade
+# correct answers for near-misses, which the RM cannot tell apart?
+#
+# <details class="answer">
+# <summary>Worked answer: where the answers went</summary>
+#
+# Not in 25 iterations on its strong leash: the rm arm's mix of answers barely moves. The
+# verifier arm turns near-misses into correct answers; the other kinds hardly change, and no
+# answer loses its format. The trade the question asks about needs the leash off and more
+# iterations: chapter 7 shows it.
+#
+# </details>
+
+# %% tags=["hide-input"]
+print(f"{'kind':<13}" + "".join(f"{arm + ' arm, start -> end':>28}"
+                               for arm in ARMS))
+for kind in task.KINDS:
+    row = ""
+    for arm in ARMS:
+        frac = np.array([log["kinds"][kind] for log in logs[arm]]).mean(0)
+        row += f"{frac[0]:>19.3f} -> {frac[-1]:.3f}"
+    print(f"{kind:<13}{row}")
+
+# %% [markdown]
+# **6. A mixed reward.** Hand the optimizer `0.5 * rm + 0.5 * verifier` (write the
+# `reward_fn`), with the verifier arm's $\beta$ = 0.08, seed 0. Predict from the lessons
+# above where its accuracy ends, then run it.
+#
+# <details class="answer">
+# <summary>Worked answer: a mixed reward</summary>
+#
+# Much nearer the rm arm than halfway to the verifier arm. The mix is standardized as one
+# score, and its spread is mostly the RM's: half the RM's spread is several times half the
+# verifier's (the last line below, from the first batch of the recipe section), so the
+# ranking of the completions within a batch, which is all the advantages see, is mostly the
+# RM's. A weight of one half is not half of the signal; what counts is each part's spread.
+#
+# </details>
+
+# %% tags=["hide-input"]
+for name, log in (("verifier arm", seed0["verifier"]),
+                  ("mixed reward", extra["mixed reward"]),
+                  ("rm arm", seed0["rm"])):
+    print(f"{name:<14}accuracy {log['accuracy'][0]:.3f} -> "
+          f"{log['accuracy'][-1]:.3f}")
+print(f"spread of 0.5 * RM score {0.5 * batch_std['rm']:.2f}, "
+      f"of 0.5 * verifier {0.5 * batch_std['verifier']:.2f}")
+
+# %% [markdown]
+# **7. Without the clamp.** Take a batch of two completions of two tokens, scores $+1$ and
+# $-1$, $\beta = 0.5$, every `old_logp` $-1$, and let the reference give the first
+# completion's second token a log-probability of $-40$ (every other `ref_logp` $-1$). What
+# does that token do to the advantages with `kl_clamp=1e9`, and with the recipe's 10?
+#
+# <details class="answer">
+# <summary>Worked answer: without the clamp</summary>
+#
+# Its $\mathrm{kl}_t$ is 39, so it earns the reward $-0.5 \times 39$, which flows back into
+# the return of the first token too. Unclamped, that one token dwarfs the score: the first
+# completion's advantages go deeply negative, the second's (which did nothing) turn positive
+# through the shared baseline, and the update would mostly be about that token. Clamped at
+# 10, it still costs a lot, but a bounded amount; the same bound keeps $e^{\mathrm{kl}}$ in
+# the k3 term finite when the leash is in the loss.
+#
+# </details>
+
+# %% tags=["hide-input"]
+scores = torch.tensor([1.0, -1.0])
+old_logp = torch.full((2, 2), -1.0)
+ref_logp = torch.tensor([[-1.0, -40.0], [-1.0, -1.0]])
+two_mask = torch.ones(2, 2)
+for clamp in (1e9, 10.0):
+    adv = ppo.kl_shaped_advantages(scores, old_logp, ref_logp, two_mask, 0.5,
+                                   clamp)
+    print(f"kl_clamp {clamp:g}:  advantages {adv.tolist()}")

@@ -17,9 +17,10 @@
 #
 # ```{admonition} What you need
 # :class: tip
-# Chapters 4 and 5: the reward model's blind spot, and `ppo_train`. The notebook trains
-# twelve short PPO runs, each with a progress bar in JupyterLab; together they take under a
-# minute on a CPU.
+# Chapters 4 and 5: the reward model's blind spot, and `ppo_train` (chapter 6 is not needed
+# here). The notebook trains sixteen short PPO runs, twelve for the chapter and four for the
+# worked answers, each with a progress bar in JupyterLab; a first run of the whole notebook
+# takes about a minute on a 2-core CPU.
 # ```
 
 # %%
@@ -527,7 +528,9 @@ show_figure(
 # ## Exercise 7.1: the adaptive KL controller
 #
 # A fixed $\beta$ buys a distance that depends on everything else: the reward's scale, the
-# learning rate, the task. Chapter 5 had to pick its two values by trying. Ziegler et al.
+# learning rate, the task. Chapter 5 had to pick its two values by hand, and chapter 6's
+# $\beta$ sweep ([`06_robustness.ipynb`](06_robustness.ipynb)) shows how much rides on the
+# choice. Ziegler et al.
 # instead choose the distance, a *target* KL, and let $\beta$ follow it
 # {cite}`ziegler2019finetuning`. After each batch of $n_\text{steps}$ samples whose KL to the
 # reference was measured as $\mathrm{KL}$:
@@ -539,7 +542,8 @@ show_figure(
 # \beta \leftarrow \beta\,\Big(1 + e\,\frac{n_\text{steps}}{\text{horizon}}\Big).
 # $$
 #
-# Chapter 1 met the rule in a dropdown; now it drives a real run. `ppo_train` calls the
+# This is chapter 1's second design question, how to choose $\beta$, answered; here the rule
+# drives a real run. `ppo_train` calls the
 # package's version after every iteration when `PPOConfig.kl_target` is set, with the
 # batch's mean per-token k1 estimate as $\mathrm{KL}$ and the batch size as
 # $n_\text{steps}$.
@@ -587,6 +591,26 @@ check("adaptive_kl_update", adaptive_kl_update);
 # is not positive, a negative `n_steps`, a negative $\beta$, and a step of 5 horizons or more
 # (where $\beta$ could turn negative) with a `ValueError`.
 #
+# The controller was once the default: TRL's original PPO trainer, up to version 0.11,
+# switched it on (`adap_kl_ctrl=True` in `trl/trainer/ppo_config.py`), with Ziegler's target of
+# 6 nats per completion and horizon of 10,000 samples; the PPO trainer that replaced it has a
+# fixed `kl_coef`. Before it drives a run, trace it by hand on a made-up run whose measured KL
+# (per completion, as in Ziegler's setting) first overshoots the target of 6 and then falls
+# below it, with batches of 1,024 samples. Note how $\beta$ keeps rising while the KL is still
+# above the target, and turns only once the KL drops under it: the delay that the runs below
+# show too.
+
+# %%
+beta, target, n_steps, horizon = 0.1, 6.0, 1024, 10_000
+# What a run might measure, batch after batch (nats per completion):
+measured_kl = [2.0, 5.0, 9.0, 14.0, 10.0, 7.0, 5.5, 4.0]
+print("batch    KL   error   beta after")
+for i, kl_batch in enumerate(measured_kl, 1):
+    error = float(np.clip(kl_batch / target - 1, -0.2, 0.2))
+    beta = ppo.adaptive_kl_update(beta, kl_batch, target, n_steps, horizon)
+    print(f"{i:>5} {kl_batch:5.1f}  {error:+.3f}   {beta:.4f}")
+
+# %% [markdown]
 # ## The adaptive leash in the loop
 #
 # The use case: a leash set too loose. We start from $\beta = 0.1$, light enough to let the
@@ -842,6 +866,81 @@ for lam in (0.0, 0.95, 1.0):
 # With $\lambda = 0$ the first token's advantage is its own step only: its KL cost plus the
 # critic's change of mind from $V(s_0)$ to $V(s_1)$. With $\lambda = 1$ it also carries the
 # costs and gains of every token after it, the end reward included.
+#
+# ### Two questions from earlier chapters, answered
+#
+# Chapters 1 and 2 raised two questions whose answers need the return, the critic and GAE.
+# They are on the table now.
+#
+# <details class="answer">
+# <summary>Worked answer: penalize every token, or the sequence once? What changes for credit assignment? (chapter 1)</summary>
+#
+# Both placements charge a completion the same total, $\beta \sum_t \mathrm{kl}_t$; they differ
+# in *which* tokens see which part of it.
+#
+# - **Per token** (InstructGPT; TRL's `trl/experimental/ppo/ppo_trainer.py`): token $t$
+#   gets $r_t = -\beta\,\mathrm{kl}_t$, and the last token also gets $R$. The return from token
+#   $t$ onwards, $G_t = R - \beta \sum_{t' \ge t} \mathrm{kl}_{t'}$, charges token $t$ for its own
+#   divergence and the divergence of what follows it, which it influences, but not for the
+#   tokens before it, which it cannot change.
+# - **Once per sequence**: all of $R - \beta \sum_t \mathrm{kl}_t$ is paid at the end, so every
+#   token's return is the same number, including the divergence of earlier tokens.
+#
+# Those earlier terms do not depend on the action at $t$, so in expectation the policy
+# gradient is the same (they act like a baseline, chapter 2). They add variance, though, and
+# with a critic and GAE the per-token placement gives a signal right at the token that
+# diverged, instead of one number smeared over the whole completion. The cell below takes the
+# completion `68;` of the worked example above ($\beta = 0.5$, $R = 1$, and the per-token
+# log-ratios `kl_t` and values `V` of the previous cell) and computes, both ways, the
+# returns-to-go and the GAE advantages at $\lambda = 0.95$. With our short completions and
+# chapter 5's baseline (the batch's mean return-to-go at each position) the difference is
+# small; with 500-token answers it is not.
+#
+# A related choice is the *mean* in chapter 1's `kl_penalty`: the sum is what a completion
+# pays, the mean is what is comparable across lengths. A sum penalty makes long completions
+# costlier, which is sometimes wanted and sometimes a bias toward short answers.
+#
+# </details>
+
+# %%
+def returns_to_go(r):
+    """Return G_t = sum of r_t' over t' >= t, for every t."""
+    return np.cumsum(r[::-1])[::-1]
+
+
+per_token = -beta * kl_t + np.array([0.0, 0.0, R])  # R on the last token
+per_sequence = np.array([0.0, 0.0, R - beta * kl_t.sum()])
+print("token                ", "  ".join(f"{c!r:>6}" for c in "68;"))
+for name, r in (("per-token", per_token), ("per-sequence", per_sequence)):
+    print(f"{name + ' rewards':<21}", np.round(r, 3))
+    print(f"{'  returns-to-go G_t':<21}", np.round(returns_to_go(r), 3))
+    print(f"{'  GAE, lam = 0.95':<21}",
+          np.round(ppo.gae(r, V, 1.0, 0.95), 3))
+
+# %% [markdown]
+# <details class="answer">
+# <summary>Worked answer: why can a critic and GAE handle a KL-shaped reward while the separate-term version cannot? (chapter 2)</summary>
+#
+# When the KL is part of the reward, it is part of the *return*: every token's return includes
+# the divergence it will cause later in the completion. The critic $V(s_t)$ then predicts the
+# expected shaped return from state $s_t$, KL costs included, and GAE spreads each token's
+# $-\beta\,\mathrm{kl}_t$ back to the decisions that led to it, as the cell above shows. A
+# token that steers the completion into territory where the policy and the reference disagree
+# for many tokens to come gets a low advantage *now*, even if it is cheap itself. The KL is
+# treated like any other reward, with all of PPO's machinery for delayed consequences.
+#
+# As a separate loss term, $\beta\,\mathrm{mean}_t\, k_3(t)$ is differentiated on the spot. Each
+# token's log-ratio is pushed toward the reference's, but nothing accounts for how the choice
+# of token $t$ changes the *states*, and so the divergence, of the tokens after it. The critic
+# never sees the term, because it is not in the reward, so it cannot learn it either. The
+# gradient of a per-token estimate is also not, in general, an unbiased estimate of the
+# gradient of the sequence-level KL; chapter 1 warned that value and gradient are different
+# questions, and the worked answer "why k1 in the reward and not k3", at the end of this
+# chapter, works one case out. GRPO gets away with it because it has no critic and scores
+# whole answers, and because its $\beta$ is small: there the separate term is a regulariser,
+# not a part of the credit assignment.
+#
+# </details>
 #
 # ## Why the value head becomes load-bearing
 #
@@ -1105,44 +1204,283 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 #
 # ## Summary
 #
-# - Without a leash, PPO against a reward model with a blind spot raises the RM's score all
-#   the way, while the true accuracy rises a little and then falls, in every seed: Gao et
-#   al.'s over-optimization curve in miniature. The answers do not become garbage; they are
-#   stirred inside the blind spot, toward neighbours of the truth that the RM happens to
-#   score higher than the truth.
-# - At a given distance from the reference, the leashed runs are no more accurate than the
-#   unleashed ones. The leash buys time; it cannot create signal.
-# - The adaptive KL controller, $\beta \leftarrow \beta\,(1 + \operatorname{clip}(\mathrm{KL}/
-#   \mathrm{KL}_\text{target} - 1, \pm 0.2)\, n/\text{horizon})$, turns the choice of $\beta$
-#   into a choice of distance. Its horizon must fit the run, and it corrects only after the
-#   KL has moved, so it overshoots.
-# - GAE builds each token's advantage from the critic's temporal-difference errors. With a
-#   batch-mean baseline the noise of a token's gradient grows in proportion to the length of
-#   the answer; with a value head and $\lambda < 1$ it stays bounded, and the critic carries
-#   the weight.
+# You can now:
 #
+# - run PPO against a reward model with no leash and read what happens: the RM's score climbs
+#   all the way while the true accuracy rises a little and then falls, in every seed (Gao et
+#   al.'s over-optimization curve in miniature), and follow the answers as they are stirred
+#   inside the blind spot rather than turned into garbage;
+# - explain why, at a given distance from the reference, the leash does not make the policy
+#   more accurate: it buys time, and cannot create signal;
+# - write and tune the adaptive KL controller (your `adaptive_kl_update`), and predict its
+#   overshoot from its being an integral controller whose horizon must fit the run;
+# - write GAE (your `gae`), fill its table by hand, and say when a value head becomes
+#   load-bearing: with a batch baseline a token's noise grows with the answer's length, with a
+#   critic and $\lambda < 1$ it stays bounded.
+
+# %% [markdown]
 # ## Exercises
 #
-# 1. **Close the blind spot.** Chapter 4's first exercise trains a reward model with
-#    near-misses among its rejected answers. Use it (or train one with rejected answers drawn
-#    within $\pm 15$ of the truth) in the $\beta = 0$ run. Does the accuracy still fall? Where
-#    do the answers go now, and what does the RM's preference curve look like?
-# 2. **Longer.** Run $\beta = 0$ for 100 iterations on one seed. Does the fall slow down,
-#    stop, or speed up? Does the policy ever produce malformed answers, and why would the RM
-#    let it or not?
-# 3. **Ziegler's horizon.** Rerun the adaptive arm with `kl_horizon=10_000`. How far does
-#    $\beta$ move in 40 iterations? Then try `kl_horizon=64`: what does the noise of the
-#    per-batch KL do to $\beta$?
-# 4. **Adaptive on the verifier.** Run the adaptive controller on the verifier arm of
-#    chapter 5 with the same target. Does the verifier arm need more or less distance than
-#    the target allows, and what happens to its accuracy?
-# 5. **A wrong critic.** In `minirlhf.studies.variance.measure`, add Gaussian noise of standard
-#    deviation 0.5 to `values` before calling `gae`. How do the noise-to-signal ratio and the
-#    *mean* of $g_t$ (its bias) change for $\lambda = 0.95$ and for $\lambda = 1$?
-# 6. **One token decides.** Change the toy so that only the first token matters (the reward
-#    is $a_0$). What is the batch baseline's noise for tokens $t > 0$, whose true gradient is
-#    0, and does it grow with the length?
-# 7. **GAE in the loop.** Give `TinyGPT` a second scalar head as a critic, fit it to the
-#    returns with a squared loss, and pass `ppo_train` an `advantage_fn` that replaces the
-#    batch baseline by `gae` over the same per-token rewards (it needs the critic's values:
-#    close over the critic). Does the verifier arm learn faster?
+# Each exercise has a worked answer under it. Try the exercise first. The answers that need a
+# run use one seed: enough to see what happens, not to measure how large it is.
+#
+# **1. Close the blind spot.** Chapter 4's first exercise trains a reward model with
+# near-misses among its rejected answers. Use it (or train one with rejected answers drawn
+# within $\pm 15$ of the truth) in the $\beta = 0$ run. Does the accuracy still fall? Where do
+# the answers go now, and what does the RM's preference curve look like?
+#
+# <details class="answer">
+# <summary>Worked answer: close the blind spot</summary>
+#
+# Train the RM with `train_rm_with_near_misses` of chapter 4 (half near-misses and 400 steps
+# gave the most discerning RM there), pass it to `experiment.run_arm("rm", policy, new_rm, 0,
+# 0.0, ppo.PPOConfig(iterations=40), evalset)`, and redraw the offset curve with
+# `rmlib.margin_by_offset(new_rm, OFFSETS)`. What to expect, and why: that RM ranks a wrong
+# tens digit below the truth most of the time and a wrong ones digit more often than a coin
+# toss, but far from always (chapter 4's exercise 1). Its offset curve therefore has a dip at
+# the truth instead of a flat top, at least ten away; close to the truth it is shallower. The
+# unleashed policy follows the curve wherever it still rises away from the truth, so the
+# traffic out of the correct answers should slow, and the answers that do leave should stay
+# closer: a wrong ones digit rather than a neighbour ten away. Whether accuracy still falls
+# depends on whether, for most prompts, some wrong neighbour still outscores the truth, which
+# the prompt-by-prompt check of this chapter ("prompts whose truth is the RM's favourite")
+# measures directly. A smaller blind spot is still a blind spot: the policy finds what is left
+# of it.
+#
+# </details>
+#
+# **2. Longer.** Run $\beta = 0$ for 100 iterations on one seed. Does the fall slow down, stop,
+# or speed up? Does the policy ever produce malformed answers, and why would the RM let it or
+# not?
+#
+# <details class="answer">
+# <summary>Worked answer: longer</summary>
+#
+# The cell below runs it (seed 0; the learning rate now anneals over 100 iterations instead of
+# 40). In this run the fall stops: by iteration 40 the accuracy has fallen most of the way, and
+# from there to 100 it, the RM score and the KL hardly move. The RM score has nearly
+# saturated: the policy has found answers the RM scores about as high as anything near them,
+# and little is left to climb. No answer becomes malformed. The RM punishes answers of the wrong
+# size or length hard (chapter 4), and a malformed answer has never been scored well, so the
+# policy has no reason to go there; what grows instead is the share of other wrong numbers,
+# just outside the near-miss band, where the RM still barely objects.
+#
+# </details>
+
+# %% tags=["hide-input"]
+config_long = ppo.PPOConfig(iterations=100)
+_, log_long = experiment.run_arm("rm", policy, rm, 0, 0.0, config_long,
+                                 evalset, progress=PROGRESS)
+print("beta = 0, seed 0   iteration:   0      40      70     100")
+for key, name in (("accuracy", "accuracy"), ("rm_score", "RM score"),
+                  ("kl", "KL per token")):
+    values = np.array(log_long[key])
+    if key == "kl":  # the exact KL can come out a hair below 0
+        values = values.clip(min=0.0)
+    print(f"{name:<31}" + "".join(f"{values[i]:>8.3f}"
+                                  for i in (0, 40, 70, 100)))
+for kind in task.KINDS:
+    print(f"{'  share ' + kind:<31}" + "".join(
+        f"{log_long['kinds'][kind][i]:>8.3f}" for i in (0, 40, 70, 100)))
+
+# %% [markdown]
+# **3. Ziegler's horizon.** Rerun the adaptive arm with `kl_horizon=10_000`. How far does
+# $\beta$ move in 40 iterations? Then try `kl_horizon=64`: what does the noise of the
+# per-batch KL do to $\beta$?
+#
+# <details class="answer">
+# <summary>Worked answer: Ziegler's horizon</summary>
+#
+# No run is needed for the first part: with 64 samples per iteration and a horizon of 10,000,
+# $\beta$ moves by at most $0.2 \times 64 / 10{,}000$ per iteration, a few percent over the
+# whole run (the first line below), so the controller does nothing in a run this short. With
+# a horizon of 64, one batch is a whole horizon: $\beta$ moves by up to 20% every iteration. The
+# run below (seed 0, starting at $\beta = 0.1$, target 0.05) shows the result: nearly every
+# iteration moves $\beta$ by the full 20%, up or down, because the per-batch KL is almost never
+# within 20% of the target, and $\beta$ swings over a wide range. The controller no longer
+# follows the distance; it reacts to each batch's noise and to its own past overshoots. The
+# horizon is a low-pass filter, and it has to be long enough to average the noise away.
+#
+# </details>
+
+# %% tags=["hide-input"]
+for horizon_x in (10_000, 64):
+    step_x = 0.2 * ppo.PPOConfig().batch_size / horizon_x
+    print(f"horizon {horizon_x:>6,}: at most {step_x:.2%} per iteration, "
+          f"a factor of {(1 + step_x) ** ITERATIONS:,.2f} in {ITERATIONS}")
+_, log_h = experiment.run_arm(
+    "rm", policy, rm, 0, 0.1,
+    ppo.PPOConfig(iterations=ITERATIONS, kl_target=TARGET, kl_horizon=64),
+    evalset, progress=PROGRESS)
+betas_h = np.array(log_h["beta"])  # beta used in each iteration
+jumps = np.abs(np.diff(np.log(betas_h)))
+print(f"horizon 64, seed 0: beta from {betas_h[0]:.3f} to {betas_h[-1]:.3f}"
+      f" (lowest {betas_h.min():.3f}, highest {betas_h.max():.3f});\n"
+      f"iterations where beta moved by the full 20%: "
+      f"{int((jumps > 0.99 * np.log(1.2)).sum())} of {len(jumps)}; "
+      f"final KL {log_h['kl'][-1]:.3f}")
+
+# %% [markdown]
+# **4. Adaptive on the verifier.** Run the adaptive controller on the verifier arm of chapter
+# 5 with the same target. Does the verifier arm need more or less distance than the target
+# allows, and what happens to its accuracy?
+#
+# <details class="answer">
+# <summary>Worked answer: adaptive on the verifier</summary>
+#
+# The cell below runs the verifier arm (seed 0, 40 iterations, $\beta = 0.08$ as in chapter 5),
+# once fixed and once adaptive with this chapter's target and horizon. The verifier arm wants
+# more distance than the target allows: at a fixed $\beta$ its batch KL is above the target in
+# most iterations, so the controller keeps tightening, and $\beta$ ends several times higher
+# than it started. The KL ends lower than with the fixed leash, though still above the target
+# (the controller acts late, as in the rm arm). In this seed the accuracy is the same: the
+# distance the tighter leash denies was not where the verifier's gains came from, at least
+# within 40 iterations. A target chosen to stop the RM arm from exploiting its proxy is a cost
+# for an honest reward; the right distance depends on how far the reward can be trusted.
+#
+# </details>
+
+# %% tags=["hide-input"]
+ver = {}
+for name, extra in (("fixed 0.08", {}),
+                    ("adaptive", {"kl_target": TARGET,
+                                  "kl_horizon": HORIZON})):
+    _, ver[name] = experiment.run_arm(
+        "verifier", policy, rm, 0, 0.08,
+        ppo.PPOConfig(iterations=ITERATIONS, **extra), evalset,
+        progress=PROGRESS)
+print("verifier arm, seed 0   accuracy end   KL end   beta end")
+for name, log in ver.items():
+    print(f"{name:<22} {log['accuracy'][-1]:>12.3f}   {log['kl'][-1]:>6.3f}"
+          f"   {log['beta'][-1]:>8.3f}")
+print(f"target {TARGET} nats per token; the fixed arm's batch KL passed it"
+      f"\nin {sum(k > TARGET for k in ver['fixed 0.08']['objective/kl'])} "
+      f"of {ITERATIONS} iterations")
+
+# %% [markdown]
+# **5. A wrong critic.** In `minirlhf.studies.variance.measure`, add Gaussian noise of standard
+# deviation 0.5 to `values` before calling `gae`. How do the noise-to-signal ratio and the
+# *mean* of $g_t$ (its bias) change for $\lambda = 0.95$ and for $\lambda = 1$?
+#
+# <details class="answer">
+# <summary>Worked answer: a wrong critic</summary>
+#
+# The cell below copies the toy with the noise added, at $T = 64$. The noise-to-signal ratio
+# rises a little for both $\lambda$, and the mean of $g_t$ does not move: it stays at the true
+# gradient. This noise is *independent* of the token drawn at $t$, so
+# $\mathbb{E}[(a_t - p)\,\epsilon] = 0$, and an error that does not depend on the action cannot
+# bias the gradient; it only adds variance. A critic's real errors are not like that: a value
+# head that is systematically wrong about the states after good tokens (say, it undervalues
+# them) shifts the advantages in a way correlated with $a_t$, and that is bias. With
+# $\lambda = 1$ the values cancel out of the sum except for $V(s_t)$, which cannot depend on
+# $a_t$, so even such a critic leaves it unbiased; with $\lambda < 1$ the advantage leans on
+# $V(s_{t+1})$, which does depend on $a_t$, and the bias enters there.
+#
+# </details>
+
+# %% tags=["hide-input"]
+def noisy_critic(T, lam, sigma, p=0.3, batch=64, n_batches=64, seed=0):
+    """Return (noise-to-signal, mean of g_t / true gradient) for the
+    value + GAE advantage when the critic's values carry Gaussian noise."""
+    rng = np.random.default_rng(seed)
+    a = (rng.random((n_batches, batch, T)) < p).astype(float)
+    rewards = np.zeros_like(a)
+    rewards[..., -1] = a.sum(-1)  # the reward, paid at the end
+    values = np.cumsum(a, -1) - a + p * (T - np.arange(T))  # exact V
+    values = values + rng.normal(0.0, sigma, a.shape)  # a wrong critic
+    g = ((a - p) * ppo.gae(rewards, values, 1.0, lam)).reshape(-1, T)
+    return g.var(0).mean() / g.mean() ** 2, g.mean() / (p * (1 - p))
+
+
+print("T = 64     noise-to-signal       mean g_t / true gradient")
+print("lam        exact V   noisy V     exact V   noisy V")
+for lam in (0.95, 1.0):
+    (n0, m0), (n1, m1) = (noisy_critic(64, lam, s) for s in (0.0, 0.5))
+    print(f"{lam:<6} {n0:11.2f} {n1:9.2f} {m0:11.3f} {m1:9.3f}")
+
+# %% [markdown]
+# **6. One token decides.** Change the toy so that only the first token matters (the reward is
+# $a_0$). What is the batch baseline's noise for tokens $t > 0$, whose true gradient is 0, and
+# does it grow with the length?
+#
+# <details class="answer">
+# <summary>Worked answer: one token decides</summary>
+#
+# For $t > 0$ the estimate is $g_t = (a_t - p)(R - \bar R)$ with $R = a_0$ independent of $a_t$,
+# so its mean is 0, the true gradient, and its variance is about
+# $\mathrm{Var}(a_t)\,\mathrm{Var}(a_0) = (p(1-p))^2$, whatever the length (the cell below
+# measures it at three lengths). The reward's variance does not grow with $T$ here, because
+# the later tokens add nothing to it, so neither does each token's noise. The noise-to-signal
+# *ratio* is infinite for these tokens, and every one of the $T - 1$ irrelevant tokens still
+# gets a random push each update, so the total noise injected into the policy grows with $T$.
+# A critic would learn that the value is decided after the first token and give every later
+# token an advantage of 0.
+#
+# </details>
+
+# %% tags=["hide-input"]
+def first_token_decides(T, p=0.3, batch=64, n_batches=64, seed=0):
+    """Return Var(g_t) of the batch-mean baseline for t > 0, averaged over
+    positions, and the mean of g_t there, when the reward is a_0."""
+    rng = np.random.default_rng(seed)
+    a = (rng.random((n_batches, batch, T)) < p).astype(float)
+    R = a[..., 0]  # only the first token matters
+    adv = (R - R.mean(1, keepdims=True))[..., None]
+    g = ((a - p) * adv).reshape(-1, T)[:, 1:]  # tokens t > 0
+    return g.var(0).mean(), g.mean()
+
+
+print("T     Var(g_t), t > 0   mean g_t   (true gradient 0)")
+for T in (4, 64, 512):
+    var_t, mean_t = first_token_decides(T)
+    print(f"{T:<5} {var_t:15.4f}   {mean_t:+8.4f}")
+
+# %% [markdown]
+# **7. GAE in the loop.** Give `TinyGPT` a second scalar head as a critic, fit it to the returns
+# with a squared loss, and pass `ppo_train` an `advantage_fn` that replaces the batch baseline
+# by `gae` over the same per-token rewards (it needs the critic's values: close over the
+# critic). Does the verifier arm learn faster?
+#
+# <details class="answer">
+# <summary>Worked answer: GAE in the loop</summary>
+#
+# The plan: a `TinyGPT(GPTConfig(), scalar_head=True)` read at every completion position gives
+# $V(s_t)$; after each rollout, fit it for a few steps to the returns-to-go with a squared loss;
+# in the `advantage_fn`, build the per-token shaped rewards as `kl_shaped_advantages` does,
+# then call `ppo.gae(rewards, values, 1.0, 0.95)` on them, with `values` from the critic before
+# the fit (the values must not have seen the returns they are compared with). What to expect,
+# from this chapter's measurement: at four tokens and a batch of 64 the batch baseline already
+# leaves far more signal than noise, so there is little for the critic to win, and a critic that
+# starts from scratch is wrong at first, and its errors enter the advantages as bias (exercise
+# 5). Expect no clear speed-up, and possibly a slower start; run both arms over several seeds
+# before believing either way. The critic pays off with long completions, which this task does
+# not have.
+#
+# </details>
+#
+# **8. A stubborn KL.** (The adaptive controller, with Ziegler's settings.) Feed
+# `ppo.adaptive_kl_update` a constant KL of 12 against a target of 6, with batches of 1,024
+# samples and a horizon of 10,000, for 200 batches, starting from $\beta = 0.1$. How fast does
+# $\beta$ grow, and why does the clip at 0.2 make that growth exponential rather than
+# unbounded in a single step?
+#
+# <details class="answer">
+# <summary>Worked answer: a stubborn KL</summary>
+#
+# The error $12/6 - 1 = 1$ is clipped to $0.2$ every batch, so every batch multiplies $\beta$ by
+# the same factor, $1 + 0.2 \times 1024/10{,}000$: a geometric sequence, exponential growth
+# (the cell below: the factor over 200 batches). Without the clip the error would be 1 and
+# each batch would multiply $\beta$ by $1 + 1024/10{,}000$, five times the step; and a single
+# wild KL estimate, say 600 from one noisy batch, would multiply it by about 11 at once. The
+# clip bounds the step, not the total: a KL that stays above target keeps tightening the leash,
+# step by bounded step, which is what an integral controller does.
+#
+# </details>
+
+# %% tags=["hide-input"]
+stubborn = 0.1
+for batch_i in range(200):
+    stubborn = ppo.adaptive_kl_update(stubborn, 12.0, 6.0, 1024, 10_000)
+print(f"KL 12 against a target of 6, 200 batches of 1,024 samples, horizon"
+      f"\n10,000: beta from 0.1 to {stubborn:.2f}, a factor of "
+      f"{stubborn / 0.1:.1f} = {1 + 0.2 * 1024 / 10_000:.5f}^200")

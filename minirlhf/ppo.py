@@ -26,6 +26,10 @@ One iteration does what every RLHF trainer does, at toy scale:
 
 All log-probs (ratio and KL) are those of the distribution we sample from, the policy at
 temperature 0.7, as TRL does (it divides the logits by the temperature).
+
+Each stage is a short public function that ``ppo_train`` calls in turn and chapter 5 shows:
+:func:`rollout` (1), :func:`score_and_advantages` (2-4), :func:`ppo_update` (5),
+:func:`batch_metrics` and :func:`evaluate` (6).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ __all__ = [
     "PPOConfig", "KL_PLACEMENTS", "ppo_token_loss", "standardized_scores", "kl_shaped_advantages",
     "k3_loss_term", "adaptive_kl_update", "gae",
     "rm_reward", "verifier_reward", "evaluate", "EvalSet", "ppo_train", "TRAIN_METRICS",
+    "Rollout", "rollout", "score_and_advantages", "ppo_update", "batch_metrics",
 ]
 
 
@@ -368,6 +373,138 @@ TRAIN_METRICS = {
 }
 
 
+@dataclass
+class Rollout:
+    """One batch of sampled completions and what the update needs of it.
+
+    Defined in chapter 5.
+    """
+
+    pairs: torch.Tensor  # (B, 2): the two numbers of each sum asked
+    prompts: torch.Tensor  # (B, 6): the encoded prompts, like "23+45="
+    completions: torch.Tensor  # (B, 4): sampled token ids
+    mask: torch.Tensor  # (B, 4): 1 on tokens up to and including `;`
+    old_logp: torch.Tensor  # (B, 4): log-probs under the sampling policy
+    ref_logp: torch.Tensor  # (B, 4): log-probs under the frozen reference
+    entropy: torch.Tensor  # (B, 4): entropy of the sampling distribution
+
+
+@torch.no_grad()
+def rollout(policy, reference, pool, cfg, g) -> Rollout:
+    """Return a :class:`Rollout`: one sampled completion per prompt.
+
+    ``cfg.batch_size`` prompts drawn from ``pool`` with generator ``g``;
+    completions sampled at ``cfg.temperature``.
+
+    Defined in chapter 5.
+    """
+    T = cfg.temperature
+    pairs = task.sample_pairs(cfg.batch_size, g, pool)  # (B, 2)
+    prompts = task.encode_prompts(pairs)  # (B, 6)
+    completions = generate(policy, prompts, T, generator=g)  # (B, 4)
+    mask = completion_mask(completions)  # (B, 4)
+    # Recomputed the way the update computes them: the first ratio is 1.
+    logits = completion_logits(policy, prompts, completions)  # (B, 4, 13)
+    old_logp = logprobs_from_logits(logits, completions, T)  # (B, 4)
+    ref_logits = completion_logits(reference, prompts, completions)
+    ref_logp = logprobs_from_logits(ref_logits, completions, T)  # (B, 4)
+    entropy = entropy_from_logits(logits, T)  # (B, 4)
+    return Rollout(pairs, prompts, completions, mask,
+                   old_logp, ref_logp, entropy)
+
+
+@torch.no_grad()
+def score_and_advantages(batch, reward_fn, beta, cfg,
+                         advantage_fn=None):
+    """Return (rewards (B,), advantages (B, 4)) of a :class:`Rollout`.
+
+    One score per completion from ``reward_fn``, standardized over the
+    batch; then ``advantage_fn`` (default :func:`kl_shaped_advantages`)
+    puts the leash and the score into per-token advantages. With the leash
+    in the loss (``cfg.kl_placement == "loss"``) it gets beta = 0.
+
+    Defined in chapter 5.
+    """
+    advantage_fn = advantage_fn or kl_shaped_advantages
+    rewards = reward_fn(batch.pairs, batch.prompts, batch.completions)
+    rewards = rewards.float()  # (B,)
+    z = standardized_scores(rewards, cfg.adv_clip, cfg.adv_eps)  # (B,)
+    leash = beta if cfg.kl_placement == "reward" else 0.0
+    adv = advantage_fn(z, batch.old_logp, batch.ref_logp, batch.mask,
+                       leash, cfg.kl_clamp)  # (B, 4)
+    _check_token_shapes(batch.mask, advantages=adv)
+    return rewards, adv
+
+
+def ppo_update(policy, opt, batch, adv, beta, cfg, loss_fn=None):
+    """Take ``cfg.updates_per_batch`` gradient steps on one batch.
+
+    Return the clip statistics, averaged over the steps (TRL's names):
+    ``policy/clipfrac_avg``, ``policy/approxkl_avg``, ``loss/policy_avg``.
+    ``loss_fn`` (default :func:`ppo_token_loss`) is the clipped surrogate.
+
+    Defined in chapter 5.
+    """
+    loss_fn = loss_fn or ppo_token_loss
+    eps, mask, old_logp = cfg.epsilon, batch.mask, batch.old_logp
+    stats = {"clipfrac": [], "approxkl": [], "loss": []}
+    for _ in range(cfg.updates_per_batch):
+        logits = completion_logits(policy, batch.prompts, batch.completions)
+        new_logp = logprobs_from_logits(
+            logits, batch.completions, cfg.temperature)  # (B, 4)
+        loss = loss_fn(new_logp, old_logp, adv, mask, eps)
+        if cfg.kl_placement == "loss":  # GRPO's leash: a k3 loss term
+            loss = loss + beta * k3_loss_term(
+                new_logp, batch.ref_logp, mask, cfg.kl_clamp)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(),
+                                       cfg.max_grad_norm)
+        opt.step()
+        with torch.no_grad():  # as trl/experimental/ppo/ppo_trainer.py
+            log_ratio = new_logp - old_logp  # (B, 4)
+            ratio = log_ratio.exp()
+            clipped = -adv * ratio.clamp(1 - eps, 1 + eps)
+            binds = (clipped > -adv * ratio).float()  # (B, 4)
+            n_tok = mask.sum()
+            stats["clipfrac"].append(((binds * mask).sum() / n_tok).item())
+            approxkl = (0.5 * log_ratio ** 2 * mask).sum() / n_tok
+            stats["approxkl"].append(approxkl.item())
+            stats["loss"].append(loss.item())
+    return {"policy/clipfrac_avg": float(np.mean(stats["clipfrac"])),
+            "policy/approxkl_avg": float(np.mean(stats["approxkl"])),
+            "loss/policy_avg": float(np.mean(stats["loss"]))}
+
+
+def batch_metrics(batch, rewards, stats, beta) -> dict:
+    """Return this iteration's :data:`TRAIN_METRICS`, one float each.
+
+    ``rewards`` (B,) as :func:`score_and_advantages` returned them;
+    ``stats`` as :func:`ppo_update` returned them.
+
+    Defined in chapter 5.
+    """
+    mask = batch.mask
+    n_tok = mask.sum()
+    kl = ((batch.old_logp - batch.ref_logp) * mask).sum() / n_tok
+    entropy = (batch.entropy * mask).sum() / n_tok
+    return {
+        "objective/scores": rewards.double().mean().item(),
+        "objective/kl": kl.item(),
+        "objective/entropy": entropy.item(),
+        **stats,
+        "val/completion_length": mask.sum(1).double().mean().item(),
+        "beta": float(beta),
+    }
+
+
+def _record_eval(log: dict, ev: dict) -> None:
+    for key in ("accuracy", "rm_score", "kl"):
+        log[key].append(ev[key])
+    for k in task.KINDS:
+        log["kinds"][k].append(ev["kinds"][k])
+
+
 def ppo_train(
     policy: TinyGPT,
     reference: TinyGPT,
@@ -382,120 +519,78 @@ def ppo_train(
     callback: Callable | None = None,
     desc: str = "PPO",
 ) -> tuple[TinyGPT, dict]:
-    """Return (trained copy of ``policy``, log). ``policy`` and ``reference`` are not changed.
+    """Return (trained copy of ``policy``, log); the inputs are not changed.
 
-    ``reward_fn(pairs, prompts, completions) -> (B,)`` scores completions: :func:`rm_reward`
-    or :func:`verifier_reward`. ``rm`` (optional) is only used to log the RM's score of the
-    greedy answers. ``advantage_fn`` replaces :func:`kl_shaped_advantages` and ``loss_fn``
-    replaces :func:`ppo_token_loss` (same signatures), so a learner's own functions can drive
-    the run. With ``config.kl_placement == "loss"``, ``advantage_fn`` is called with beta = 0
-    and ``beta * k3_loss_term`` is added to the loss. ``callback(iteration, log)`` runs after each
-    iteration. ``desc`` labels the progress bar.
+    ``reward_fn(pairs, prompts, completions) -> (B,)`` scores completions:
+    :func:`rm_reward` or :func:`verifier_reward`. ``rm`` (optional) only
+    logs the RM's score of the greedy answers. ``advantage_fn`` replaces
+    :func:`kl_shaped_advantages` and ``loss_fn`` replaces
+    :func:`ppo_token_loss` (same signatures), so a learner's own functions
+    can drive the run. With ``config.kl_placement == "loss"``,
+    ``advantage_fn`` gets beta = 0 and ``beta * k3_loss_term`` is added to
+    the loss. ``callback(iteration, log)`` runs after each iteration;
+    ``desc`` labels the progress bar.
 
-    The log holds per-iteration eval lists with the start at index 0 (length iterations + 1):
-    ``accuracy``, ``rm_score``, ``kl``, ``kinds`` (dict of lists); the training-batch
-    metrics of :data:`TRAIN_METRICS` (length iterations); and ``config``, ``beta0``.
+    One iteration calls the stages in turn: :func:`rollout`,
+    :func:`score_and_advantages`, :func:`ppo_update`,
+    :func:`batch_metrics`, then :func:`evaluate`.
+
+    The log holds per-iteration eval lists with the start at index 0
+    (length iterations + 1): ``accuracy``, ``rm_score``, ``kl``, ``kinds``
+    (dict of lists); the training-batch metrics of :data:`TRAIN_METRICS`
+    (length iterations); and ``config``, ``beta0``.
 
     Defined in chapter 5.
     """
     cfg = config or PPOConfig()
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
-    if cfg.iterations < 0 or cfg.batch_size < 2 or cfg.updates_per_batch < 1:
-        raise ValueError("config needs iterations >= 0, batch_size >= 2, updates_per_batch >= 1")
-    loss_fn = loss_fn or ppo_token_loss
-    advantage_fn = advantage_fn or kl_shaped_advantages
-    leash_in_reward = cfg.kl_placement == "reward"
+    if (cfg.iterations < 0 or cfg.batch_size < 2
+            or cfg.updates_per_batch < 1):
+        raise ValueError("config needs iterations >= 0, batch_size >= 2, "
+                         "updates_per_batch >= 1")
     evalset = evalset or EvalSet()
     policy = copy.deepcopy(policy).train().requires_grad_(True)
     reference.eval()  # read under no_grad only: it never changes
     g = make_generator(cfg.seed)
     pool = task.train_pairs()
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    T = cfg.temperature
+    T, cache = cfg.temperature, {}  # cache: frozen models' eval outputs
 
-    log = {"accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS}}
+    log = {"accuracy": [], "rm_score": [], "kl": [],
+           "kinds": {k: [] for k in task.KINDS}}
     log.update({name: [] for name in TRAIN_METRICS})
     log["config"] = asdict(cfg)
     log["beta0"] = float(beta)
+    _record_eval(log, evaluate(policy, reference, rm, evalset, T, cache))
 
-    cache = {}
-
-    def record_eval():
-        ev = evaluate(policy, reference, rm, evalset, T, cache)
-        for key in ("accuracy", "rm_score", "kl"):
-            log[key].append(ev[key])
-        for k in task.KINDS:
-            log["kinds"][k].append(ev["kinds"][k])
-
-    record_eval()
     bar = progress_bar(total=cfg.iterations, desc=desc, enabled=progress)
     for it in range(cfg.iterations):
-        # 1. rollout: one sampled completion per prompt
-        pairs = task.sample_pairs(cfg.batch_size, g, pool)  # (B, 2)
-        prompts = task.encode_prompts(pairs)  # (B, 6)
-        completions = generate(policy, prompts, T, generator=g)  # (B, 4)
-        mask = completion_mask(completions)  # (B, 4)
-        with torch.no_grad():
-            # Recomputed the way the update will compute them, so the first ratio is exactly 1.
-            old_logits = completion_logits(policy, prompts, completions)  # (B, 4, 13)
-            old_logp = logprobs_from_logits(old_logits, completions, T)  # (B, 4)
-            ref_logp = logprobs_from_logits(completion_logits(reference, prompts, completions), completions, T)
-            entropy = entropy_from_logits(old_logits, T)  # (B, 4)
-
-        # 2. score: one number per completion, standardized over the batch
-        rewards = reward_fn(pairs, prompts, completions).float()  # (B,)
-        z = standardized_scores(rewards, cfg.adv_clip, cfg.adv_eps)  # (B,)
-
-        # 3.-4. the leash and the advantages, fixed for this batch
-        # -beta * kl_t in the per-token reward, returns-to-go, a baseline per position; with
-        # the leash in the loss instead, the same advantages with beta = 0 (the score alone)
-        with torch.no_grad():
-            adv = advantage_fn(z, old_logp, ref_logp, mask, beta if leash_in_reward else 0.0, cfg.kl_clamp)
-        _check_token_shapes(mask, advantages=adv)
-
-        # 5. updates on this batch
+        # 1. rollout: a sampled completion per prompt, with its log-probs
+        batch = rollout(policy, reference, pool, cfg, g)
+        # 2.-4. score, leash and advantages, fixed for this batch
+        rewards, adv = score_and_advantages(batch, reward_fn, beta, cfg,
+                                            advantage_fn)
+        # 5. updates on this batch, the learning rate annealed linearly
+        decay = 1.0 - it / cfg.iterations if cfg.anneal_lr else 1.0
         for group in opt.param_groups:
-            group["lr"] = cfg.lr * (1.0 - it / cfg.iterations if cfg.anneal_lr else 1.0)
-        clipfracs, approxkls, losses = [], [], []
-        for _ in range(cfg.updates_per_batch):
-            new_logp = logprobs_from_logits(completion_logits(policy, prompts, completions), completions, T)
-            loss = loss_fn(new_logp, old_logp, adv, mask, cfg.epsilon)
-            if not leash_in_reward:
-                loss = loss + beta * k3_loss_term(new_logp, ref_logp, mask, cfg.kl_clamp)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-            opt.step()
-            with torch.no_grad():  # TRL's definitions (trl/experimental/ppo/ppo_trainer.py)
-                log_ratio = new_logp - old_logp
-                ratio = log_ratio.exp()
-                binds = (-adv * ratio.clamp(1 - cfg.epsilon, 1 + cfg.epsilon)) > (-adv * ratio)
-                clipfracs.append(((binds.float() * mask).sum() / mask.sum()).item())
-                approxkls.append(((0.5 * log_ratio ** 2 * mask).sum() / mask.sum()).item())
-                losses.append(loss.item())
-
+            group["lr"] = cfg.lr * decay
+        stats = ppo_update(policy, opt, batch, adv, beta, cfg, loss_fn)
         # 6. log the batch, then evaluate on the fixed eval prompts
-        n_tok = mask.sum()
-        kl_batch = (((old_logp - ref_logp) * mask).sum() / n_tok).item()
-        log["objective/scores"].append(rewards.double().mean().item())
-        log["objective/kl"].append(kl_batch)
-        log["objective/entropy"].append(((entropy * mask).sum() / n_tok).item())
-        log["policy/clipfrac_avg"].append(float(np.mean(clipfracs)))
-        log["policy/approxkl_avg"].append(float(np.mean(approxkls)))
-        log["loss/policy_avg"].append(float(np.mean(losses)))
-        log["val/completion_length"].append(mask.sum(1).double().mean().item())
-        log["beta"].append(float(beta))
+        metrics = batch_metrics(batch, rewards, stats, beta)
+        for name, value in metrics.items():
+            log[name].append(value)
         policy.eval()
-        record_eval()
+        ev = evaluate(policy, reference, rm, evalset, T, cache)
+        _record_eval(log, ev)
         policy.train()
-
-        # 7. the adaptive leash, when asked: move beta toward the KL target
+        # 7. the adaptive leash, when asked: move beta toward the target
         if cfg.kl_target is not None:
-            beta = adaptive_kl_update(beta, kl_batch, cfg.kl_target, cfg.batch_size, cfg.kl_horizon)
-
+            beta = adaptive_kl_update(beta, metrics["objective/kl"],
+                                      cfg.kl_target, cfg.batch_size,
+                                      cfg.kl_horizon)
         bar.update(1)
-        bar.set_postfix_str(f"acc {log['accuracy'][-1]:.3f} kl {log['kl'][-1]:.3f}")
+        bar.set_postfix_str(f"acc {ev['accuracy']:.3f} kl {ev['kl']:.3f}")
         if callback is not None:
             callback(it + 1, log)
     bar.close()

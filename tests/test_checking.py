@@ -96,21 +96,34 @@ def test_printed_output_is_captured_and_capped():
     ([0.05], "is a list, expected a Python float"),
     (float("nan"), "is NaN"),
     (float("inf"), "is infinite"),
-    (torch.tensor(0.05), "torch Tensor"),
-    (0.0512, "right but not rounded"),
-    (-0.05, "wrong sign"),
-    (1, "is an int"),
-    (0.06, "differs from the expected value"),
+    (torch.tensor(0.05), "is a torch tensor; the contract asks for a Python float"),
+    (None, "is None, expected a Python float: is a return statement missing?"),
+    (0.0512, "the result is 0.0512, right but not rounded"),
+    (-0.05, "the result has the wrong sign: -0.05, expected 0.05"),
+    (1, "is an int (1)"),
+    (0.06, "the result is 0.06, expected 0.05"),
 ])
 def test_float_comparator_says_what_is_wrong(got, words):
     assert words in ExpectFloat2().problem(got, 0.05)
 
 
+@pytest.mark.parametrize("got, mistake", [
+    (np.float64(0.05), "numpy-scalar"), ([0.05], "type"), (None, "type"), (float("nan"), "nan"),
+    (float("inf"), "inf"), (torch.tensor(0.05), "type"), (0.0512, "not-rounded"), (-0.05, "sign"), (1, "int"),
+    (0.06, "value"),
+])
+def test_float_comparator_names_the_mistake(got, mistake):
+    assert ExpectFloat2().diagnose(got, 0.05)[0] == mistake
+    assert ExpectFloat2().diagnose(0.05, 0.05) is None
+
+
 @pytest.mark.parametrize("got, words", [
     ([1.0, 1.0, 0.0], "is a list, expected a dict"),
     ({"objective": 1.0, "policy_loss": 1.0}, "no key 'kl_penalty'"),
-    ({"objective": 1.0, "policy_loss": 1.0, "kl_penalty": 0.0, "J": 1.0}, "unexpected key 'J'"),
-    ({"objective": np.float64(1.0), "policy_loss": 1.0, "kl_penalty": 0.0}, "got['objective'] is a NumPy scalar"),
+    ({"objective": 1.0, "policy_loss": 1.0, "kl_penalty": 0.0, "J": 1.0}, "a key the contract does not have, 'J'"),
+    ({"objective": np.float64(1.0), "policy_loss": 1.0, "kl_penalty": 0.0}, "objective is a NumPy scalar"),
+    ({"objective": 1.0, "policy_loss": 0.41, "kl_penalty": 0.0}, "policy_loss is 0.41, expected 1.0"),
+    (None, "the result is None, expected a dict"),
 ])
 def test_dict_comparator_says_what_is_wrong(got, words):
     expected = {"objective": 1.0, "policy_loss": 1.0, "kl_penalty": 0.0}
@@ -120,10 +133,18 @@ def test_dict_comparator_says_what_is_wrong(got, words):
 def test_array_comparator_checks_type_shape_nan_and_values():
     want = torch.tensor([0.5, 0.5])
     assert ExpectArray(kind="torch").problem(torch.tensor([0.5, 0.5]), want) is None
-    assert "expected a torch tensor" in ExpectArray(kind="torch").problem([0.5, 0.5], want)
-    assert "shape (3,)" in ExpectArray().problem(np.zeros(3), want)
-    assert "NaN" in ExpectArray().problem(np.array([np.nan, 0.5]), want)
-    assert "largest gap 0.1" in ExpectArray().problem(np.array([0.6, 0.5]), want)
+    assert ExpectArray(kind="torch").problem([0.5, 0.5], want) == (
+        "the result is a list; the contract asks for a torch tensor")
+    assert ExpectArray().problem(np.zeros(3), want) == "the result has shape (3,), expected (2,)"
+    assert ExpectArray().problem(np.array([np.nan, 0.5]), want).startswith("the result holds NaN at [0]")
+    assert ExpectArray().problem(np.array([0.6, 0.5]), want) == (
+        "the result differs in 1 of 2 places; the largest gap is at [0]: 0.6, expected 0.5")
+    advantages = ExpectArray(what="the advantages", plural=True)
+    assert advantages.problem(np.zeros((2, 3)), np.zeros((2, 4))) == "the advantages have shape (2, 3), expected (2, 4)"
+    assert advantages.problem(np.array([[0.0, 0.425]]), np.array([[0.0, 0.35]])) == (
+        "the advantages differ in 1 of 2 places; the largest gap is at [0, 1]: 0.425, expected 0.35")
+    assert ExpectArray(kind="numpy").problem(np.float64(0.5), want) == (
+        "the result is a NumPy float; the contract asks for a NumPy array: np.asarray(...)")
 
 
 def test_judge_uses_the_call_kind_before_the_value():
@@ -209,7 +230,9 @@ def test_every_exercise_can_be_checked_without_raising(name):
     report = run_cases(lambda **kw: None, ex)
     text, page = str(report), report._repr_html_()
     assert report.state == "fail" and text.startswith(f"{name}: 0/{len(ex.cases)} cases pass.")
-    assert "returned  None" in text and "problem" in text and f"Hint 1 of {len(ex.hints)}:" in text
+    number = ex.hint_for.get(report.first_failure.mistake, 1)  # the hint for the mistake, or the first
+    assert "returned  None" in text and "problem" in text and f"Hint {number} of {len(ex.hints)}:" in text
+    assert "is a return statement missing?" in report.first_failure.message
     assert ">FAIL<" in page and f"<code>{name}</code>" in page and page.count("<tr>") == 1 + min(3, len(ex.cases))
     assert all(isinstance(c, Case) for c in ex.cases)
 
@@ -357,7 +380,8 @@ def test_correct_so_far_but_out_of_time_is_slow_not_wrong():
     report = run_cases(right_then_slow, dataclasses.replace(KL, time_limit=0.2))
     assert report.state == "slow" and report.hint() == (0, "")
     text = str(report)
-    assert text == ("kl_penalty: right so far, but too slow: the 2 cases that ran are right; case 3 took longer "
-                    "than 0.2 s; 8 of 10 not finished.")
+    assert " ".join(text.split()) == ("kl_penalty: right so far, but too slow: the 2 cases that ran are right; "
+                                      "case 3 took longer than 0.2 s; 8 of 10 not finished.")
+    assert all(len(line) <= 77 for line in text.splitlines())
     assert ">SLOW<" in report._repr_html_()
     assert run_cases(lambda **kw: time.sleep(1), dataclasses.replace(KL, time_limit=0.2)).state == "fail"

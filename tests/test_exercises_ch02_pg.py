@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from minirlhf import pg
-from minirlhf.course.cases import run_cases
+from minirlhf.course.cases import next_hint, run_cases
 from minirlhf.course.exercises import get
 from minirlhf.course.nbgen import SOURCES, drop_markers, parse
 
@@ -115,3 +115,27 @@ def test_the_chapters_loop_improves_the_policy_with_the_loss():
     assert curve[-1] > curve[0] + 0.5 and curve[-1] > 0.9
     _, wrong = ns["train_bandit"](_variant("no minus"))
     assert wrong[-1] < wrong[0]
+
+
+# The hint each slip gets: the one about its own mistake, not one picked by the share of
+# passing cases (1 the weights, 2 the mean, 3 the minus and the tensor with its gradient).
+HINT_FOR_SLIP = [("no minus", "sign", 3), ("baseline ignored", "no-baseline", 1),
+                 ("baseline added", "baseline-added", 1), ("sum", "sum", 2), ("item", "not-a-tensor", 3),
+                 ("per sample", "not-averaged", 2), ("logp detached", "no-grad", 3)]
+
+
+@pytest.mark.parametrize("slip, mistake, number", HINT_FOR_SLIP, ids=[row[0] for row in HINT_FOR_SLIP])
+def test_every_slip_gets_the_hint_for_its_mistake(slip, mistake, number):
+    report = run_cases(_variant(slip), EX)
+    assert report.mistake == mistake  # the mistake of the first failure that has a hint
+    assert report.hint() == (number, EX.hints[number - 1])
+    assert sorted(SLIPS) == sorted(row[0] for row in HINT_FOR_SLIP)
+
+
+def test_a_slip_the_checker_does_not_know_falls_back_to_the_share_of_passing_cases():
+    def scaled(logp, rewards, baseline):  # a loss off by a factor no slip explains
+        return -1.37 * ((rewards - baseline) * logp).mean()
+
+    report = run_cases(scaled, EX)
+    assert {r.mistake for r in report.results if not r.passed} == {"value"}
+    assert report.hint() == next_hint(EX.hints, report.n_passed, len(EX.cases))

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from minirlhf.course import nbgen
-from minirlhf.course.cases import run_cases
+from minirlhf.course.cases import next_hint, run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.cases import ExpectScalarTensor
 from minirlhf.reward_model import bradley_terry_loss
@@ -126,38 +126,51 @@ def bt_item(r_chosen, r_rejected):
     return float(-F.logsigmoid(r_chosen - r_rejected).mean())
 
 
+# (exercise, mistaken function, the case that catches it, words of the message, the mistake
+# it carries, the hint that helps with it)
 MISTAKES = [
-    ("masked_sft_loss", sft_unmasked, "two badly predicted prompt positions", "off by"),
-    ("masked_sft_loss", sft_mean_over_all, "only the middle position counts", "off by"),
-    ("masked_sft_loss", sft_row_means, "not a mean of row means", "off by"),
-    ("masked_sft_loss", sft_log_of_softmax, "a logit of 1000", "infinite"),
-    ("masked_sft_loss", sft_item, "uniform logits", "no .item()"),
-    ("masked_sft_loss", sft_per_position, "uniform logits", "one value per position"),
-    ("bradley_terry_loss", bt_log_of_sigmoid, "margin -100", "infinite"),
-    ("bradley_terry_loss", bt_log1p_exp, "margin -100", "infinite"),
-    ("bradley_terry_loss", bt_no_mean, "equal scores", "one value per pair"),
-    ("bradley_terry_loss", bt_swapped, "margin +2", "off by"),
-    ("bradley_terry_loss", bt_abs_margin, "margin -2", "off by"),
-    ("bradley_terry_loss", bt_two_sigmoids, "equal scores", "off by"),
-    ("bradley_terry_loss", bt_item, "equal scores", "no .item()"),
+    ("masked_sft_loss", sft_unmasked, "two badly predicted prompt positions", "off by", "no-mask", 2),
+    ("masked_sft_loss", sft_mean_over_all, "only the middle position counts", "off by", "mean-over-all", 2),
+    ("masked_sft_loss", sft_row_means, "not a mean of row means", "off by", "row-means", 2),
+    ("masked_sft_loss", sft_log_of_softmax, "a logit of 1000", "infinite", "inf", 1),
+    ("masked_sft_loss", sft_item, "uniform logits", "no .item()", "not-a-tensor", 3),
+    ("masked_sft_loss", sft_per_position, "uniform logits", "one value per position", "not-averaged", 2),
+    ("bradley_terry_loss", bt_log_of_sigmoid, "margin -100", "infinite", "inf", 2),
+    ("bradley_terry_loss", bt_log1p_exp, "margin -100", "infinite", "inf", 2),
+    ("bradley_terry_loss", bt_no_mean, "equal scores", "one value per pair", "not-averaged", 1),
+    ("bradley_terry_loss", bt_swapped, "margin +2", "off by", "margin-sign", 1),
+    ("bradley_terry_loss", bt_abs_margin, "margin -2", "off by", "margin-sign", 1),
+    ("bradley_terry_loss", bt_two_sigmoids, "equal scores", "off by", "two-sigmoids", 1),
+    ("bradley_terry_loss", bt_item, "equal scores", "no .item()", "not-a-tensor", 3),
 ]
 
 
-@pytest.mark.parametrize("name, fn, case, message", MISTAKES, ids=[m[1].__name__ for m in MISTAKES])
-def test_a_typical_mistake_is_caught_with_a_clear_message(name, fn, case, message):
+@pytest.mark.parametrize("name, fn, case, message, mistake, number", MISTAKES, ids=[m[1].__name__ for m in MISTAKES])
+def test_a_typical_mistake_is_caught_with_a_clear_message(name, fn, case, message, mistake, number):
     report = check(name, fn, show=False)
     assert report.state == "fail"
     caught = next(r for r in report.results if case in r.case.why)
-    assert not caught.passed and message in caught.message
-    number, hint = report.hint()
-    assert hint and number >= 1
+    assert not caught.passed and message in caught.message and caught.mistake == mistake
+    assert report.hint() == (number, get(name).hints[number - 1])  # the hint for this mistake
     text = str(report)
     assert "FAIL case" in text and "expected" in text and "returned" in text
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_a_mistake_no_slip_explains_falls_back_to_the_share_of_passing_cases(name):
+    def scaled(**kwargs):  # off by a factor that no usual slip gives
+        return 1.37 * get(name).reference(**kwargs)
+
+    report = check(name, scaled, show=False)
+    assert {r.mistake for r in report.results if not r.passed} == {"value"}
+    exercise = get(name)
+    assert report.hint() == next_hint(exercise.hints, report.n_passed, len(exercise.cases))
+
+
 def test_a_wrong_value_says_how_far_off_it_is():
     failure = check("bradley_terry_loss", bt_swapped, show=False).first_failure
-    assert failure.message == "the value is off by 2"
+    assert failure.message == ("the loss is 2.127, expected 0.1269 (off by 2); that is the loss with chosen and "
+                               "rejected swapped: the margin is r_chosen - r_rejected")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -230,7 +243,7 @@ def test_the_scalar_comparator():
     assert "infinite" in expect.problem(torch.tensor(float("inf")), 100.0)
     assert "NaN" in expect.problem(torch.tensor(float("nan")), 1.0)
     assert "off by 0.1" in expect.problem(torch.tensor(0.6), 0.5)
-    assert "expected a torch tensor" in expect.problem([0.5], 0.5)
+    assert "the contract asks for a torch tensor" in expect.problem([0.5], 0.5)
 
 
 # --------------------------------------------------------------------------- the chapters

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minirlhf import ppo
-from minirlhf.course.cases import run_cases
+from minirlhf.course.cases import next_hint, run_cases
 from minirlhf.course.exercises import get
 from minirlhf.model import GPTConfig, TinyGPT
 
@@ -193,3 +193,49 @@ def test_functions_written_to_the_contracts_drive_ppo_train():
     _, myopic = ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, advantage_fn=_adv_variant("myopic"),
                               evalset=evalset, progress=False)
     assert myopic["loss/policy_avg"] != theirs["loss/policy_avg"]  # the advantages really drive the run
+
+
+# The hint each slip gets: the one about its own mistake. Advantages: 1 the per-token reward,
+# 2 the score on a copy, 3 the return-to-go, 4 the baseline. Loss: 1 the ratio and the
+# advantages as they stand, 2 the min and the clip, 3 the masked mean, 4 the minus and the tensor.
+ADV_HINTS = [("kl sign", "kl-sign", 1), ("no clamp", "no-clamp", 1), ("padding pays", "padding-pays", 1),
+             ("myopic", "myopic", 3), ("no baseline", "no-baseline", 4),
+             ("baseline over all rows", "baseline-all-rows", 4), ("baseline per row", "baseline-per-row", 4),
+             ("one per completion", "per-completion", 1)]
+LOSS_HINTS = [("transposed", "transposed", 1), ("max", "min-clip", 2), ("clip only", "min-clip", 2),
+              ("no mask", "no-mask", 3), ("mean over all tokens", "mean-over-all", 3),
+              ("mean of row means", "row-means", 3), ("sign", "sign", 4), ("item", "not-a-tensor", 4),
+              ("per token", "not-averaged", 3)]
+
+
+@pytest.mark.parametrize("ex, variant, slip, mistake, number",
+                         [(ADV, _adv_variant, *row) for row in ADV_HINTS] + [(LOSS, _variant, *row) for row in LOSS_HINTS],
+                         ids=[f"adv-{r[0]}" for r in ADV_HINTS] + [f"loss-{r[0]}" for r in LOSS_HINTS])
+def test_every_slip_gets_the_hint_for_its_mistake(ex, variant, slip, mistake, number):
+    report = run_cases(variant(slip), ex)
+    assert report.mistake == mistake  # the mistake of the first failure that has a hint
+    assert report.hint() == (number, ex.hints[number - 1])
+
+
+def test_the_tables_cover_every_slip():
+    assert sorted(ADV_SLIPS) == sorted(r[0] for r in ADV_HINTS) and sorted(SLIPS) == sorted(r[0] for r in LOSS_HINTS)
+
+
+def test_a_mutated_input_gets_the_hint_about_the_copy():
+    def in_place(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0):
+        out = _adv_variant(None)(scores, old_logp, ref_logp, mask, beta, kl_clamp)
+        scores.zero_()  # the right answer, but an input changed in place
+        return out
+
+    report = run_cases(in_place, ADV)
+    assert report.first_failure.mistake == "mutated" and report.hint()[0] == 2
+
+
+@pytest.mark.parametrize("ex", [ADV, LOSS], ids=lambda e: e.name)
+def test_a_mistake_no_slip_explains_falls_back_to_the_share_of_passing_cases(ex):
+    def scaled(**kwargs):
+        return 1.37 * ex.reference(**kwargs)
+
+    report = run_cases(scaled, ex)
+    assert {r.mistake for r in report.results if not r.passed} == {"value"}
+    assert report.hint() == next_hint(ex.hints, report.n_passed, len(ex.cases))

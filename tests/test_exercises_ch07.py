@@ -4,7 +4,7 @@ against their defining properties, and against plausible slips that the checks m
 import numpy as np
 import pytest
 
-from minirlhf.course.cases import run_cases
+from minirlhf.course.cases import next_hint, run_cases
 from minirlhf.course.exercises import get
 from minirlhf.ppo import adaptive_kl_update, gae
 
@@ -185,3 +185,40 @@ def test_every_case_is_reproduced_and_random_inputs_are_valid(name):
     rng = np.random.default_rng(3)
     for _ in range(200):
         ex.reference(**ex.random_kwargs(rng))  # never raises: the random inputs are valid
+
+
+# The hint each slip gets: the one about its own mistake. Controller: 2 the error and its clip,
+# 3 the multiplicative update and the Python float. GAE: 1 the backward walk from 0 after the
+# end, 2 the TD error, the trace and [..., t], 3 the NumPy array.
+HINTS = [
+    ("adaptive_kl_update", "no_clip", "no-clip", 2), ("adaptive_kl_update", "clips_beta_not_error", "clip-beta", 2),
+    ("adaptive_kl_update", "inverted", "inverted", 2), ("adaptive_kl_update", "numpy_scalar", "numpy-scalar", 3),
+    ("adaptive_kl_update", "additive", "additive", 3),
+    ("gae", "forgets_gamma_in_trace", "no-gamma-in-trace", 2), ("gae", "forward_walk", "forward", 1),
+    ("gae", "bootstraps_past_the_end", "bootstrap-past-end", 1), ("gae", "returns_a_list", "type", 3),
+    ("gae", "first_axis", "first-axis", 2),
+]
+
+
+@pytest.mark.parametrize("name, slip, mistake, number", HINTS, ids=[row[1] for row in HINTS])
+def test_every_slip_gets_the_hint_for_its_mistake(name, slip, mistake, number):
+    fn = {f.__name__: f for f in _controller_slips() + _gae_slips()}[slip]
+    report = run_cases(fn, get(name))
+    assert report.mistake == mistake  # the mistake of the first failure that has a hint
+    assert report.hint() == (number, get(name).hints[number - 1])
+
+
+def test_the_table_covers_every_slip():
+    assert sorted(f.__name__ for f in _controller_slips() + _gae_slips()) == sorted(row[1] for row in HINTS)
+
+
+@pytest.mark.parametrize("name", ["adaptive_kl_update", "gae"])
+def test_a_mistake_no_slip_explains_falls_back_to_the_share_of_passing_cases(name):
+    ex = get(name)
+
+    def scaled(**kwargs):
+        return 1.37 * ex.reference(**kwargs)
+
+    report = run_cases(scaled, ex)
+    assert {r.mistake for r in report.results if not r.passed} == {"value"}
+    assert report.hint() == next_hint(ex.hints, report.n_passed, len(ex.cases))

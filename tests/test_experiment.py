@@ -62,12 +62,14 @@ def test_cli_writes_the_figures_and_results(tiny_models, tmp_path, capsys):
     assert experiment.main(["--seeds", "2", "--iterations", "2", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     table = printed[printed.index("arm "):].splitlines()
-    for arm, line in zip(experiment.ARMS, table[1:3]):  # ours, then the reference's end beside it
-        assert line.split()[0] == arm and f"{experiment.REFERENCE[arm]['end']:.3f}" in line.split()
+    assert "end (orig)" in table[0] and "original run" in printed
+    for arm, line in zip(experiment.ARMS, table[1:3]):  # ours, then the original run's end beside it
+        assert line.split()[0] == arm and f"{experiment.ORIGINAL[arm]['end']:.3f}" in line.split()
     for name in ("ppo_accuracy.png", "ppo_rm_score.png", "ppo_kl.png", "results.json"):
         assert (tmp_path / name).stat().st_size > 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["settings"]["beta"] == {"rm": 0.5, "verifier": 0.08}
+    assert results["original"] == experiment.ORIGINAL and "reference" not in results
     assert set(results["arms"]) == {"rm", "verifier"} and set(results["arms"]["rm"]) == {"0", "1"}
     run = results["arms"]["verifier"]["1"]
     assert len(run["accuracy"]) == len(run["rm_score"]) == len(run["kl"]) == 3

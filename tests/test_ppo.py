@@ -1,5 +1,8 @@
 """PPO's pieces with numbers worked by hand, and a smoke run of ppo_train."""
 
+import copy
+import hashlib
+import inspect
 import math
 
 import numpy as np
@@ -12,7 +15,10 @@ from minirlhf.ppo import (
     EvalSet, PPOConfig, adaptive_kl_update, gae, k3_loss_term, kl_shaped_advantages, ppo_token_loss,
     rm_reward, standardized_scores, verifier_reward,
 )
-from minirlhf.ppo import ppo_train
+from minirlhf.model import make_generator
+from minirlhf.ppo import (
+    TRAIN_METRICS, Rollout, batch_metrics, ppo_train, ppo_update, rollout, score_and_advantages,
+)
 
 
 t = torch.tensor
@@ -238,3 +244,131 @@ def test_logged_clip_fraction_and_approx_kl_follow_trl(tiny):
     _, log = ppo_train(policy, policy, rm_reward(rm), 0.0, cfg, evalset=evalset, progress=False)
     assert 0.0 < log["policy/clipfrac_avg"][0] < 1.0  # the first update has ratio 1: nothing binds
     assert log["policy/approxkl_avg"][0] > 0.0
+
+
+# ----------------------------------------------------------------------------- the stages
+
+
+# Recorded from ppo_train as it stood before its body was split into stage functions (one loop,
+# no stages): three short runs, every logged float and a digest of the trained weights. The
+# stages must reproduce them exactly, or chapters 5 and 6 would tell a different story.
+BEFORE_THE_SPLIT = {'adaptive': {'log': {'accuracy': [0.0, 0.0, 0.0],
+                          'beta': [0.1, 0.10200000000000001],
+                          'beta0': 0.1,
+                          'kinds': {'correct': [0.0, 0.0, 0.0],
+                                    'malformed': [1.0, 1.0, 0.90625],
+                                    'near_miss': [0.0, 0.0, 0.0],
+                                    'other_wrong': [0.0, 0.0, 0.09375]},
+                          'kl': [0.7572082281112671, 0.6994348168373108, 0.6650450229644775],
+                          'loss/policy_avg': [-0.0032571040792390704, -0.002690037174535753],
+                          'objective/entropy': [2.3205106258392334, 2.315849542617798],
+                          'objective/kl': [0.9762881994247437, 0.8753641247749329],
+                          'objective/scores': [0.0, 0.0],
+                          'policy/approxkl_avg': [0.0007816841243766248, 0.000342719373293221],
+                          'policy/clipfrac_avg': [0.0, 0.0],
+                          'rm_score': [-0.025249386206269264,
+                                       -0.008293507620692253,
+                                       0.0656183548271656],
+                          'val/completion_length': [4.0, 3.625]},
+                  'params': '01ad856f17deff56'},
+     'rm_reward': {'log': {'accuracy': [0.0, 0.0, 0.0],
+                           'beta': [0.5, 0.5],
+                           'beta0': 0.5,
+                           'kinds': {'correct': [0.0, 0.0, 0.0],
+                                     'malformed': [1.0, 1.0, 1.0],
+                                     'near_miss': [0.0, 0.0, 0.0],
+                                     'other_wrong': [0.0, 0.0, 0.0]},
+                           'kl': [0.7572082281112671, 0.7031401991844177, 0.6816425323486328],
+                           'loss/policy_avg': [-0.027725985209489323, -0.010512397714680155],
+                           'objective/entropy': [2.317448139190674, 2.326294422149658],
+                           'objective/kl': [0.6926835179328918, 0.6342509984970093],
+                           'objective/scores': [-0.2851476091891527, -0.529741458594799],
+                           'policy/approxkl_avg': [0.0006868511554785073, 0.00011325938976369798],
+                           'policy/clipfrac_avg': [0.0, 0.0],
+                           'rm_score': [-0.025249386206269264, 0.17607806995511055, 0.3029618337750435],
+                           'val/completion_length': [3.625, 3.875]},
+                   'params': 'd90616ac525489af'},
+     'verifier_loss': {'log': {'accuracy': [0.0, 0.0, 0.0],
+                               'beta': [0.3, 0.3],
+                               'beta0': 0.3,
+                               'kinds': {'correct': [0.0, 0.0, 0.0],
+                                         'malformed': [1.0, 0.96875, 0.78125],
+                                         'near_miss': [0.0, 0.0, 0.0],
+                                         'other_wrong': [0.0, 0.03125, 0.21875]},
+                               'kl': [0.7572082281112671, 0.7240540385246277, 0.7040371894836426],
+                               'loss/policy_avg': [0.24554042518138885, 0.190637968480587],
+                               'objective/entropy': [2.306365728378296, 2.3389878273010254],
+                               'objective/kl': [0.7410585284233093, 0.8194109797477722],
+                               'objective/scores': [0.0, 0.0],
+                               'policy/approxkl_avg': [0.0005321316421031952, 6.357129313983023e-05],
+                               'policy/clipfrac_avg': [0.0, 0.0],
+                               'rm_score': [-0.025249386206269264,
+                                            0.18692690879106522,
+                                            0.058969369158148766],
+                               'val/completion_length': [3.4375, 3.25]},
+                       'params': '09a88b0041966d25'}}
+
+
+def _digest(model):
+    h = hashlib.sha256()
+    for k, v in model.state_dict().items():
+        h.update(k.encode())
+        h.update(v.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def test_the_stage_functions_reproduce_the_single_loop_exactly():
+    torch.manual_seed(0)
+    policy = TinyGPT(GPTConfig()).eval()
+    rm = TinyGPT(GPTConfig(), scalar_head=True).eval()
+    torch.manual_seed(1)
+    reference = TinyGPT(GPTConfig()).eval()  # not the policy: every KL term is non-zero
+    evalset = EvalSet(task.eval_pairs()[:32])
+    cases = {
+        "rm_reward": (rm_reward(rm), 0.5, PPOConfig(iterations=2, batch_size=16)),
+        "verifier_loss": (verifier_reward, 0.3,
+                          PPOConfig(iterations=2, batch_size=16, kl_placement="loss", seed=3)),
+        "adaptive": (verifier_reward, 0.1, PPOConfig(iterations=2, batch_size=8, kl_target=0.01,
+                                                     kl_horizon=80, anneal_lr=False)),
+    }
+    for name, (reward_fn, beta, cfg) in cases.items():
+        trained, log = ppo_train(policy, reference, reward_fn, beta, cfg, rm=rm, evalset=evalset,
+                                 progress=False)
+        log.pop("config")
+        assert log == BEFORE_THE_SPLIT[name]["log"], name  # exact floats, not approximately
+        assert _digest(trained) == BEFORE_THE_SPLIT[name]["params"], name
+
+
+# The learner writes kl_shaped_advantages and ppo_token_loss: chapter 5 shows its own versions.
+SHOWN_IN_CHAPTER_5 = (Rollout, rollout, score_and_advantages, ppo_update, batch_metrics, ppo_train)
+
+
+@pytest.mark.parametrize("fn", SHOWN_IN_CHAPTER_5, ids=lambda f: f.__name__)
+def test_the_stages_chapter_5_shows_fit_the_page(fn):
+    long = [line for line in inspect.getsource(fn).splitlines() if len(line) > 77]
+    assert not long, f"{fn.__name__}: {len(long)} line(s) over 77 characters: {long[:3]}"
+
+
+def test_the_stages_one_by_one_on_a_small_batch(tiny):
+    policy, rm, evalset = tiny
+    cfg = PPOConfig(batch_size=6)
+    batch = rollout(policy, policy, task.train_pairs(), cfg, make_generator(0))
+    assert batch.completions.shape == batch.mask.shape == batch.old_logp.shape == (6, 4)
+    assert batch.prompts.shape == (6, 6) and batch.pairs.shape == (6, 2)
+    assert torch.equal(batch.old_logp, batch.ref_logp)  # the policy is its own reference here
+    assert (batch.entropy > 0).all()
+    rewards, adv = score_and_advantages(batch, rm_reward(rm), 0.5, cfg)
+    assert rewards.shape == (6,) and adv.shape == (6, 4)
+    assert (adv[batch.mask == 0] == 0).all()
+    seen = []
+    rewards_loss, adv_loss = score_and_advantages(
+        batch, rm_reward(rm), 0.5, PPOConfig(batch_size=6, kl_placement="loss"),
+        advantage_fn=lambda *a: seen.append(a[4]) or kl_shaped_advantages(*a))
+    assert seen == [0.0] and torch.equal(adv_loss, adv)  # no KL yet: the same advantages
+    trained = copy.deepcopy(policy).train()
+    opt = torch.optim.Adam(trained.parameters(), lr=cfg.lr)
+    stats = ppo_update(trained, opt, batch, adv, 0.5, cfg)
+    assert set(stats) == {"policy/clipfrac_avg", "policy/approxkl_avg", "loss/policy_avg"}
+    metrics = batch_metrics(batch, rewards, stats, 0.5)
+    assert list(metrics) == list(TRAIN_METRICS)  # every metric, in the documented order
+    assert metrics["objective/kl"] == 0.0 and metrics["beta"] == 0.5

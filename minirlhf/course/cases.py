@@ -7,6 +7,13 @@ their own plain sentence, so the learner sees the point and not a stack trace.
 Each exercise says how its answers are compared through an ``Expect`` object: a Python float
 rounded to 2 decimals, a dict of such floats, or an array or tensor of a given shape.
 
+A failure carries a *mistake*: a short, stable key for what went wrong ("type", "shape",
+"sign", "nan", ...; see :data:`MISTAKES`). The comparator sets it, or one of the usual wrong
+versions of the function (a :class:`Slip`) whose answer the learner's answer equals on that
+input. An exercise maps mistakes to the hint that helps with each (``Exercise.hint_for``); the
+report shows that hint, and picks one by the share of passing cases only when no failure's
+mistake has a hint of its own.
+
 Checking one case has two halves, so that the grader (:mod:`minirlhf.course.grader`) can run them in
 different processes: :func:`call_safely` calls the function and records what it did (it
 needs no expected value), and :func:`judge` compares that with the expected value.
@@ -29,9 +36,11 @@ import html
 import io
 import math
 import os
+import re
 import signal
 import sys
 import sysconfig
+import textwrap
 import threading
 import time
 import traceback
@@ -43,16 +52,36 @@ import numpy as np
 from ..palette import BLUE, DARK_YELLOW, GREEN, ORANGE
 
 __all__ = [
-    "Case", "Exercise", "Call", "CaseResult", "Report", "Opaque",
+    "Case", "Exercise", "Slip", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
     "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat", "ExpectScalarTensor",
     "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
-    "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "STATE_STYLE",
+    "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "wrap", "STATE_STYLE",
     "RETURN_CAP",
 ]
 
 PRINT_CAP = 2000  # characters of a call's printed output that are kept; the rest is counted
 RETURN_CAP = 10_000  # numbers (and characters of text) a returned value may hold; no answer needs more
 _MAX_DEPTH = 32  # levels of nesting of a returned value
+REPORT_WIDTH = 77  # characters per line of the text report (what a notebook prints)
+
+# The mistakes a failure can carry. The comparators set the general ones; an exercise's slips
+# add their own keys (see each exercise's ``slips``).
+MISTAKES = {
+    "value": "the number is wrong, and no usual slip explains it",
+    "sign": "the right size with the wrong sign",
+    "not-rounded": "right, but not rounded as the contract asks",
+    "type": "a value of another type than the contract asks for",
+    "numpy-scalar": "a NumPy scalar where the contract asks for a Python float",
+    "int": "an int where the contract asks for a float",
+    "not-a-tensor": "a Python or NumPy number where the contract asks for a torch tensor",
+    "shape": "an array or tensor of the wrong shape",
+    "not-averaged": "one value per item where the contract asks for their mean",
+    "nan": "NaN", "inf": "an infinity",
+    "no-grad": "a loss that carries no gradient",
+    "missing-key": "a dict without a key of the contract", "extra-key": "a dict with a key too many",
+    "opaque": "a value the checker cannot read",
+    "mutated": "an input changed in place", "error": "an exception",
+}
 
 
 # --------------------------------------------------------------------------- data
@@ -68,8 +97,26 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Slip:
+    """A usual wrong version of an exercise's function, which names a mistake.
+
+    When the learner's answer to a case is wrong, and equals what ``fn`` returns on the same
+    input (while ``fn``'s answer is itself wrong there), the failure carries the mistake
+    ``kind`` and its message ends with ``says``: what that slip is, in a few plain words.
+    """
+
+    kind: str
+    fn: Callable
+    says: str
+
+
+@dataclass(frozen=True)
 class Exercise:
-    """An exercise: its function name, cases, progressive hints and reference solution."""
+    """An exercise: its function name, cases, progressive hints and reference solution.
+
+    ``hint_for`` maps a mistake (see :data:`MISTAKES` and the slips of ``expect``) to the
+    number (1-based) of the hint that helps with it.
+    """
 
     name: str
     chapter: int
@@ -81,6 +128,7 @@ class Exercise:
     random_kwargs: Callable | None = None  # rng -> kwargs, for hidden randomized checks
     time_limit: float = 10.0  # seconds per call
     n_random: int = 100  # randomized inputs the grader tries (fewer for slow exercises)
+    hint_for: dict = field(default_factory=dict)  # mistake -> number of the hint that fits it
 
 
 @dataclass
@@ -110,6 +158,7 @@ class CaseResult:
     n_printed: int = 0
     kind: str = "ok"  # the Call kind, or "not run" after an earlier case ran out of time
     seconds: float = 0.0  # how long the call took
+    mistake: str = ""  # what kind of mistake made it fail (see MISTAKES); "" when it passed
 
     @property
     def status(self) -> str:
@@ -182,13 +231,30 @@ class Report:
         return "slow" if self.slow else "fail"
 
     def hint(self) -> tuple[int, str]:
-        """Return (number, text) of the hint this report suggests (see :func:`next_hint`), or
-        (0, "") when the first failure ran out of time: a hint is about wrong answers, and a
-        call that did not finish says nothing about its answer."""
+        """Return (number, text) of the hint this report suggests, or (0, "") when the first
+        failure ran out of time: a hint is about wrong answers, and a call that did not finish
+        says nothing about its answer.
+
+        The hint is the one the exercise ties to the mistake of the first failure that has
+        one (``Exercise.hint_for``); when no failure's mistake has a hint, the share of passing
+        cases picks it (see :func:`next_hint`).
+        """
         first = self.first_failure
         if first is not None and first.out_of_time:
             return 0, ""
-        return next_hint(self.exercise.hints, self.n_passed, len(self.results))
+        hints = self.exercise.hints
+        if self.mistake:
+            number = self.exercise.hint_for[self.mistake]
+            return number, hints[number - 1]
+        return next_hint(hints, self.n_passed, len(self.results))
+
+    @property
+    def mistake(self) -> str:
+        """The mistake the hint is about: that of the first failure whose mistake the exercise
+        ties to a hint, or "" when no failure's mistake has one."""
+        hints, hint_for = self.exercise.hints, self.exercise.hint_for
+        return next((r.mistake for r in self.results if not r.passed and r.mistake
+                     and 1 <= hint_for.get(r.mistake, 0) <= len(hints)), "")
 
     def _shown_failures(self, at_most: int = 3) -> tuple[list, int, int]:
         """Return (failures to show with their case numbers, failures not shown, cases not run)."""
@@ -218,17 +284,21 @@ class Report:
         return text + f"; {left} of {total} not finished"
 
     def __str__(self) -> str:
-        lines = [self.summary()]
+        """The text report, every line at most :data:`REPORT_WIDTH` characters: a long line
+        is wrapped, never cut, so every input of a case shows."""
+        lines = wrap(self.summary(), "", "  ")
         if self.state != "fail":
-            return lines[0]
+            return "\n".join(lines)
         shown, more, not_run = self._shown_failures()
         for i, r in shown:
-            lines.append(f"  FAIL case {i}" + (f": {r.case.why}" if r.case.why else ""))
-            lines += [f"       {label:<9} {text}" for label, text in failure_lines(r)]
+            lines += wrap(f"FAIL case {i}" + (f": {r.case.why}" if r.case.why else ""), "  ", "      ")
+            for label, text in failure_lines(r):
+                pieces = _kwarg_pieces(r.case.kwargs) if label == "input" else None
+                lines += wrap(text, f"       {label:<9} ", " " * 17, pieces)
         lines += [f"  {'... ' if note.startswith('and') else ''}{note}" for note in _left_out(more, not_run)]
         number, text = self.hint()
         if text:
-            lines.append(f"Hint {number} of {len(self.exercise.hints)}: {text}")
+            lines += wrap(f"Hint {number} of {len(self.exercise.hints)}: {text}", "", "  ")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -311,23 +381,72 @@ def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def describe(value, width: int = 90) -> str:
-    """Return a short, stable text form of an input or output (numbers to 4 significant digits)."""
-    return shorten(_describe(value), width)
+def wrap(text: str, first: str, rest: str, pieces: list | None = None,
+         width: int = REPORT_WIDTH) -> list[str]:
+    """Return ``text`` as lines of at most ``width`` characters: the first line starts with
+    ``first``, the others with ``rest``. Lines break at spaces; ``pieces`` (whose ", "-join
+    is ``text``, such as a call's arguments) are kept whole where each fits on a line.
+    Nothing is cut."""
+    room = width - len(rest)
+    if pieces and all(len(p) + 1 <= room for p in pieces):
+        tokens = [p + ("," if i < len(pieces) - 1 else "") for i, p in enumerate(pieces)]
+    else:  # words, with a `code span` kept whole where it fits on a line
+        tokens = []
+        for token in re.findall(r"(?:`[^`]*`|[^\s`]+|`)+", text):
+            tokens += [token] if len(token) <= room else token.split()
+    lines, line, empty = [], first, True
+    for token in tokens:
+        if empty or len(line) + 1 + len(token) <= width:
+            line, empty = line + ("" if empty else " ") + token, False
+        else:
+            lines.append(line)
+            line = rest + token
+    return lines + [line.rstrip()]
 
 
-def describe_kwargs(kwargs: dict, width: int = 120) -> str:
-    """Return ``name=value, ...`` for a call's keyword arguments, shortened to ``width``."""
-    return shorten(", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items()), width)
+# Arrays and lists longer than this (in characters) are described by their shape and first
+# entries, or as "all equal to x", so that every input of a case fits in a few lines.
+LONG_ARRAY = 160
 
 
-def _describe(value) -> str:
+def describe(value, width: int | None = 300) -> str:
+    """Return a stable text form of an input or output (numbers to 4 significant digits); a
+    long array is summarized by its shape; what is still longer than ``width`` is cut."""
+    text = _describe(value)
+    return text if width is None else shorten(text, width)
+
+
+def _kwarg_pieces(kwargs: dict) -> list[str]:
+    return [f"{k}={_describe(v)}" for k, v in kwargs.items()]
+
+
+def describe_kwargs(kwargs: dict, width: int | None = None) -> str:
+    """Return ``name=value, ...`` for a call's keyword arguments: every argument, none cut
+    (a long array is summarized by its shape), unless ``width`` asks for a cut."""
+    text = ", ".join(_kwarg_pieces(kwargs))
+    return text if width is None else shorten(text, width)
+
+
+def _summary(kind: str, shape: tuple, flat: list) -> str:
+    """Describe a long array: its shape, and its one value or its first few."""
+    dims = ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "")
+    numbers = [v for v in flat if not isinstance(v, (list, tuple))]
+    if numbers and all(v == numbers[0] for v in numbers) and len(numbers) == len(flat):
+        return f"{kind} of shape ({dims}), every entry {_describe(numbers[0])}"
+    head = ", ".join(_describe(v) for v in flat[:6])
+    return f"{kind} of shape ({dims}): {head}, ... ({len(flat)} numbers)"
+
+
+def _describe(value, whole: bool = False) -> str:
+    """The text form of ``value``; ``whole`` keeps a long list whole (an array's rows)."""
     if value is None:
         return "None"
     if isinstance(value, Opaque):
         return value.text
     if isinstance(value, bool):
         return repr(value)
+    if isinstance(value, np.generic):  # before float: np.float64 is a float too
+        return f"np.{type(value).__name__}({_describe(value.item())})"
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             return str(value)
@@ -339,93 +458,176 @@ def _describe(value) -> str:
         return "{" + ", ".join(f"{k}={_describe(v)}" if isinstance(k, str) and "=" not in k else f"{k!r}: {_describe(v)}"
                                 for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
-        body = ", ".join(_describe(v) for v in value)
-        return f"[{body}]" if isinstance(value, list) else f"({body})"
+        body = ", ".join(_describe(v, whole) for v in value)
+        text = f"[{body}]" if isinstance(value, list) else f"({body})"
+        if not whole and len(text) > LONG_ARRAY and all(isinstance(v, (int, float)) for v in value):
+            return _summary("a list" if isinstance(value, list) else "a tuple", (len(value),), list(value))
+        return text
     if isinstance(value, np.generic):
         return f"np.{type(value).__name__}({_describe(value.item())})"
     if isinstance(value, np.ndarray):
-        return "array(" + _describe(value.tolist()) + ")"
+        text = "array(" + _describe(value.tolist(), True) + ")"
+        if len(text) > LONG_ARRAY and value.ndim:
+            return _summary("array", value.shape, value.ravel().tolist())
+        return text
     if type(value).__module__.startswith("torch") and hasattr(value, "tolist"):
-        return "tensor(" + _describe(value.detach().tolist()) + ")"
+        text = "tensor(" + _describe(value.detach().tolist(), True) + ")"
+        if len(text) > LONG_ARRAY and value.dim():
+            return _summary("tensor", tuple(value.shape), value.detach().reshape(-1).tolist())
+        return text
     return f"<{type(value).__name__}>"
 
 
 # --------------------------------------------------------------------------- comparisons
+# A comparator's ``diagnose`` returns None when the answer is right, else (mistake, message):
+# the message says in plain words what is wrong, with the numbers.
+
+
+def _a(value) -> str:
+    """Name the type of ``value`` as a person would: "None", "a list", "a NumPy array", ..."""
+    if value is None:
+        return "None"
+    if isinstance(value, np.ndarray):
+        return "a NumPy array"
+    if isinstance(value, np.floating):
+        return "a NumPy float"
+    if isinstance(value, np.generic):
+        return f"a NumPy scalar ({np.dtype(type(value)).name})"
+    if type(value).__module__.startswith("torch"):
+        return "a torch tensor"
+    name = {str: "string", int: "int", float: "float", bool: "bool"}.get(type(value), type(value).__name__)
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+def _num(x: float) -> str:
+    """A number as the report prints it: exact up to 12 significant digits, 0.0 not 0."""
+    text = f"{x:.12g}"
+    return text if any(c in text for c in ".en") else text + ".0"
+
+
+def _pair(got: float, want: float, digits: int = 4) -> tuple[str, str]:
+    """Two different numbers printed with as few digits (at least ``digits``) as tell them apart."""
+    for d in range(digits, 13):
+        a, b = f"{got:.{d}g}", f"{want:.{d}g}"
+        if a != b:
+            return tuple(t if any(c in t for c in ".en") else t + ".0" for t in (a, b))
+    return _num(got), _num(want)
+
+
+_MISSING_RETURN = ": is a return statement missing?"
 
 
 class Expect:
-    """How a returned value is compared with the expected one: ``problem`` says what is wrong."""
+    """How a returned value is compared with the expected one.
 
-    def problem(self, got, expected) -> str | None:  # pragma: no cover - interface
+    ``diagnose`` returns None or (mistake, message); ``problem`` returns just the message.
+    ``what`` names the result in messages ("the loss", "the advantages"); ``slips`` are the
+    usual wrong versions of the function (see :class:`Slip`), which :func:`judge` tries
+    when the numbers are wrong.
+    """
+
+    what = "the result"
+    plural = False
+    slips: tuple = ()
+
+    def diagnose(self, got, expected) -> tuple[str, str] | None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def problem(self, got, expected) -> str | None:
+        found = self.diagnose(got, expected)
+        return None if found is None else found[1]
 
-def _float_problem(got, expected, what: str = "the result") -> str | None:
+    def _named(self, what: str | None, plural: bool | None, slips) -> None:
+        if what is not None:
+            self.what = what
+        if plural is not None:
+            self.plural = plural
+        self.slips = tuple(slips)
+
+    def _verb(self, singular: str, plural: str) -> str:
+        return plural if self.plural else singular
+
+
+def _float_problem(got, expected, what: str = "the result") -> tuple[str, str] | None:
     if isinstance(got, Opaque):  # inside a dict: the whole value was plain, this part is not
-        return f"{what} is a {got.type_name}, which cannot be graded" + (f" ({got.why})" if got.why else "")
+        return "opaque", f"{what} is a {got.type_name}, which cannot be graded" + (f" ({got.why})" if got.why else "")
     if isinstance(got, np.generic):
-        return (f"{what} is a NumPy scalar ({type(got).__module__}.{type(got).__name__}); "
-                "the contract asks for a Python float: wrap it in float(...)")
+        return "numpy-scalar", (f"{what} is a NumPy scalar ({type(got).__module__}.{type(got).__name__}); "
+                                "the contract asks for a Python float: wrap it in float(...)")
     if type(got).__module__.startswith("torch"):
-        return f"{what} is a torch {type(got).__name__}; the contract asks for a Python float: use float(...) or .item()"
+        return "type", f"{what} is a torch tensor; the contract asks for a Python float: use float(...) or .item()"
+    if got is None:
+        return "type", f"{what} is None, expected a Python float{_MISSING_RETURN}"
     if isinstance(got, bool) or not isinstance(got, (int, float)):
-        return f"{what} is a {type(got).__name__}, expected a Python float"
+        return "type", f"{what} is a {type(got).__name__}, expected a Python float"
     if isinstance(got, int):
-        return f"{what} is an int ({got}); return a float, e.g. float(...)"
+        return "int", f"{what} is an int ({got}); the contract asks for a float: float(...)"
     if math.isnan(got):
-        return f"{what} is NaN: look for a 0/0, a log of a negative number, or an empty mean"
+        return "nan", f"{what} is NaN: look for a 0/0, a log of a negative number, or an empty mean"
     if math.isinf(got):
-        return f"{what} is infinite: look for an exp of a large number or a division by zero"
+        return "inf", f"{what} is infinite: look for an exp of a large number or a division by zero"
     return None
 
 
 class ExpectFloat2(Expect):
     """A Python float rounded to 2 decimals, equal to the expected one."""
 
-    def problem(self, got, expected, what: str = "the result") -> str | None:
+    def __init__(self, what: str | None = None, slips=()):
+        self._named(what, None, slips)
+
+    def diagnose(self, got, expected, what: str | None = None) -> tuple[str, str] | None:
+        what = what or self.what
         bad = _float_problem(got, expected, what)
         if bad:
             return bad
         if abs(got - expected) <= 1e-9:
             return None
         if round(got, 2) != got and abs(round(got, 2) - expected) <= 1e-9:
-            return f"{what} is right but not rounded: return round(value, 2)"
+            return "not-rounded", f"{what} is {_num(got)}, right but not rounded: return round(value, 2)"
         if abs(got + expected) <= 1e-9 and expected != 0:
-            return f"{what} has the wrong sign"
-        return f"{what} differs from the expected value"
+            return "sign", f"{what} has the wrong sign: {_num(got)}, expected {_num(expected)}"
+        return "value", f"{what} is {_num(got)}, expected {_num(expected)}"
 
 
 class ExpectFloat(Expect):
     """A Python float within an absolute tolerance of the expected one."""
 
-    def __init__(self, atol: float = 1e-6):
+    def __init__(self, atol: float = 1e-6, what: str | None = None, slips=()):
         self.atol = atol
+        self._named(what, None, slips)
 
-    def problem(self, got, expected, what: str = "the result") -> str | None:
-        bad = _float_problem(got, expected, what)
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
+        bad = _float_problem(got, expected, self.what)
         if bad:
             return bad
-        return None if abs(got - expected) <= self.atol else f"{what} differs from the expected value by more than {self.atol:g}"
+        if abs(got - expected) <= self.atol:
+            return None
+        a, b = _pair(got, expected, 6)
+        if expected != 0 and abs(got + expected) <= self.atol:
+            return "sign", f"{self.what} has the wrong sign: {a}, expected {b}"
+        return "value", f"{self.what} is {a}, expected {b} (off by {abs(got - expected):.3g})"
 
 
 class ExpectDict2(Expect):
     """A dict with exactly these keys, each a Python float rounded to 2 decimals."""
 
-    def __init__(self, keys):
+    def __init__(self, keys, slips=()):
         self.keys = tuple(keys)
         self._one = ExpectFloat2()
+        self._named(None, None, slips)
 
-    def problem(self, got, expected) -> str | None:
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
         if not isinstance(got, dict):
-            return f"the result is a {type(got).__name__}, expected a dict with keys {list(self.keys)}"
+            missing = _MISSING_RETURN if got is None else ""
+            return "type", f"the result is {_a(got)}, expected a dict with keys {list(self.keys)}{missing}"
         missing = [k for k in self.keys if k not in got]
         if missing:
-            return f"the dict has no key {missing[0]!r} (keys expected: {list(self.keys)})"
+            return "missing-key", f"the dict has no key {missing[0]!r} (the contract's keys: {list(self.keys)})"
         extra = [k for k in got if k not in self.keys]
         if extra:
-            return f"the dict has an unexpected key {extra[0]!r} (keys expected: {list(self.keys)})"
+            return "extra-key", f"the dict has a key the contract does not have, {extra[0]!r} (its keys: {list(self.keys)})"
         for k in self.keys:
-            bad = self._one.problem(got[k], expected[k], what=f"got[{k!r}]")
+            bad = self._one.diagnose(got[k], expected[k], what=str(k))
             if bad:
                 return bad
         return None
@@ -434,27 +636,45 @@ class ExpectDict2(Expect):
 class ExpectArray(Expect):
     """A NumPy array or torch tensor of the expected shape, close to the expected values."""
 
-    def __init__(self, atol: float = 1e-5, kind: str = "any"):
+    def __init__(self, atol: float = 1e-5, kind: str = "any", what: str | None = None, plural: bool | None = None,
+                 slips=()):
         self.atol, self.kind = atol, kind  # kind: "numpy", "torch" or "any"
+        self._named(what, plural, slips)
 
-    def problem(self, got, expected) -> str | None:
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
         is_torch = type(got).__module__.startswith("torch")
+        what, is_ = self.what, self._verb("is", "are")
+        missing = _MISSING_RETURN if got is None else ""
         if self.kind == "torch" and not is_torch:
-            return f"the result is a {type(got).__name__}, expected a torch tensor"
+            return "type", f"the result is {_a(got)}; the contract asks for a torch tensor{missing}"
         if self.kind == "numpy" and not isinstance(got, np.ndarray):
-            return f"the result is a {type(got).__name__}, expected a NumPy array"
+            fix = ": np.asarray(...)" if isinstance(got, (list, tuple, np.generic)) else missing
+            return "type", f"the result is {_a(got)}; the contract asks for a NumPy array{fix}"
         if not (is_torch or isinstance(got, (np.ndarray, np.generic, float, int))):
-            return f"the result is a {type(got).__name__}, expected an array"
+            return "type", f"the result is {_a(got)}; the contract asks for an array{missing}"
         arr = np.asarray(got.detach().cpu().numpy() if is_torch else got, dtype=float)
         want = np.asarray(expected.detach().numpy() if hasattr(expected, "detach") else expected, dtype=float)
         if arr.shape != want.shape:
-            return f"the result has shape {tuple(arr.shape)}, expected shape {tuple(want.shape)}"
+            return "shape", (f"{what} {self._verb('has', 'have')} shape {tuple(arr.shape)}, "
+                             f"expected {tuple(want.shape)}")
         if np.isnan(arr).any():
-            return "the result holds NaN: look for a 0/0, a log of 0, or an empty mean"
-        if not np.allclose(arr, want, atol=self.atol, rtol=0):
-            worst = int(np.argmax(np.abs(arr - want)))
-            return f"the values differ (largest gap {np.abs(arr - want).flat[worst]:.3g} at flat index {worst})"
+            where = _index(np.argwhere(np.isnan(arr))[0]) if arr.ndim else ""
+            return "nan", (f"{what} {self._verb('holds', 'hold')} NaN{' at ' + where if where else ''}: "
+                           "look for a 0/0, a log of 0, or an empty mean")
+        gap = np.abs(arr - want)
+        if not (gap <= self.atol).all():
+            worst = np.unravel_index(int(np.argmax(np.where(np.isnan(gap), np.inf, gap))), arr.shape)
+            a, b = _pair(float(arr[worst]), float(want[worst]))
+            if not arr.ndim:
+                return "value", f"{what} {is_} {a}, expected {b}"
+            off, n = int((~(gap <= self.atol)).sum()), arr.size
+            return "value", (f"{what} {self._verb('differs', 'differ')} in {off} of {n} places; the largest "
+                             f"gap is at {_index(worst)}: {a}, expected {b}")
         return None
+
+
+def _index(index) -> str:
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"
 
 
 class ExpectScalarTensor(ExpectArray):
@@ -466,29 +686,31 @@ class ExpectScalarTensor(ExpectArray):
     """
 
     def __init__(self, atol: float = 1e-4, per: str = "position", why_inf: str = "",
-                 sign_hint: str = ""):
-        super().__init__(atol=atol, kind="torch")
+                 sign_hint: str = "", what: str = "the loss", slips=()):
+        super().__init__(atol=atol, kind="torch", what=what, plural=False, slips=slips)
         self.per, self.why_inf, self.sign_hint = per, why_inf, sign_hint
 
-    def problem(self, got, expected) -> str | None:
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
         if isinstance(got, (float, int, np.generic)) and not isinstance(got, bool):
-            return (f"the result is a {type(got).__name__}; return the loss as a torch tensor "
-                    "(no .item() or float(): the tensor carries the gradient that training needs)")
+            return "not-a-tensor", (f"the result is {_a(got)}; return {self.what} as a torch tensor "
+                                    "(no .item() or float(): the tensor carries the gradient that training needs)")
         if not (type(got).__module__.startswith("torch") and hasattr(got, "detach")):
-            return super().problem(got, expected)
+            return super().diagnose(got, expected)
         if tuple(got.shape) != ():
-            return (f"the result has shape {tuple(got.shape)}, expected a single number (a 0-d tensor): "
-                    f"one value per {self.per} still has to be averaged")
+            return "not-averaged", (f"{self.what} has shape {tuple(got.shape)}, expected a single number (a 0-d "
+                                    f"tensor): one value per {self.per} still has to be averaged")
         value, want = float(got.detach().double()), float(expected)
         if math.isinf(value):
-            return "the result is infinite" + (f": {self.why_inf}" if self.why_inf else "")
+            return "inf", f"{self.what} is infinite" + (f": {self.why_inf}" if self.why_inf else "")
         if math.isnan(value):
-            return "the result is NaN: look for a 0/0 (an empty mask?) or a log of a negative number"
+            return "nan", f"{self.what} is NaN: look for a 0/0 (an empty mask?) or a log of a negative number"
         if abs(value - want) <= self.atol:
             return None
-        if self.sign_hint and abs(value + want) <= self.atol:
-            return f"the result has the wrong sign: {self.sign_hint}"
-        return f"the value is off by {abs(value - want):.4g}"
+        a, b = _pair(value, want)
+        if abs(value + want) <= self.atol:
+            return "sign", f"{self.what} has the wrong sign: {a}, expected {b}" + (
+                f"; {self.sign_hint}" if self.sign_hint else "")
+        return "value", f"{self.what} is {a}, expected {b} (off by {abs(value - want):.4g})"
 
 
 # --------------------------------------------------------------------------- plain data
@@ -956,18 +1178,45 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None) -> 
 
 
 def judge(call: Call, case: Case, expect: Expect) -> CaseResult:
-    """Compare what a call did with the case's expected value; return the case's result."""
+    """Compare what a call did with the case's expected value; return the case's result,
+    with the kind of mistake when it failed (see :data:`MISTAKES` and :class:`Slip`)."""
     if call.kind != "ok":
+        mistake = call.kind if call.kind in ("mutated", "error") else ""
         return CaseResult(case, False, call.value, call.message, call.printed, call.n_printed, call.kind,
-                          call.seconds)
+                          call.seconds, mistake)
     if isinstance(call.value, Opaque):
-        bad = call.value.problem()
+        bad = ("opaque", call.value.problem())
     else:
         try:
-            bad = expect.problem(call.value, case.expected)
+            bad = expect.diagnose(call.value, case.expected)
         except Exception as exc:
-            bad = f"returned a value that could not be compared ({type(exc).__name__}: {exc})"
-    return CaseResult(case, bad is None, call.value, bad or "", call.printed, call.n_printed, "ok", call.seconds)
+            bad = ("error", f"returned a value that could not be compared ({type(exc).__name__}: {exc})")
+        if bad is not None and bad[0] in ("value", "sign"):
+            kind, says = _which_slip(expect, call.value, case)
+            if kind:
+                bad = (kind, f"{bad[1]}; {says}" if says else bad[1])
+    mistake, message = bad if bad is not None else ("", "")
+    return CaseResult(case, bad is None, call.value, message, call.printed, call.n_printed, "ok", call.seconds,
+                      mistake)
+
+
+def _which_slip(expect: Expect, got, case: Case) -> tuple[str, str]:
+    """Return (kind, says) of the slip of ``expect`` whose answer to ``case`` is wrong and
+    equals ``got``. When several slips of one kind give that answer, the kind and no words
+    (the numbers cannot tell which slip it is); ("", "") when none does, or when slips of
+    different kinds do."""
+    found = []
+    for slip in expect.slips:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                wrong = slip.fn(**copy.deepcopy(case.kwargs))
+            if expect.problem(wrong, case.expected) is not None and expect.problem(got, wrong) is None:
+                found.append(slip)
+        except Exception:  # a slip that does not apply to this input (a shape it cannot take)
+            continue
+    if not found or any(s.kind != found[0].kind for s in found):
+        return "", ""
+    return found[0].kind, found[0].says if len(found) == 1 else ""
 
 
 def run_case(fn: Callable, case: Case, exercise: Exercise) -> CaseResult:

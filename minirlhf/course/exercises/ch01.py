@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..cases import Case, Exercise, ExpectFloat2
+from ..cases import Case, Exercise, ExpectFloat2, Slip
 from ...objectives import kl_penalty
 
 
@@ -17,11 +17,42 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
     return kwargs
 
 
+def _slip(kind: str):
+    """Return kl_penalty with one usual slip (see ``SLIPS``)."""
+
+    def penalty(logp_policy, logp_reference, beta):
+        kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
+        value = {
+            "kl-reversed": beta * (-kl).mean(),
+            "abs": beta * np.abs(kl).mean(),
+            "abs-of-mean": beta * abs(kl.mean()),
+            "clip-at-0": beta * np.maximum(kl, 0.0).mean(),
+            "no-beta": kl.mean(),
+            "sum": beta * kl.sum(),
+            "round-half-up": np.floor(beta * kl.mean() * 100 + 0.5) / 100,
+        }[kind]
+        return round(float(value), 2)
+
+    return penalty
+
+
+SLIPS = (
+    Slip("kl-reversed", _slip("kl-reversed"), "logp_reference - logp_policy gives that: subtract the other way"),
+    Slip("abs", _slip("abs"), "abs() of the per-token KL gives that: a negative KL is information, keep it"),
+    Slip("abs", _slip("abs-of-mean"), "abs() of the mean gives that: keep its sign"),
+    Slip("clip-at-0", _slip("clip-at-0"), "clipping the KL at 0 gives that: keep the negative tokens"),
+    Slip("no-beta", _slip("no-beta"), "the mean KL without beta gives that: multiply by beta"),
+    Slip("sum", _slip("sum"), "a sum over the tokens gives that: take the mean"),
+    Slip("round-half-up", _slip("round-half-up"),
+         "rounding a tie up gives that: Python's round() sends it to the even digit"),
+)
+
+
 KL_PENALTY = Exercise(
     name="kl_penalty",
     chapter=1,
     title="The sampled KL penalty",
-    expect=ExpectFloat2(),
+    expect=ExpectFloat2(slips=SLIPS),
     cases=(
         Case({"logp_policy": [-1, -2], "logp_reference": [-1.5, -2.5], "beta": 0.1}, 0.05,
              "first example of the contract"),
@@ -52,6 +83,10 @@ KL_PENALTY = Exercise(
     ),
     reference=kl_penalty,
     random_kwargs=_random_kwargs,
+    # The hint that helps with each mistake: the subtraction and its sign (2), beta, the mean,
+    # the rounding and the Python float (3).
+    hint_for={"sign": 2, "kl-reversed": 2, "abs": 2, "clip-at-0": 2, "no-beta": 3, "sum": 3,
+              "round-half-up": 3, "not-rounded": 3, "numpy-scalar": 3, "int": 3, "type": 3},
 )
 
 IN_THIS_CHAPTER = (KL_PENALTY,)

@@ -4,7 +4,7 @@
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectDict2, ExpectScalarTensor
+from ..cases import Case, Exercise, ExpectDict2, ExpectScalarTensor, Slip
 from ...objectives import ppo_rlhf_objective
 from ...pg import reinforce_loss
 
@@ -15,13 +15,13 @@ class ExpectLoss(ExpectScalarTensor):
     """A 0-d tensor loss close to the expected number that still carries the gradient of
     ``logp`` (every case passes log-probs that require one)."""
 
-    def problem(self, got, expected) -> str | None:
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
         if hasattr(expected, "detach"):  # the reference's own loss, when it sets the answer
             expected = expected.detach()
-        found = super().problem(got, expected)
+        found = super().diagnose(got, expected)
         if found is None and not bool(getattr(got, "requires_grad", True)):
-            return ("the result carries no gradient: keep logp in the computation (no .detach() "
-                    "or torch.no_grad()), or training cannot move the policy")
+            return "no-grad", ("the loss carries no gradient: keep logp in the computation (no .detach() "
+                               "or torch.no_grad()), or training cannot move the policy")
         return found
 
 
@@ -43,13 +43,32 @@ def _pg_random_kwargs(rng: np.random.Generator) -> dict:
     }
 
 
+def _pg_slip(kind: str):
+    """Return reinforce_loss with one usual slip (see ``PG_SLIPS``)."""
+
+    def loss(logp, rewards, baseline):
+        weight = {"no-baseline": rewards, "baseline-added": rewards + baseline}.get(kind, rewards - baseline)
+        terms = weight * logp
+        return -(terms.sum() if kind == "sum" else terms.mean())
+
+    return loss
+
+
+PG_SLIPS = (
+    Slip("no-baseline", _pg_slip("no-baseline"), "that is the loss without the baseline: weight each "
+                                                 "log-prob by rewards - baseline"),
+    Slip("baseline-added", _pg_slip("baseline-added"), "that is rewards + baseline: subtract the baseline"),
+    Slip("sum", _pg_slip("sum"), "that is a sum over the samples: take the mean"),
+)
+
+
 REINFORCE_LOSS = Exercise(
     name="reinforce_loss",
     chapter=2,
     title="The REINFORCE loss with a baseline",
     expect=ExpectLoss(
         atol=1e-5, per="sample",
-        sign_hint="the loss is minus the mean, because the optimizer minimises it"),
+        sign_hint="the loss is minus the mean, because the optimizer minimises it", slips=PG_SLIPS),
     cases=(
         _pg_case([-1.0, -2.0], [1.0, 0.0], 0.0, 0.5,
                  "the first example, no baseline: -(1 * -1 + 0 * -2) / 2 = 0.5"),
@@ -82,6 +101,9 @@ REINFORCE_LOSS = Exercise(
     ),
     reference=reinforce_loss,
     random_kwargs=_pg_random_kwargs,
+    # the weights (1), the mean (2), the minus and the tensor with its gradient (3)
+    hint_for={"no-baseline": 1, "baseline-added": 1, "sum": 2, "not-averaged": 2, "sign": 3,
+              "not-a-tensor": 3, "no-grad": 3},
 )
 
 # ----------------------------------------------------------------------------- 2.2 the objective
@@ -111,11 +133,47 @@ def _case(old, new, ref, r, eps, beta, expected, why):
                  "epsilon": eps, "beta": beta}, expected, why)
 
 
+def _objective_slip(kind: str):
+    """Return ppo_rlhf_objective with one usual slip (see ``OBJECTIVE_SLIPS``)."""
+
+    def objective(old_logp, new_logp, ref_logp, rewards, epsilon, beta):
+        old, new, ref, r = (np.asarray(x, dtype=float) for x in (old_logp, new_logp, ref_logp, rewards))
+        ratio = np.exp(old - new) if kind == "ratio-inverted" else np.exp(new - old)
+        kl = ref - new if kind == "kl-sign" else new - ref
+        adv = r if kind == "no-kl" else r - beta * kl
+        clipped = np.clip(ratio, 1 - epsilon, 1 + epsilon) * adv
+        surrogate = {"no-clip": ratio * adv, "clip-only": clipped,
+                     "max": np.maximum(ratio * adv, clipped)}.get(kind, np.minimum(ratio * adv, clipped))
+        penalty = beta * (new - ref).mean()
+        j = surrogate.mean() - (penalty if kind == "kl-twice" else 0.0)
+        loss = -j if kind == "loss-negated" else j
+        return {"objective": round(float(j), 2), "policy_loss": round(float(loss), 2),
+                "kl_penalty": round(float(penalty), 2)}
+
+    return objective
+
+
+OBJECTIVE_SLIPS = (
+    Slip("kl-twice", _objective_slip("kl-twice"), "that is J minus the KL penalty, but the penalty is "
+                                                  "already inside the advantage: do not subtract it again"),
+    Slip("min-clip", _objective_slip("no-clip"), "that is the mean of ratio * adv: the clipped term is missing"),
+    Slip("min-clip", _objective_slip("clip-only"), "that is the clipped term alone: take the minimum of "
+                                                    "both terms"),
+    Slip("min-clip", _objective_slip("max"), "that is the maximum of the two terms: take the minimum"),
+    Slip("kl-sign", _objective_slip("kl-sign"), "that is kl = ref_logp - new_logp: subtract the other way"),
+    Slip("no-kl", _objective_slip("no-kl"), "that is the advantage without the KL: adv = rewards - beta * kl"),
+    Slip("ratio-inverted", _objective_slip("ratio-inverted"), "that is the ratio upside down: "
+                                                              "exp(new_logp - old_logp)"),
+    Slip("loss-negated", _objective_slip("loss-negated"), "in this contract policy_loss is the objective "
+                                                          "itself, not minus it"),
+)
+
+
 PPO_RLHF_OBJECTIVE = Exercise(
     name="ppo_rlhf_objective",
     chapter=2,
     title="The PPO-RLHF objective",
-    expect=ExpectDict2(KEYS),
+    expect=ExpectDict2(KEYS, slips=OBJECTIVE_SLIPS),
     cases=(
         _case([-2.0], [-1.8], [-2.0], [1.0], 0.2, 0.1, _out(1.18, 0.02),
               "first example: ratio 1.221 is clipped to 1.2"),
@@ -147,6 +205,11 @@ PPO_RLHF_OBJECTIVE = Exercise(
     ),
     reference=ppo_rlhf_objective,
     random_kwargs=_random_kwargs,
+    # the per-token ratio, KL and advantage (1), the min and the clip (2), the dict, its
+    # rounded floats and the penalty kept out of J (3)
+    hint_for={"ratio-inverted": 1, "kl-sign": 1, "no-kl": 1, "min-clip": 2,
+              "kl-twice": 3, "loss-negated": 3, "sign": 3, "type": 3, "missing-key": 3, "extra-key": 3,
+              "numpy-scalar": 3, "int": 3, "not-rounded": 3},
 )
 
 IN_THIS_CHAPTER = (REINFORCE_LOSS, PPO_RLHF_OBJECTIVE)

@@ -5,7 +5,9 @@ import math
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectScalarTensor
+import torch.nn.functional as F
+
+from ..cases import Case, Exercise, ExpectScalarTensor, Slip
 from ...sft import masked_sft_loss
 
 
@@ -31,11 +33,36 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
     }
 
 
+def _slip(kind: str):
+    """Return masked_sft_loss with one usual slip (see ``SLIPS``)."""
+
+    def loss(logits, targets, mask):
+        ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+        mask = mask.float()
+        if kind == "no-mask":
+            return ce.mean()
+        if kind == "mean-over-all":
+            return (ce * mask).mean()
+        return ((ce * mask).sum(1) / mask.sum(1)).mean()  # "row-means"
+
+    return loss
+
+
+SLIPS = (
+    Slip("no-mask", _slip("no-mask"), "that is the mean over every position, the prompt's too: "
+                                      "multiply by the mask"),
+    Slip("mean-over-all", _slip("mean-over-all"), "that is .mean() of the masked losses, which divides by "
+                                                  "B * T: divide by mask.sum()"),
+    Slip("row-means", _slip("row-means"), "that is the mean of the rows' means: average over all "
+                                          "counted positions at once"),
+)
+
+
 MASKED_SFT_LOSS = Exercise(
     name="masked_sft_loss",
     chapter=3,
     title="The masked SFT loss",
-    expect=ExpectScalarTensor(atol=1e-4, per="position", why_inf=STAY_IN_LOG_SPACE),
+    expect=ExpectScalarTensor(atol=1e-4, per="position", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS),
     cases=(
         Case({"logits": torch.zeros(1, 3, 13), "targets": _t([[0, 5, 12]], torch.long), "mask": torch.ones(1, 3)},
              math.log(13), "uniform logits over 13 tokens: every position costs log 13"),
@@ -68,6 +95,9 @@ MASKED_SFT_LOSS = Exercise(
     ),
     reference=masked_sft_loss,
     random_kwargs=_random_kwargs,
+    # cross-entropy in log space, per position (1), the mask and the division (2), the tensor (3)
+    hint_for={"inf": 1, "nan": 2, "no-mask": 2, "mean-over-all": 2, "row-means": 2, "not-averaged": 2,
+              "not-a-tensor": 3},
 )
 
 IN_THIS_CHAPTER = (MASKED_SFT_LOSS,)

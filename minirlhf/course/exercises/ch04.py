@@ -5,7 +5,9 @@ import math
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectScalarTensor
+import torch.nn.functional as F
+
+from ..cases import Case, Exercise, ExpectScalarTensor, Slip
 from ...reward_model import bradley_terry_loss
 from .ch03 import STAY_IN_LOG_SPACE
 
@@ -29,11 +31,35 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
     }
 
 
+def _slip(kind: str):
+    """Return bradley_terry_loss with one usual slip (see ``SLIPS``)."""
+
+    def loss(r_chosen, r_rejected):
+        if kind == "two-sigmoids":
+            return (-F.logsigmoid(r_chosen) - F.logsigmoid(-r_rejected)).mean()
+        margin = {"swapped": r_rejected - r_chosen, "abs-margin": (r_chosen - r_rejected).abs()}.get(
+            kind, r_chosen - r_rejected)
+        terms = -F.logsigmoid(margin)
+        return terms.sum() if kind == "sum" else terms.mean()
+
+    return loss
+
+
+SLIPS = (
+    Slip("margin-sign", _slip("swapped"), "that is the loss with chosen and rejected swapped: the margin is "
+                                      "r_chosen - r_rejected"),
+    Slip("margin-sign", _slip("abs-margin"), "that is the loss of abs(margin): the sign of the margin matters"),
+    Slip("two-sigmoids", _slip("two-sigmoids"), "that scores each answer on its own: the loss depends on "
+                                                "the margin only"),
+    Slip("sum", _slip("sum"), "that is a sum over the pairs: take the mean"),
+)
+
+
 BRADLEY_TERRY_LOSS = Exercise(
     name="bradley_terry_loss",
     chapter=4,
     title="The Bradley-Terry loss",
-    expect=ExpectScalarTensor(atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE),
+    expect=ExpectScalarTensor(atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS),
     cases=(
         _case([0.0], [0.0], math.log(2), "equal scores: the model is unsure, -log(1/2) = log 2"),
         _case([2.0], [0.0], _softplus(-2.0), "margin +2: log(1 + e^-2)"),
@@ -58,6 +84,9 @@ BRADLEY_TERRY_LOSS = Exercise(
     ),
     reference=bradley_terry_loss,
     random_kwargs=_random_kwargs,
+    # the margin, its sigmoid and the mean (1), staying in log space (2), the tensor (3)
+    hint_for={"margin-sign": 1, "two-sigmoids": 1, "sum": 1, "not-averaged": 1, "sign": 1,
+              "inf": 2, "nan": 2, "not-a-tensor": 3},
 )
 
 IN_THIS_CHAPTER = (BRADLEY_TERRY_LOSS,)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor
+from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor, Slip
 from ...ppo import kl_shaped_advantages, ppo_token_loss
 
 
@@ -29,18 +29,18 @@ def _prefix_mask(rng: np.random.Generator, B: int, T: int) -> np.ndarray:
 class ExpectTokenAdvantages(ExpectArray):
     """A (B, T) torch tensor of advantages; names the usual slips in words."""
 
-    def __init__(self):
-        super().__init__(atol=1e-4, kind="torch")
+    def __init__(self, slips=()):
+        super().__init__(atol=1e-4, kind="torch", what="the advantages", plural=True, slips=slips)
 
-    def problem(self, got, expected) -> str | None:
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
         if type(got).__module__.startswith("torch") and hasattr(got, "shape"):
             B, T = tuple(expected.shape)
             if tuple(got.shape) == (B,):
-                return (f"the result has shape ({B},), one number per completion; the leash makes the "
-                        f"advantages differ token by token: return shape ({B}, {T})")
+                return "per-completion", (f"the advantages have shape ({B},), one number per completion; the "
+                                          f"leash makes them differ token by token: return shape ({B}, {T})")
             if tuple(got.shape) == (T, B) and B != T:
-                return f"the result has shape ({T}, {B}): transposed, expected ({B}, {T})"
-        return super().problem(got, expected)
+                return "transposed", f"the advantages have shape ({T}, {B}): transposed, expected ({B}, {T})"
+        return super().diagnose(got, expected)
 
 
 def _adv_case(scores, old, ref, mask, beta, expected, why, kl_clamp=10.0) -> Case:
@@ -64,11 +64,51 @@ def _adv_random_kwargs(rng: np.random.Generator) -> dict:
     }
 
 
+def _adv_slip(kind: str):
+    """Return kl_shaped_advantages with one usual slip (see ``ADV_SLIPS``)."""
+
+    def advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0):
+        B, T = mask.shape
+        kl = (ref_logp - old_logp) if kind == "kl-sign" else (old_logp - ref_logp)
+        if kind != "no-clamp":
+            kl = kl.clamp(-kl_clamp, kl_clamp)
+        rewards = -beta * kl * (1.0 if kind == "padding-pays" else mask)
+        last = mask.sum(1).long() - 1
+        rewards = rewards.clone()
+        rewards[torch.arange(B), last] += scores
+        if kind == "myopic":  # the score on every token, each token paying only its own KL
+            returns = (scores[:, None] - beta * kl) * mask
+        else:
+            returns = rewards.flip(1).cumsum(1).flip(1) * mask
+        if kind == "baseline-per-row":
+            return (returns - (returns.sum(1) / mask.sum(1))[:, None]) * mask
+        baseline = {"no-baseline": torch.zeros(T), "baseline-all-rows": returns.mean(0)}.get(
+            kind, returns.sum(0) / mask.sum(0).clamp(min=1))
+        return (returns - baseline) * mask
+
+    return advantages
+
+
+ADV_SLIPS = (
+    Slip("kl-sign", _adv_slip("kl-sign"), "that is kl = ref_logp - old_logp: subtract the other way"),
+    Slip("no-clamp", _adv_slip("no-clamp"), "that is the KL without the clamp to [-kl_clamp, kl_clamp]"),
+    Slip("padding-pays", _adv_slip("padding-pays"), "that charges the KL of dropped tokens: multiply "
+                                                    "the per-token reward by the mask"),
+    Slip("myopic", _adv_slip("myopic"), "that gives each token the score and only its own KL: sum the "
+                                        "rewards from t to the end (the return-to-go)"),
+    Slip("no-baseline", _adv_slip("no-baseline"), "that is the returns with no baseline subtracted"),
+    Slip("baseline-all-rows", _adv_slip("baseline-all-rows"), "that is a baseline over every row: average "
+                                                              "only the rows that reach each position"),
+    Slip("baseline-per-row", _adv_slip("baseline-per-row"), "that is a baseline per row: the baseline of "
+                                                            "position t averages over the rows (dim 0)"),
+)
+
+
 KL_SHAPED_ADVANTAGES = Exercise(
     name="kl_shaped_advantages",
     chapter=5,
     title="The leash in the reward: per-token advantages",
-    expect=ExpectTokenAdvantages(),
+    expect=ExpectTokenAdvantages(slips=ADV_SLIPS),
     cases=(
         _adv_case([1.0, -1.0], [[-1.0] * 3] * 2, [[-1.0] * 3] * 2, [[1.0] * 3] * 2, 0.5,
                   [[1.0] * 3, [-1.0] * 3],
@@ -122,6 +162,9 @@ KL_SHAPED_ADVANTAGES = Exercise(
     ),
     reference=kl_shaped_advantages,
     random_kwargs=_adv_random_kwargs,
+    # the per-token reward (1), the score added on a copy (2), the return-to-go (3), the baseline (4)
+    hint_for={"kl-sign": 1, "no-clamp": 1, "padding-pays": 1, "per-completion": 1, "mutated": 2,
+              "myopic": 3, "no-baseline": 4, "baseline-all-rows": 4, "baseline-per-row": 4, "transposed": 4},
 )
 
 # ----------------------------------------------------------------------------- 5.2 the loss
@@ -147,6 +190,42 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
 
 E05 = math.exp(0.5)  # the ratio when new_logp - old_logp = 0.5
 
+def _slip(kind: str):
+    """Return ppo_token_loss with one usual slip (see ``SLIPS``)."""
+
+    def loss(new_logp, old_logp, advantages, mask, epsilon=0.2):
+        ratio = torch.exp(old_logp - new_logp) if kind == "ratio-inverted" else torch.exp(new_logp - old_logp)
+        A = advantages.T if kind == "transposed" else advantages
+        clipped = ratio.clamp(1 - epsilon, 1 + epsilon) * A
+        surrogate = {"max": torch.maximum(ratio * A, clipped), "clip-only": clipped,
+                     "no-clip": ratio * A}.get(kind, torch.minimum(ratio * A, clipped))
+        if kind == "no-mask":
+            return -surrogate.mean()
+        if kind == "mean-over-all":
+            return -(surrogate * mask).mean()
+        if kind == "row-means":
+            return -((surrogate * mask).sum(1) / mask.sum(1)).mean()
+        return -(surrogate * mask).sum() / mask.sum()
+
+    return loss
+
+
+SLIPS = (
+    Slip("ratio-inverted", _slip("ratio-inverted"), "that is the ratio upside down: exp(new_logp - old_logp)"),
+    Slip("transposed", _slip("transposed"), "that uses the advantages transposed: each advantage belongs "
+                                            "where it stands, (B, T)"),
+    Slip("min-clip", _slip("max"), "that is the maximum of the two terms: take the minimum"),
+    Slip("min-clip", _slip("clip-only"), "that is the clipped term alone: take the minimum of both terms"),
+    Slip("min-clip", _slip("no-clip"), "that is ratio * advantages with no clipping: the clipped term is "
+                                      "missing"),
+    Slip("no-mask", _slip("no-mask"), "that is the mean over every token, padding too: use the mask"),
+    Slip("mean-over-all", _slip("mean-over-all"), "that is .mean() of the masked terms, which divides by "
+                                                  "B * T: divide by mask.sum()"),
+    Slip("row-means", _slip("row-means"), "that is the mean of the rows' means: average over all kept "
+                                          "tokens at once"),
+)
+
+
 PPO_TOKEN_LOSS = Exercise(
     name="ppo_token_loss",
     chapter=5,
@@ -154,7 +233,8 @@ PPO_TOKEN_LOSS = Exercise(
     expect=ExpectScalarTensor(
         atol=1e-4, per="token (over the tokens the mask keeps)",
         why_inf="look for an exp of a huge number",
-        sign_hint="the loss is minus the clipped objective, because the optimizer minimises it"),
+        sign_hint="the loss is minus the clipped objective, because the optimizer minimises it",
+        slips=SLIPS),
     cases=(
         _case([[-1.0], [-2.0]], [[-1.0], [-2.0]], [[1.0], [-0.5]], [[1.0], [1.0]], 0.2,
               -(1.0 - 0.5) / 2, "on-policy: ratio 1, so the loss is minus the mean advantage, -(1 - 0.5) / 2"),
@@ -195,6 +275,10 @@ PPO_TOKEN_LOSS = Exercise(
     ),
     reference=ppo_token_loss,
     random_kwargs=_random_kwargs,
+    # the ratio and the advantages as they stand (1), the min and the clip (2), the masked mean
+    # (3), the minus and the tensor (4)
+    hint_for={"ratio-inverted": 1, "transposed": 1, "min-clip": 2, "no-mask": 3,
+              "mean-over-all": 3, "row-means": 3, "not-averaged": 3, "nan": 3, "sign": 4, "not-a-tensor": 4},
 )
 
 IN_THIS_CHAPTER = (KL_SHAPED_ADVANTAGES, PPO_TOKEN_LOSS)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..cases import Case, Exercise, ExpectArray, ExpectFloat
+from ..cases import Case, Exercise, ExpectArray, ExpectFloat, Slip
 from ...ppo import adaptive_kl_update, gae
 
 # ----------------------------------------------------------------------------- the controller
@@ -27,11 +27,34 @@ def _kl_random_kwargs(rng: np.random.Generator) -> dict:
     }
 
 
+def _kl_slip(kind: str):
+    """Return adaptive_kl_update with one usual slip (see ``KL_SLIPS``)."""
+
+    def update(beta, kl, target, n_steps, horizon):
+        error = target / kl - 1 if kind == "inverted" and kl else kl / target - 1
+        e = error if kind in ("no-clip", "clip-beta") else float(np.clip(error, -0.2, 0.2))
+        if kind == "additive":
+            return float(beta + e * n_steps / horizon)
+        new = beta * (1 + e * n_steps / horizon)
+        return float(np.clip(new, 0.8 * beta, 1.2 * beta)) if kind == "clip-beta" else float(new)
+
+    return update
+
+
+KL_SLIPS = (
+    Slip("no-clip", _kl_slip("no-clip"), "that is the update with the error not clipped to [-0.2, 0.2]"),
+    Slip("clip-beta", _kl_slip("clip-beta"), "that clips the new beta instead of the error: clip e"),
+    Slip("inverted", _kl_slip("inverted"), "that is the error upside down: e = kl / target - 1"),
+    Slip("additive", _kl_slip("additive"), "that adds to beta: the update multiplies beta by "
+                                           "(1 + e * n_steps / horizon)"),
+)
+
+
 ADAPTIVE_KL_UPDATE = Exercise(
     name="adaptive_kl_update",
     chapter=7,
     title="The adaptive KL controller",
-    expect=ExpectFloat(atol=1e-9),
+    expect=ExpectFloat(atol=1e-9, what="the new beta", slips=KL_SLIPS),
     cases=(
         _kl_case(0.1, 6.0, 6.0, 1024, 10_000, 0.1,
                  "KL on target: the error is 0 and beta stays put"),
@@ -64,6 +87,9 @@ ADAPTIVE_KL_UPDATE = Exercise(
     ),
     reference=adaptive_kl_update,
     random_kwargs=_kl_random_kwargs,
+    # the error and its clip (2), the multiplicative update and the Python float (3)
+    hint_for={"no-clip": 2, "clip-beta": 2, "inverted": 2, "additive": 3, "numpy-scalar": 3, "type": 3,
+              "int": 3},
 )
 
 # ----------------------------------------------------------------------------- GAE
@@ -87,11 +113,53 @@ def _gae_random_kwargs(rng: np.random.Generator) -> dict:
     }
 
 
+def _gae_slip(kind: str):
+    """Return gae with one usual slip (see ``GAE_SLIPS``)."""
+
+    def gae_(rewards, values, gamma, lam):
+        rewards, values = np.asarray(rewards, dtype=float), np.asarray(values, dtype=float)
+        adv = np.zeros_like(rewards)
+        T = rewards.shape[-1]
+        if kind == "forward":
+            previous = 0.0
+            for t in range(T):
+                next_value = values[..., t + 1] if t + 1 < T else 0.0
+                previous = rewards[..., t] + gamma * next_value - values[..., t] + gamma * lam * previous
+                adv[..., t] = previous
+            return adv
+        if kind == "first-axis":
+            next_value, running = 0.0, 0.0
+            for t in reversed(range(len(rewards))):
+                running = rewards[t] + gamma * next_value - values[t] + gamma * lam * running
+                adv[t], next_value = running, values[t]
+            return adv
+        trace = lam if kind == "no-gamma-in-trace" else gamma * lam
+        next_value = values[..., -1] if kind == "bootstrap-past-end" else 0.0
+        running = 0.0
+        for t in reversed(range(T)):
+            running = rewards[..., t] + gamma * next_value - values[..., t] + trace * running
+            adv[..., t], next_value = running, values[..., t]
+        return adv
+
+    return gae_
+
+
+GAE_SLIPS = (
+    Slip("no-gamma-in-trace", _gae_slip("no-gamma-in-trace"), "that carries the next advantage with lam "
+                                                              "alone: the factor is gamma * lam"),
+    Slip("forward", _gae_slip("forward"), "that walks forwards: walk from the last token back"),
+    Slip("bootstrap-past-end", _gae_slip("bootstrap-past-end"), "that uses a value after the last token: "
+                                                                "it is 0, the episode ends there"),
+    Slip("first-axis", _gae_slip("first-axis"), "that walks along the first axis: index with [..., t] "
+                                                "so a batch (B, T) walks along T"),
+)
+
+
 GAE = Exercise(
     name="gae",
     chapter=7,
     title="Generalized advantage estimation",
-    expect=ExpectArray(atol=1e-6, kind="numpy"),
+    expect=ExpectArray(atol=1e-6, kind="numpy", what="the advantages", plural=True, slips=GAE_SLIPS),
     cases=(
         _gae_case([0.0, 0.0, 1.0], [0.5, 0.6, 0.8], 1.0, 1.0, [0.5, 0.4, 0.2],
                   "lam = 1, gamma = 1: the return (1 from every token) minus the value"),
@@ -130,6 +198,10 @@ GAE = Exercise(
     ),
     reference=gae,
     random_kwargs=_gae_random_kwargs,
+    # the backward walk from 0 after the end (1), the TD error, the trace and [..., t] (2), the
+    # NumPy array (3)
+    hint_for={"forward": 1, "bootstrap-past-end": 1, "no-gamma-in-trace": 2, "first-axis": 2, "shape": 2,
+              "type": 3},
 )
 
 IN_THIS_CHAPTER = (ADAPTIVE_KL_UPDATE, GAE)

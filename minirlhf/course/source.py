@@ -1,0 +1,35 @@
+"""Show the engine's own source in a notebook, highlighted, so that the page cannot drift from it.
+
+``Source(ppo.rollout)`` as the last line of a cell displays the function's source as
+a Python code block: as Markdown (``text/markdown``), which the book and JupyterLab render
+highlighted, and as plain text (``text/plain``), the same lines. Both are read from the
+package with :func:`inspect.getsource` each time the cell runs, and nbval compares them with
+the stored notebook, so a change to the engine shows up as a failing cell until the notebook
+is regenerated.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+__all__ = ["Source", "source_text"]
+
+
+def source_text(obj) -> str:
+    """Return the source of ``obj`` (a function or class), dedented, without a final newline."""
+    return textwrap.dedent(inspect.getsource(obj)).rstrip("\n")
+
+
+class Source:
+    """Display the source of ``obj`` as a highlighted Python block (Markdown) or plain text."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.text = source_text(obj)
+
+    def _repr_markdown_(self) -> str:
+        return f"```python\n{self.text}\n```"
+
+    def __repr__(self) -> str:
+        return self.text
