@@ -79,10 +79,12 @@ print(f"E[R] = {expected_reward(theta0).item():.4f}")
 # rule for the logarithm, read backwards), so
 #
 # $$
+# \begin{aligned}
 # \nabla_\theta\, \mathbb{E}_{y \sim \pi_\theta}[R(y)]
-# = \sum_y \nabla_\theta \pi_\theta(y)\, R(y)
-# = \sum_y \pi_\theta(y)\, R(y)\, \nabla_\theta \log \pi_\theta(y)
-# = \mathbb{E}_{y \sim \pi_\theta}\big[R(y)\, \nabla_\theta \log \pi_\theta(y)\big].
+# &= \sum_y \nabla_\theta \pi_\theta(y)\, R(y)
+#  = \sum_y \pi_\theta(y)\, R(y)\, \nabla_\theta \log \pi_\theta(y) \\
+# &= \mathbb{E}_{y \sim \pi_\theta}\big[R(y)\, \nabla_\theta \log \pi_\theta(y)\big].
+# \end{aligned}
 # $$
 #
 # The gradient of an expectation has become the expectation of something we can compute for

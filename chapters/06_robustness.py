@@ -140,7 +140,10 @@ print("seed 0 of the stored experiment and the runs above agree to the\n"
 #
 # $$
 # W = \frac{1}{P} \sum_{p} \frac{1}{K} \sum_{k} \big(r_{p,k} - \bar r_p\big)^2, \qquad
-# V = \frac{1}{PK} \sum_{p,k} \big(r_{p,k} - \bar r\big)^2, \qquad
+# V = \frac{1}{PK} \sum_{p,k} \big(r_{p,k} - \bar r\big)^2,
+# $$
+#
+# $$
 # \text{share} = 1 - \frac{W}{V}.
 # $$
 #
@@ -847,9 +850,11 @@ for arm in ARMS:
 # for each prompt,
 #
 # $$
+# \begin{aligned}
 # b(x)\, \sum_y \pi_\theta(y \mid x)\, \nabla_\theta \log \pi_\theta(y \mid x)
-# = b(x)\, \sum_y \nabla_\theta \pi_\theta(y \mid x)
-# = b(x)\, \nabla_\theta \sum_y \pi_\theta(y \mid x) = b(x)\, \nabla_\theta 1 = 0 .
+# &= b(x)\, \sum_y \nabla_\theta \pi_\theta(y \mid x) \\
+# &= b(x)\, \nabla_\theta \sum_y \pi_\theta(y \mid x) = b(x)\, \nabla_\theta 1 = 0 .
+# \end{aligned}
 # $$
 #
 # $b(x)$ may be any function of the prompt, however it was computed, as long as it does not

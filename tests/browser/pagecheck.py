@@ -509,7 +509,7 @@ def _check_next(page, report: PageReport, base_url: str, next_page: str | None) 
 MIN_FONT_PX = 8.9  # "about 9 CSS px": the smallest text a figure may show a reader
 # Where a phone may scroll sideways on purpose, inside a block that scrolls on its own: a wide
 # table in its wrapper, a long formula, a check report, a code cell or a printed output (whose
-# lines must keep their indentation and columns; at 1280 px they must fit, see _BLOCKS_JS).
+# lines must keep their indentation and columns; at 1280 px they must fit, see _WIDE_BLOCKS_JS).
 PHONE_SCROLLERS = (".pst-scrollable-table-container, .table-wrapper, mjx-container, .mr-check, "
                    "div.highlight, div.cell_output pre")
 
@@ -535,14 +535,18 @@ _FIGURES_JS = """() => {
   return out;
 }"""
 
-_BLOCKS_JS = """() => {
+# Blocks wider than their column: code and output blocks (``main pre``), and displayed formulas
+# (MathJax's ``mjx-container[display="true"]``), each named by its section and its start.
+_WIDE_BLOCKS_JS = """(selector) => {
   const out = [];
-  for (const pre of document.querySelectorAll('main pre')) {
-    if (!pre.checkVisibility()) continue;
-    const over = pre.scrollWidth - pre.clientWidth;
+  for (const el of document.querySelectorAll(selector)) {
+    if (!el.checkVisibility()) continue;
+    const over = el.scrollWidth - el.clientWidth;
     if (over > 1) {
-      const line = pre.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
-      out.push(`${(pre.closest('section[id]') || {}).id || '?'}: ${over} px too wide: "${line.trim().slice(0, 60)}"`);
+      const text = el.tagName === 'PRE'
+        ? el.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '').trim()
+        : el.textContent;
+      out.push(`${(el.closest('section[id]') || {}).id || '?'}: ${over} px too wide: "${text.slice(0, 60)}"`);
     }
   }
   return out;
@@ -569,7 +573,7 @@ _PHONE_OVERFLOW_JS = """(scrollers) => {
 
 
 def check_layout(page, report: PageReport) -> None:
-    """At 1280 px: no code or output block wider than its column. At both widths: every figure
+    """At 1280 px: no code or output block, and no displayed formula, wider than its column. At both widths: every figure
     has a caption, is sharp at a device-pixel ratio of 2 (natural width at least twice the
     shown width, or SVG) and shows no text smaller than MIN_FONT_PX. At 390 px: nothing is
     wider than the screen except inside a scrolling table wrapper or a long formula."""
@@ -590,9 +594,12 @@ def check_layout(page, report: PageReport) -> None:
             report.check(f["fontPx"] is not None or f["svg"],
                          f"{label} does not say its drawn width and smallest font")
         if name == "desktop":
-            wide = page.evaluate(_BLOCKS_JS)
+            wide = page.evaluate(_WIDE_BLOCKS_JS, "main pre")
             report.check(not wide, "at 1280 px a code or output block is wider than its column: "
                          + _list(wide))
+            wide_math = page.evaluate(_WIDE_BLOCKS_JS, 'main mjx-container[display="true"]')
+            report.check(not wide_math, "at 1280 px a displayed formula is wider than its column (break it "
+                         "into aligned lines): " + _list(wide_math))
         else:
             over = page.evaluate(_PHONE_OVERFLOW_JS, PHONE_SCROLLERS)
             report.check(not over, "at 390 px an element is wider than the screen: " + _list(over))
