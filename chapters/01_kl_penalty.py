@@ -16,7 +16,7 @@
 # ```{admonition} What you need
 # :class: tip
 # No earlier chapter: Python and NumPy, and what a probability distribution and an expected
-# value are. A first run of the whole notebook takes about 10 seconds on a 2-core CPU.
+# value are. A first run of the whole notebook takes about 5 seconds on a 2-core CPU.
 # ```
 
 # %%

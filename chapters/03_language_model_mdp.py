@@ -15,7 +15,7 @@
 # :class: tip
 # Chapters 1 and 2, and a little PyTorch: tensors, `softmax`, `cross_entropy`, `backward`.
 # The first run of this notebook trains the policy (a few seconds) and saves it under
-# `outputs/models`; later runs load it. A first run of the whole notebook takes about 25
+# `outputs/models`; later runs load it. A first run of the whole notebook takes about 20
 # seconds on a 2-core CPU.
 # ```
 

@@ -24,8 +24,8 @@
 # Chapter 1 (the KL leash), chapter 2 (the clipped surrogate), chapter 3 (the policy, the
 # language model as an MDP) and chapter 4 (the reward model and its blind spot). The first
 # run of this notebook trains the policy and the reward model if they are not on disk yet
-# (a few seconds each), then the experiment and the runs of the worked answers: about a
-# minute in all. Later runs read the stored runs back and take ten to twenty seconds.
+# (a few seconds each), then the experiment and the runs of the worked answers: under a
+# minute in all. Later runs read the stored runs back and take under ten seconds.
 # ```
 
 # %%

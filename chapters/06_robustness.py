@@ -26,7 +26,7 @@
 # :class: tip
 # Chapters 1 to 5. This chapter reuses chapter 5's stored runs (the models and
 # `outputs/results.json`) when they are there and makes them otherwise. With nothing stored,
-# a first run of the notebook takes between two and three minutes on a CPU, each long cell
+# a first run of the notebook takes about two minutes on a 2-core CPU, each long cell
 # with a progress bar in JupyterLab; later runs read every result back and take about ten
 # seconds.
 # ```
