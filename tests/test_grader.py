@@ -652,3 +652,33 @@ def test_the_blank_learner_notebooks_fail_with_not_implemented(book_runs):
     assert status == 1, out + err
     assert out.count("not implemented yet: write its body in the notebook") >= 2
     assert "Result: 0 of" in out
+
+
+@pytest.mark.parametrize("message, starts", [
+    ("Kernel died before replying to kernel_info", 2),  # lost a race for a port: start again
+    ("something else went wrong", 1),  # any other failure is reported at once
+])
+def test_a_kernel_that_dies_at_start_is_started_again(monkeypatch, tmp_path, message, starts):
+    from nbclient import NotebookClient
+
+    real, calls = NotebookClient.start_new_kernel_client, []
+
+    def fails_once(self):
+        calls.append(1)
+        if len(calls) == 1:
+            self._cleanup_kernel()  # what nbclient does when the client cannot connect
+            raise RuntimeError(message)
+        return real(self)
+
+    monkeypatch.setattr(NotebookClient, "start_new_kernel_client", fails_once)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    if starts == 1:
+        with pytest.raises(RuntimeError, match=message):
+            check._Runner(nb, tmp_path, cell_timeout=30)
+        assert len(calls) == 1
+        return
+    runner = check._Runner(nb, tmp_path, cell_timeout=30)
+    try:
+        assert len(calls) == 2 and runner.execute(0, 30) == "ok"
+    finally:
+        runner.shutdown()

@@ -472,10 +472,24 @@ class _Runner:
                                   shutdown_kernel="immediate")
         self.restarts = 0
         self._start()
-    def _start(self) -> None:
-        self.client.km = _current_env_kernel_manager()
-        self.client.start_new_kernel(**self.start_kwargs)
-        self.client.start_new_kernel_client()
+    def _start(self, attempts: int = 3) -> None:
+        """Start the kernel and connect to it. A kernel that exits before it answers is started
+        again (up to ``attempts`` in all): when many kernels start at once, two can be handed
+        the same free port, and the one that loses the race exits at once."""
+        for attempt in range(1, attempts + 1):
+            self.client.km = _current_env_kernel_manager()
+            try:
+                self.client.start_new_kernel(**self.start_kwargs)
+                self.client.start_new_kernel_client()
+                return
+            except RuntimeError as exc:
+                if "died" not in str(exc) or attempt == attempts:
+                    raise
+                if self.client.km is not None:  # nbclient usually cleans up itself
+                    try:
+                        self.client._cleanup_kernel()
+                    except Exception:
+                        pass
 
     def restart(self) -> None:
         """Kill the kernel and start a fresh one (the notebook must then be run again)."""

@@ -1,11 +1,11 @@
-"""Show the engine's own source in a notebook, highlighted, so that the page cannot drift from it.
+"""Show the engine's own source in a notebook, so that the page cannot drift from it.
 
-``Source(ppo.rollout)`` as the last line of a cell displays the function's source as
-a Python code block: as Markdown (``text/markdown``), which the book and JupyterLab render
-highlighted, and as plain text (``text/plain``), the same lines. Both are read from the
-package with :func:`inspect.getsource` each time the cell runs, and nbval compares them with
-the stored notebook, so a change to the engine shows up as a failing cell until the notebook
-is regenerated.
+``Source(ppo.rollout)`` as the last line of a cell displays the function's source as a
+Python code block: as Markdown (``text/markdown``), which the book renders with syntax
+highlighting and JupyterLab as a plain code block, and as plain text (``text/plain``), the
+same lines. Both are read from the package with :func:`inspect.getsource` each time the
+cell runs, and nbval compares them with the stored notebook, so a change to the engine shows
+up as a failing cell until the notebook is regenerated.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def source_text(obj) -> str:
 
 
 class Source:
-    """Display the source of ``obj`` as a highlighted Python block (Markdown) or plain text."""
+    """Display the source of ``obj`` as a Python code block (Markdown) or plain text."""
 
     def __init__(self, obj):
         self.obj = obj
