@@ -422,6 +422,11 @@ loss_fn = drive["ppo_token_loss"]
 # `ppo_update` calls your `ppo_token_loss` (exercise 5.2) through `loss_fn`. The cell above
 # chose them, and every run of this chapter passes them in.
 #
+# Two settings in the source below are there for GRPO, a later method that samples several
+# completions of each prompt and compares each with its own group; the book does not cover
+# it yet. In this chapter `group_size` is 1 and `advantages` is `"batch"`, and they change
+# nothing.
+#
 # First the loop itself. Steps 1 to 7 in its comments are the recipe's; the rest is
 # bookkeeping: a copy of the policy to train, one random generator for the prompts and the
 # samples, Adam, the log, and a progress bar.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import paths
 
-__all__ = ["STAGES", "MEMORY_BUDGET_MB", "run_stage", "judge", "format_table", "main"]
+__all__ = ["STAGES", "ORDER", "MEMORY_BUDGET_MB", "run_stage", "judge", "format_table", "main"]
 
 # name -> (what it does, budget in seconds)
 STAGES = {
@@ -29,7 +29,10 @@ STAGES = {
     "one_seed_both_arms": ("both PPO arms, one seed, 25 iterations with the eval", 10.0),
     "pipeline": ("SFT, RM and both arms for one seed, from scratch", 30.0),
     "five_seeds_both_arms": ("both PPO arms, 5 seeds, 25 iterations each", 60.0),
+    "one_seed_grpo_arms": ("both GRPO arms (8 prompts x 8), one seed, 25 iterations", 10.0),
 }
+# The stages run in this order; "pipeline" starts from scratch in a folder of its own.
+ORDER = ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms", "one_seed_grpo_arms", "pipeline")
 MEMORY_BUDGET_MB = 1536.0
 
 
@@ -47,6 +50,8 @@ def _work(stage: str) -> None:
         run_experiment(seeds=1, progress=False)
     if stage == "five_seeds_both_arms":
         run_experiment(seeds=5, progress=False)
+    if stage == "one_seed_grpo_arms":
+        run_experiment(seeds=1, progress=False, arms=("grpo-verifier", "grpo-rm"))
 
 
 def _child(stage: str) -> None:
@@ -104,9 +109,8 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="minirlhf-bench-") as tmp:
         fresh = Path(tmp) / "fresh"  # nothing trained yet: SFT and RM from scratch
-        for stage in ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms"):
-            rows.append(run_stage(stage, fresh))  # the arms reuse the models trained just before
-        rows.append(run_stage("pipeline", Path(tmp) / "pipeline"))
+        for stage in ORDER:  # the arms reuse the models trained just before
+            rows.append(run_stage(stage, Path(tmp) / "pipeline" if stage == "pipeline" else fresh))
     ok = judge(rows)
     print(format_table(rows))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -1,11 +1,13 @@
-"""The two-arm mini-RLHF experiment of chapter 5, over several seeds, with its table and figures.
+"""The mini-RLHF experiment of chapter 5 (and GRPO's arms), over several seeds, with its table and figures.
 
     python -m minirlhf.experiment --seeds 5 --iterations 25 --beta-rm 0.5 --beta-verifier 0.08
+    python -m minirlhf.experiment --arms rm verifier grpo-verifier grpo-rm --seeds 5
 
-loads (or trains) the partial-SFT policy and the reward model, runs ``ppo_train`` for both
-arms and every seed from the same starting policy, prints the results table beside the
-original run's values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_kl.png`` and
-``results.json`` to ``--out`` (default: the project's ``outputs/``).
+loads (or trains) the partial-SFT policy and the reward model, runs ``ppo_train`` for each
+arm (default: chapter 5's two) and every seed from the same starting policy, prints the
+results table beside the original run's values, and writes ``ppo_accuracy.png``,
+``ppo_rm_score.png``, ``ppo_kl.png`` and ``results.json`` to ``--out`` (default: the project's
+``outputs/``). The arms come from one registry, :data:`REGISTRY`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,19 +29,60 @@ import torch
 
 from . import paths, task
 from .model import make_generator, reward_scores
-from .palette import ARM_COLORS
+from .palette import ARM_COLORS, GREEN, PINK
 from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
 from .reward_model import HELDOUT_SEED
 from .store import load_rm, load_sft
 
 __all__ = [
-    "ARMS", "DEFAULT_BETA", "ORIGINAL", "mean_ci95", "run_arm", "run_experiment", "summarize",
+    "Arm", "REGISTRY", "ARMS", "DEFAULT_ARMS", "GRPO_SETTINGS", "DEFAULT_BETA", "ORIGINAL", "mean_ci95", "run_arm", "run_experiment", "summarize",
     "format_table", "plot_curves", "write_outputs", "main",
 ]
 
-ARMS = ("rm", "verifier")
-DEFAULT_BETA = {"rm": 0.5, "verifier": 0.08}
-LABELS = {"rm": "reward-model arm", "verifier": "verifier arm"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of the experiment: what rewards it, its KL coefficient, and the settings of
+    :class:`~minirlhf.ppo.PPOConfig` it changes from the recipe (none for chapter 5's arms).
+
+    Defined in chapter 5.
+    """
+
+    reward: str  # "rm" (the reward model's score) or "verifier" (1 if the sum is right)
+    beta: float  # the default KL coefficient
+    label: str  # for tables and legends
+    color: str  # for figures
+    settings: dict = field(default_factory=dict)  # PPOConfig fields set over the recipe
+    help: str = ""  # one line for --help
+
+
+# GRPO (Shao et al. 2024) on this world: 8 prompts x 8 completions = 64 completions per
+# iteration, as chapter 5's 64 prompts x 1 (equal sample budget); group-relative advantages;
+# the leash as the k3 loss term. 8 is also TRL's default num_generations
+# (trl/trainer/grpo_config.py).
+GRPO_SETTINGS = {"group_size": 8, "advantages": "group", "kl_placement": "loss"}
+
+# The arms, by name. A GRPO arm's beta weighs the k3 loss term, not a per-token reward, so
+# chapter 5's values do not carry over. Each was chosen by a short sweep (seeds 0-2, 25
+# iterations) as the one whose KL to the reference at the end matches that of chapter 5's arm
+# with the same reward (about 0.097 for the verifier, 0.035 for the RM): the arms are then
+# compared at equal distance from the reference. DeepSeekMath's 0.04 gave 0.13 (verifier) and
+# 0.64 (RM) here; pass --beta-grpo-verifier / --beta-grpo-rm (or betas=) to run it.
+REGISTRY = {
+    "rm": Arm("rm", 0.5, "reward-model arm", ARM_COLORS["rm"],
+              help="chapter 5: the reward model's score, leash in the reward"),
+    "verifier": Arm("verifier", 0.08, "verifier arm", ARM_COLORS["verifier"],
+                    help="chapter 5: the verifier (1 if right), leash in the reward"),
+    "grpo-verifier": Arm("verifier", 0.12, "GRPO verifier arm", GREEN, GRPO_SETTINGS,
+                         help="GRPO: the verifier, 8 prompts x 8 completions, k3 loss term"),
+    "grpo-rm": Arm("rm", 1.5, "GRPO reward-model arm", PINK, GRPO_SETTINGS,
+                   help="GRPO: the reward model's score, 8 x 8, k3 loss term"),
+}
+ARMS = tuple(REGISTRY)  # every registered arm
+DEFAULT_ARMS = ("rm", "verifier")  # chapter 5's experiment, the command's default
+DEFAULT_BETA = {name: arm.beta for name, arm in REGISTRY.items()}
+LABELS = {name: arm.label for name, arm in REGISTRY.items()}
 # The original run: the numbers of the project this book rebuilds (one seed, its own
 # partial-SFT policy and reward model), printed beside ours. Called "original", never
 # "reference", which in this book is the frozen policy the KL is measured to.
@@ -69,30 +112,69 @@ def mean_ci95(values) -> tuple[float, float]:
     return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(x.size))
 
 
-def run_arm(arm: str, policy, rm, seed: int, beta: float, config: PPOConfig, evalset=None,
-            loss_fn=None, progress: bool = True, advantage_fn=None):
-    """Return (trained policy, log) of one PPO run of ``arm`` ('rm' or 'verifier').
+def _check_arm(arm: str) -> "Arm":
+    if arm not in REGISTRY:
+        raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
+    return REGISTRY[arm]
 
-    ``policy`` is both the start and the frozen reference; ``config.seed`` is replaced by
-    ``seed``; ``rm`` scores the rm arm and is logged for both.
+
+def arm_config(arm: str, config: PPOConfig, seed: int | None = None) -> PPOConfig:
+    """Return ``config`` with the settings of ``arm`` (see :data:`REGISTRY`) set over it, and
+    ``seed`` if given. Chapter 5's arms change nothing.
 
     Defined in chapter 5.
     """
-    if arm not in ARMS:
-        raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
-    reward_fn = rm_reward(rm) if arm == "rm" else verifier_reward
-    return ppo_train(policy, policy, reward_fn, beta, replace(config, seed=seed), rm=rm,
+    extra = {} if seed is None else {"seed": seed}
+    return replace(config, **_check_arm(arm).settings, **extra)
+
+
+def run_arm(arm: str, policy, rm, seed: int, beta: float | None, config: PPOConfig, evalset=None,
+            loss_fn=None, progress: bool = True, advantage_fn=None):
+    """Return (trained policy, log) of one run of ``arm``, any name of :data:`REGISTRY`.
+
+    ``policy`` is both the start and the frozen reference; ``config.seed`` is replaced by
+    ``seed`` and the arm's own settings are set over ``config`` (:func:`arm_config`); ``beta``
+    None takes the arm's default; ``rm`` scores the arms rewarded by the reward model and is
+    logged for all.
+
+    Defined in chapter 5.
+    """
+    spec = _check_arm(arm)
+    reward_fn = rm_reward(rm) if spec.reward == "rm" else verifier_reward
+    beta = spec.beta if beta is None else beta
+    return ppo_train(policy, policy, reward_fn, beta, arm_config(arm, config, seed), rm=rm,
                      loss_fn=loss_fn, advantage_fn=advantage_fn, evalset=evalset, progress=progress,
                      desc=f"{arm} arm, seed {seed}")
 
 
+def _check_arms(arms) -> tuple[str, ...]:
+    arms = tuple(arms)
+    if not arms:
+        raise ValueError("arms must name at least one arm")
+    for arm in arms:
+        _check_arm(arm)
+    if len(set(arms)) != len(arms):
+        raise ValueError(f"arms must not repeat an arm, got {arms}")
+    return arms
+
+
+# The per-iteration lists results.json keeps of each run; "frac_reward_zero_std" only for arms
+# that sample groups (ppo.GROUP_METRICS).
+LOGGED = ("accuracy", "rm_score", "kl", "kinds", "objective/scores", "objective/kl",
+          "objective/entropy", "policy/clipfrac_avg", "policy/approxkl_avg", "val/completion_length",
+          "frac_reward_zero_std")
+
+
 def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA["rm"],
                    beta_verifier: float = DEFAULT_BETA["verifier"], config: PPOConfig | None = None,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, arms=DEFAULT_ARMS, betas: dict | None = None) -> dict:
     """Return the experiment's results: every arm and seed's per-iteration log, and the settings.
 
-    ``seeds`` is a count (seeds 0..n-1) or a list of seeds. See :func:`write_outputs` for
-    the layout, which is also the layout of ``results.json``.
+    ``seeds`` is a count (seeds 0..n-1) or a list of seeds. ``arms`` names arms of
+    :data:`REGISTRY` (default chapter 5's two); each takes its default beta, except
+    ``beta_rm`` and ``beta_verifier`` for chapter 5's arms and ``betas`` ({arm: beta}) for
+    any. See :func:`write_outputs` for the layout, which is also the layout of
+    ``results.json``.
 
     Defined in chapter 5.
     """
@@ -101,32 +183,44 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA[
         raise ValueError("seeds must name at least one seed")
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
-    for name, b in (("beta_rm", beta_rm), ("beta_verifier", beta_verifier)):
+    arms = _check_arms(arms)
+    beta = {arm: DEFAULT_BETA[arm] for arm in arms}
+    beta.update({arm: b for arm, b in (("rm", beta_rm), ("verifier", beta_verifier)) if arm in arms})
+    for arm, b in (betas or {}).items():
+        if arm not in arms:
+            raise ValueError(f"betas names {arm!r}, which is not among the arms {arms}")
+        beta[arm] = b
+    for name, b in (("beta_rm", beta_rm), ("beta_verifier", beta_verifier), *beta.items()):
         if not (b >= 0 and math.isfinite(b)):
             raise ValueError(f"{name} must be a finite number >= 0, got {b}")
     start = time.perf_counter()
     policy, sft_metrics = load_sft(progress=progress)
     rm, rm_metrics = load_rm(progress=progress)
     cfg = replace(config or PPOConfig(), iterations=iterations)
-    betas = {"rm": beta_rm, "verifier": beta_verifier}
+    for arm in arms:
+        arm_config(arm, cfg)  # an arm's settings that do not fit the config fail now, not later
     evalset = EvalSet()
     rm_landmarks = _rm_landmarks(rm, evalset)
-    arms = {arm: {} for arm in ARMS}
+    runs = {arm: {} for arm in arms}
+    seconds = {arm: {} for arm in arms}
     for seed in seeds:
-        for arm in ARMS:
-            _, log = run_arm(arm, policy, rm, seed, betas[arm], cfg, evalset, progress=progress)
-            arms[arm][str(seed)] = {
-                key: log[key] for key in ("accuracy", "rm_score", "kl", "kinds", "objective/scores",
-                                          "objective/kl", "objective/entropy", "policy/clipfrac_avg",
-                                          "policy/approxkl_avg", "val/completion_length")
-            }
+        for arm in arms:
+            began = time.perf_counter()
+            _, log = run_arm(arm, policy, rm, seed, beta[arm], cfg, evalset, progress=progress)
+            seconds[arm][str(seed)] = time.perf_counter() - began
+            runs[arm][str(seed)] = {key: log[key] for key in LOGGED if key in log}
+    settings = {"seeds": seeds, "iterations": iterations, "beta": beta, "ppo": asdict(cfg)}
+    changed = {arm: REGISTRY[arm].settings for arm in arms if REGISTRY[arm].settings}
+    if changed:  # only when an arm sets its own settings: chapter 5's layout is unchanged
+        settings["arm_settings"] = changed
     return {
-        "settings": {"seeds": seeds, "iterations": iterations, "beta": betas, "ppo": asdict(cfg)},
+        "settings": settings,
         "sft_accuracy": sft_metrics["accuracy"],
         "rm_pair_accuracy": rm_metrics["pair_accuracy"],
         "rm_near_miss_accuracy": rm_metrics["near_miss_accuracy"],
         "rm_landmarks": rm_landmarks,
-        "arms": arms,
+        "arms": runs,
+        "run_seconds": seconds,
         "wall_seconds": time.perf_counter() - start,
     }
 
@@ -144,7 +238,9 @@ def _rm_landmarks(rm, evalset) -> dict:
 
 
 def summarize(results: dict) -> dict:
-    """Return per arm: start, end (mean and 95% half-width over seeds), end RM score and KL.
+    """Return per arm: start, end (mean and 95% half-width over seeds), end RM score and KL;
+    for arms that sample groups also ``zero_std_mean``, the share of groups with equal rewards
+    averaged over the iterations (and its interval over seeds).
 
     Defined in chapter 5.
     """
@@ -159,6 +255,9 @@ def summarize(results: dict) -> dict:
         gains = [log["accuracy"][-1] - log["accuracy"][0] for log in logs]
         row["gain"], row["gain_ci"] = mean_ci95(gains)
         row["kl_mean"], row["kl_mean_ci"] = mean_ci95([float(np.mean(log["kl"][1:])) for log in logs])
+        if all("frac_reward_zero_std" in log for log in logs):
+            row["zero_std_mean"], row["zero_std_mean_ci"] = mean_ci95(
+                [float(np.mean(log["frac_reward_zero_std"])) for log in logs])
         row["n_seeds"] = len(logs)
         out[arm] = row
     return out
@@ -174,25 +273,32 @@ def format_table(results: dict) -> str:
     Defined in chapter 5.
     """
     s = summarize(results)
+    arms = list(results["arms"])
+    w = max(9, *(len(arm) for arm in arms))  # 9, as always, for chapter 5's arms
     lines = [
-        f"{'arm':<9} {'start':>7} {'end (ours)':>16} {'gain (ours)':>16} {'end (orig)':>11} "
+        f"{'arm':<{w}} {'start':>7} {'end (ours)':>16} {'gain (ours)':>16} {'end (orig)':>11} "
         f"{'RM score end':>16} {'KL/token end':>16}",
     ]
-    for arm in ARMS:
+    for arm in arms:
         r = s[arm]
+        orig = f"{ORIGINAL[arm]['end']:.3f}" if arm in ORIGINAL else "-"
         lines.append(
-            f"{arm:<9} {r['start']:>7.3f} {_pm(r['end'], r['end_ci']):>16} {_pm(r['gain'], r['gain_ci']):>16} "
-            f"{ORIGINAL[arm]['end']:>11.3f} {_pm(r['rm_score_end'], r['rm_score_end_ci'], 2):>16} "
+            f"{arm:<{w}} {r['start']:>7.3f} {_pm(r['end'], r['end_ci']):>16} {_pm(r['gain'], r['gain_ci']):>16} "
+            f"{orig:>11} {_pm(r['rm_score_end'], r['rm_score_end_ci'], 2):>16} "
             f"{_pm(r['kl_end'], r['kl_end_ci']):>16}"
         )
-    n = s[ARMS[0]]["n_seeds"]
+    n = s[arms[0]]["n_seeds"]
     lines.append(f"(mean ± 95% interval over {n} seed{'s' if n > 1 else ''}; original run: one seed, "
                  f"start {ORIGINAL['rm']['start']:.3f})")
+    for arm in arms:
+        if "zero_std_mean" in s[arm]:
+            lines.append(f"{arm}: share of groups with equal rewards (advantage 0), mean over the "
+                         f"iterations: {_pm(s[arm]['zero_std_mean'], s[arm]['zero_std_mean_ci'])}")
     return "\n".join(lines)
 
 
 def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landmarks: dict | None = None):
-    """Draw ``key`` per iteration for both arms (mean over seeds, band = 95% interval); return the axes.
+    """Draw ``key`` per iteration for every arm (mean over seeds, band = 95% interval); return the axes.
 
     ``landmarks`` ({label: value}) adds labelled dashed lines, e.g. the RM's score of right
     answers and of garbage, so a small move can be read against the whole scale.
@@ -205,15 +311,19 @@ def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landm
         _, ax = plt.subplots(figsize=(6.4, 3.8))
     for i, (label, value) in enumerate((landmarks or {}).items()):
         ax.axhline(value, color="0.4", ls="--" if i == 0 else ":", lw=1.2, label=f"RM score of {label}")
-    for arm in ARMS:
+    for arm in results["arms"]:
         runs = np.array([log[key] for log in results["arms"][arm].values()])  # (seeds, iterations + 1)
         x = np.arange(runs.shape[1])
         mean = runs.mean(0)
-        ax.plot(x, mean, color=ARM_COLORS[arm], lw=2, label=f"{LABELS[arm]} (beta {results['settings']['beta'][arm]:g})")
+        color = REGISTRY[arm].color if arm in REGISTRY else None
+        ax.plot(x, mean, color=color, lw=2,
+                label=f"{LABELS.get(arm, arm)} (beta {results['settings']['beta'][arm]:g})")
         if len(runs) > 1:
             half = np.array([mean_ci95(runs[:, i])[1] for i in range(runs.shape[1])])
-            ax.fill_between(x, mean - half, mean + half, color=ARM_COLORS[arm], alpha=0.2, lw=0)
-    ax.set_xlabel("PPO iteration (64 prompts each)")
+            ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, lw=0)
+    grouped = "arm_settings" in results["settings"]  # some arm samples groups: count completions
+    batch = results["settings"]["ppo"]["batch_size"]
+    ax.set_xlabel(f"iteration ({batch} completions each)" if grouped else "PPO iteration (64 prompts each)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -231,11 +341,13 @@ FIGURES = {
 def write_outputs(results: dict, out: Path) -> list[Path]:
     """Write results.json and the three figures to ``out``; return the paths written.
 
-    results.json: ``settings``, ``sft_accuracy``, ``rm_pair_accuracy``,
+    results.json: ``settings`` (with ``arm_settings`` when an arm changes the recipe's
+    settings), ``sft_accuracy``, ``rm_pair_accuracy``,
     ``rm_near_miss_accuracy``, ``rm_landmarks`` (the RM's mean score of right answers and
     of garbage on the eval prompts), ``arms[arm][seed]`` with per-iteration lists ``accuracy``,
-    ``rm_score``, ``kl`` (index 0 = before training) and the batch metrics, ``summary``,
-    ``wall_seconds``.
+    ``rm_score``, ``kl`` (index 0 = before training) and the batch metrics (with
+    ``frac_reward_zero_std`` for arms that sample groups), ``summary``, ``run_seconds[arm][seed]``
+    (each run's wall time) and ``wall_seconds``.
 
     Defined in chapter 5.
     """
@@ -283,7 +395,7 @@ def _positive_int(text: str) -> int:
 def _seed_count(text: str) -> int:
     value = _positive_int(text)
     if value > MAX_SEEDS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEEDS}, got {value} (each seed runs both arms)")
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEEDS}, got {value} (each seed runs every arm)")
     return value
 
 
@@ -313,18 +425,19 @@ def _merge(parts: list[dict]) -> dict:
     for part in parts[1:]:
         for arm, runs in part["arms"].items():
             merged["arms"][arm].update(runs)
+            merged["run_seconds"][arm].update(part["run_seconds"][arm])
         merged["settings"]["seeds"] += part["settings"]["seeds"]
         merged["wall_seconds"] += part["wall_seconds"]
     return merged
 
 
-def _run_seeds(seeds: int, iterations: int, beta_rm: float, beta_verifier: float) -> tuple[list[dict], bool]:
+def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict) -> tuple[list[dict], bool]:
     """Run the experiment one seed at a time, saying "seed k of N" and, for a long run, the time
     it will take. Return (the results of the seeds that finished, whether Ctrl-C stopped it)."""
     parts: list[dict] = []
-    guess = seeds * len(ARMS) * iterations * SECONDS_PER_ARM_ITERATION
+    guess = seeds * len(arms) * iterations * SECONDS_PER_ARM_ITERATION
     if guess > 60:
-        print(f"{seeds} seeds x {len(ARMS)} arms x {iterations} iterations: about {_duration(guess)} "
+        print(f"{seeds} seeds x {len(arms)} arms x {iterations} iterations: about {_duration(guess)} "
               "(a rough estimate, measured after the first seed); Ctrl-C stops and keeps the finished seeds",
               flush=True)
     try:
@@ -332,7 +445,7 @@ def _run_seeds(seeds: int, iterations: int, beta_rm: float, beta_verifier: float
             if seeds > 1:
                 print(f"seed {k + 1} of {seeds}", flush=True)
             began = time.perf_counter()
-            parts.append(run_experiment([k], iterations, beta_rm, beta_verifier))
+            parts.append(run_experiment([k], iterations, arms=arms, betas=betas))
             took, left = time.perf_counter() - began, seeds - k - 1
             if k == 0 and left and took * seeds > 60:
                 print(f"seed 1 took {took:.1f} s: about {_duration(took * left)} to go for the other {left}",
@@ -361,15 +474,31 @@ def main(argv=None) -> int:
 
     Defined in chapter 5.
     """
-    parser = _Parser(prog="python -m minirlhf.experiment", description=__doc__.split("\n\n")[0])
+    w = max(len(name) for name in ARMS)
+    arm_list = "\n".join(f"  {name:<{w}}  {arm.help}" for name, arm in REGISTRY.items())
+    parser = _Parser(prog="python -m minirlhf.experiment", description=__doc__.split("\n\n")[0],
+                     epilog=f"arms (--arms):\n{arm_list}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(DEFAULT_ARMS), metavar="ARM",
+                        help=f"the arms to run, in this order (default: {' '.join(DEFAULT_ARMS)}; "
+                             "listed below)")
     parser.add_argument("--seeds", type=_seed_count, default=5,
                         help=f"number of seeds, 0..n-1 (default 5, at most {MAX_SEEDS})")
     parser.add_argument("--iterations", type=_positive_int, default=25, help="PPO iterations per run (default 25)")
     for arm in ARMS:
-        parser.add_argument(f"--beta-{arm}", type=_beta, default=DEFAULT_BETA[arm],
+        parser.add_argument(f"--beta-{arm}", type=_beta, default=None,
                             help=f"KL coefficient of the {LABELS[arm]} (default {DEFAULT_BETA[arm]:g})")
     parser.add_argument("--out", type=_folder, default=None, help="output folder (default: the project's outputs/)")
     args = parser.parse_args(argv)
+    arms = tuple(args.arms)
+    if len(set(arms)) != len(arms):
+        parser.error(f"argument --arms: names an arm twice: {' '.join(arms)}")
+    betas = {}
+    for arm in ARMS:
+        value = getattr(args, f"beta_{arm.replace('-', '_')}")
+        if value is not None and arm not in arms:
+            parser.error(f"argument --beta-{arm}: the arm {arm} is not among --arms ({' '.join(arms)})")
+        if value is not None:
+            betas[arm] = value
     out = args.out if args.out is not None else paths.OUTPUTS
     where = "--out" if args.out is not None else "the output folder (MINIRLHF_OUTPUTS, or outputs/)"
     problem = paths.folder_problem(out, OUTPUT_FILES)
@@ -384,7 +513,7 @@ def main(argv=None) -> int:
 
     matplotlib.use("Agg")  # files only; set here, not in write_outputs, which notebooks call too
     torch.set_num_threads(1)  # an entry point's choice: runs are bit-identical at a fixed count
-    parts, interrupted = _run_seeds(args.seeds, args.iterations, args.beta_rm, args.beta_verifier)
+    parts, interrupted = _run_seeds(args.seeds, args.iterations, arms, betas)
     if not parts:
         print("interrupted before the first seed finished: nothing written", file=sys.stderr)
         return 130

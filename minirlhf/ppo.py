@@ -2,10 +2,14 @@
 
 Defined in chapter 5 (``ppo_train``, ``ppo_token_loss``) and chapter 7 (``adaptive_kl_update``, ``gae``).
 
-The arms differ in one argument, ``reward_fn``: the reward model's score, or the verifier.
-One iteration does what every RLHF trainer does, at toy scale:
+Chapter 5's arms differ in one argument, ``reward_fn``: the reward model's score, or the
+verifier. GRPO (Shao et al. 2024) differs from them in three settings of :class:`PPOConfig`
+and nothing else: ``group_size`` (G completions of each prompt), ``advantages="group"``
+(:func:`group_advantages`) and ``kl_placement="loss"`` (:func:`k3_loss_term`).
+One iteration of chapter 5's recipe does what every RLHF trainer does, at toy scale:
 
-1. rollout: sample a completion for each of 64 training prompts at temperature 0.7;
+1. rollout: sample a completion for each of 64 training prompts at temperature 0.7 (with
+   ``group_size`` G > 1: G completions of each of 64 / G prompts, side by side);
 2. score: one number per completion, standardized over the batch,
    ``z = clip((s - mean) / (std + 1e-4), -3, 3)`` (a per-batch stand-in for the reward
    normalization of Ziegler et al. 2019);
@@ -26,6 +30,17 @@ One iteration does what every RLHF trainer does, at toy scale:
 
 All log-probs (ratio and KL) are those of the distribution we sample from, the policy at
 temperature 0.7, as TRL does (it divides the logits by the temperature).
+
+GRPO here against TRL's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py`` and
+``grpo_config.py``, commit f2cd577): the group advantages and the logged
+``frac_reward_zero_std`` follow it (:func:`group_advantages`); its ``per_token_kl`` is the same
+k3 with the same sign, added as ``beta * per_token_kl`` to each token's loss; the loss here is
+averaged over every kept token of the batch, as TRL's default ``loss_type="dapo"`` (and
+``"bnpo"``) on one process, not per completion first as in the paper's equation (TRL's
+``"grpo"``). Differences kept from chapter 5's recipe: two gradient steps per batch (TRL's
+``num_iterations`` defaults to 1), gradient-norm clipping at 0.5, a linearly annealed learning
+rate, and a clamp of the log-ratio inside k3. TRL's default ``beta`` is 0.0 (no reference model
+at all); DeepSeekMath used 0.04.
 
 Each stage is a short public function that ``ppo_train`` calls in turn and chapter 5 shows:
 :func:`rollout` (1), :func:`score_and_advantages` (2-4), :func:`ppo_update` (5),
@@ -50,7 +65,7 @@ from .progress import progress_bar
 
 __all__ = [
     "PPOConfig", "KL_PLACEMENTS", "ppo_token_loss", "standardized_scores", "kl_shaped_advantages",
-    "k3_loss_term", "adaptive_kl_update", "gae",
+    "k3_loss_term", "adaptive_kl_update", "gae", "ADVANTAGES", "group_advantages", "GROUP_METRICS",
     "rm_reward", "verifier_reward", "evaluate", "EvalSet", "ppo_train", "TRAIN_METRICS",
     "Rollout", "rollout", "score_and_advantages", "ppo_update", "batch_metrics",
 ]
@@ -72,7 +87,8 @@ class PPOConfig:
     iterations: int = 25
     """Rollout-and-update rounds. TRL: ``num_total_batches``, derived from ``total_episodes``."""
     batch_size: int = 64
-    """Prompts per rollout, drawn from the training pairs (never the eval pairs). TRL:
+    """Completions per rollout: ``batch_size // group_size`` prompts drawn from the training
+    pairs (never the eval pairs), ``group_size`` completions of each (one, in chapter 5). TRL:
     ``batch_size``, derived from ``per_device_train_batch_size`` and the gradient accumulation."""
     temperature: float = 0.7
     """Sampling temperature; log-probs for the ratio and the KL use the same temperature.
@@ -89,11 +105,13 @@ class PPOConfig:
     """Gradient steps on each rollout batch (full batch each), then resample. TRL:
     ``num_ppo_epochs``, each epoch split into ``num_mini_batches`` minibatches."""
     adv_clip: float = 3.0
-    """Standardized scores are clipped to [-adv_clip, adv_clip]. No TRL counterpart: TRL
-    uses the raw score (and whitens the advantages afterwards, without a clip)."""
+    """Standardized scores are clipped to [-adv_clip, adv_clip] (the batch estimator only).
+    No TRL counterpart: TRL uses the raw score (and whitens the advantages afterwards,
+    without a clip); its GRPO trainer does not clip either."""
     adv_eps: float = 1e-4
-    """Added to the batch std of the scores before dividing: a batch with equal scores gives
-    0. No TRL counterpart (TRL does not standardize the score)."""
+    """Added to the std of the scores (the batch's, or each group's) before dividing: equal
+    scores give 0. No counterpart in TRL's PPO trainer (it does not standardize the score);
+    ``GRPOTrainer`` adds the same 1e-4 to each group's std."""
     kl_clamp: float = 10.0
     """Per-token log-ratio to the reference is clamped to [-kl_clamp, kl_clamp]. No TRL
     counterpart."""
@@ -116,13 +134,38 @@ class PPOConfig:
     advantages come from the score alone (the same baseline) and ``beta * mean_t k3_t``,
     computed from the current policy, is added to the loss (GRPO; TRL's ``GRPOTrainer`` with
     ``beta > 0``). Never both."""
+    group_size: int = 1
+    """Completions sampled per prompt, G, side by side in the batch; ``batch_size`` must be a
+    multiple of it. 1 is chapter 5's recipe. TRL: ``GRPOConfig.num_generations`` (8 by
+    default); TRL's PPO trainer samples one completion per prompt."""
+    advantages: str = "batch"
+    """The advantage estimator. ``"batch"``: the score standardized over the batch, then
+    :func:`kl_shaped_advantages` (chapter 5). ``"group"``: GRPO's :func:`group_advantages`,
+    each completion's score against its own group of ``group_size`` (needs ``group_size >= 2``
+    and ``kl_placement="loss"``: it puts no leash in the advantages). TRL: ``GRPOTrainer``'s
+    advantages with ``scale_rewards="group"``; no counterpart in TRL's PPO trainer."""
 
     def __post_init__(self):
         if self.kl_placement not in KL_PLACEMENTS:
             raise ValueError(f"kl_placement must be one of {KL_PLACEMENTS}, got {self.kl_placement!r}")
+        if self.advantages not in ADVANTAGES:
+            raise ValueError(f"advantages must be one of {ADVANTAGES}, got {self.advantages!r}")
+        if not (isinstance(self.group_size, int) and self.group_size >= 1):
+            raise ValueError(f"group_size must be a whole number >= 1, got {self.group_size!r}")
+        if self.batch_size % self.group_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of group_size "
+                             f"({self.group_size}): each prompt gets group_size completions")
+        if self.advantages == "group" and self.group_size < 2:
+            raise ValueError("advantages='group' needs group_size >= 2: a group of one has only "
+                             "itself as a baseline, so every advantage would be 0")
+        if self.advantages == "group" and self.kl_placement != "loss":
+            raise ValueError("advantages='group' puts no leash in the advantages: use "
+                             "kl_placement='loss' (GRPO's k3 loss term), got "
+                             f"kl_placement={self.kl_placement!r}")
 
 
 KL_PLACEMENTS = ("reward", "loss")
+ADVANTAGES = ("batch", "group")
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -185,6 +228,44 @@ def kl_shaped_advantages(
     kept = mask.sum(0)  # (T,): how many completions reach each position
     baseline = returns.sum(0) / kept.clamp(min=1)  # (T,)
     return (returns - baseline) * mask
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """Return GRPO's advantages (B,): each reward against the other rewards of its group.
+
+    rewards: (B,), the ``group_size`` (G) completions of each prompt side by side: rows 0 to
+    G - 1 answer the first prompt, rows G to 2G - 1 the second, and so on.
+    ``A_i = (r_i - mean_group) / (std_group + eps)`` (Shao et al. 2024, outcome supervision).
+    A group whose rewards are all equal gets exactly 0 for each completion (never NaN): it
+    carries no signal. The caller copies ``A_i`` to every completion token (0 on padding).
+
+    ``std_group`` is the sample std (divide by G - 1), as TRL's ``GRPOTrainer`` computes it
+    (``trl/trainer/grpo_trainer.py``, ``scale_rewards="group"``: ``nanstd`` of
+    ``trl/trainer/utils.py`` applies Bessel's correction), with the same ``eps`` = 1e-4. The
+    paper writes ``std`` without saying which; at G = 8 the sample std is sqrt(8 / 7), about
+    1.07 times the population std, so the advantages are that much smaller. Chapter 5's
+    :func:`standardized_scores` uses the population std of the batch.
+
+    GRPO's estimator (Shao et al. 2024); the book's GRPO chapter is still to come.
+    """
+    if rewards.dim() != 1 or rewards.numel() < 1:
+        raise ValueError(f"rewards must be a non-empty 1-D tensor, got shape {tuple(rewards.shape)}")
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards must be finite numbers (no NaN or inf)")
+    if not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size must be a whole number >= 2 (a group of one has no "
+                         f"baseline but itself), got {group_size!r}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"group_size ({group_size}) must divide the number of rewards "
+                         f"({rewards.numel()}): G completions of each prompt, side by side")
+    if eps <= 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+    grouped = rewards.view(-1, group_size)  # (B / G, G): one row per prompt
+    mean = grouped.mean(1, keepdim=True)
+    std = grouped.std(1, keepdim=True)  # sample std, as TRL
+    same = (grouped == grouped[:, :1]).all(1, keepdim=True)  # all equal: no signal
+    adv = torch.where(same, torch.zeros_like(grouped), (grouped - mean) / (std + eps))
+    return adv.reshape(-1)
 
 
 def ppo_token_loss(
@@ -371,6 +452,12 @@ TRAIN_METRICS = {
     "val/completion_length": "mean number of completion tokens up to and including the first `;`",
     "beta": "KL coefficient used this iteration (changes only with the adaptive controller)",
 }
+# Logged only when a rollout samples groups (``group_size > 1``), so chapter 5's logs are as
+# they were. TRL's name: trl/trainer/grpo_trainer.py logs "frac_reward_zero_std" (the share of
+# completions whose group's reward std is 0, the same as the share of such groups).
+GROUP_METRICS = {
+    "frac_reward_zero_std": "share of groups whose rewards are all equal: their advantages are 0",
+}
 
 
 @dataclass
@@ -391,15 +478,18 @@ class Rollout:
 
 @torch.no_grad()
 def rollout(policy, reference, pool, cfg, g) -> Rollout:
-    """Return a :class:`Rollout`: one sampled completion per prompt.
+    """Return a :class:`Rollout` of ``cfg.batch_size`` completions.
 
-    ``cfg.batch_size`` prompts drawn from ``pool`` with generator ``g``;
-    completions sampled at ``cfg.temperature``.
+    ``cfg.batch_size // cfg.group_size`` prompts drawn from ``pool`` with
+    generator ``g``, each repeated ``cfg.group_size`` times side by side
+    (once in chapter 5; GRPO samples several); completions
+    sampled at ``cfg.temperature``.
 
     Defined in chapter 5.
     """
-    T = cfg.temperature
-    pairs = task.sample_pairs(cfg.batch_size, g, pool)  # (B, 2)
+    T, G = cfg.temperature, cfg.group_size
+    pairs = task.sample_pairs(cfg.batch_size // G, g, pool)  # (B / G, 2)
+    pairs = pairs.repeat_interleave(G, dim=0)  # (B, 2): G rows a prompt
     prompts = task.encode_prompts(pairs)  # (B, 6)
     completions = generate(policy, prompts, T, generator=g)  # (B, 4)
     mask = completion_mask(completions)  # (B, 4)
@@ -422,12 +512,22 @@ def score_and_advantages(batch, reward_fn, beta, cfg,
     batch; then ``advantage_fn`` (default :func:`kl_shaped_advantages`)
     puts the leash and the score into per-token advantages. With the leash
     in the loss (``cfg.kl_placement == "loss"``) it gets beta = 0.
+    In GRPO (``cfg.advantages == "group"``, not taught yet) the default
+    ``advantage_fn`` is :func:`group_advantages`: each raw score gets one
+    advantage against its group, copied to every kept token.
 
     Defined in chapter 5.
     """
-    advantage_fn = advantage_fn or kl_shaped_advantages
     rewards = reward_fn(batch.pairs, batch.prompts, batch.completions)
     rewards = rewards.float()  # (B,)
+    if cfg.advantages == "group":  # GRPO: no batch baseline
+        group_fn = advantage_fn or group_advantages
+        a = group_fn(rewards, cfg.group_size, cfg.adv_eps)  # (B,)
+        if a.shape != rewards.shape:
+            raise ValueError(f"group advantages must be (B,) = "
+                             f"{tuple(rewards.shape)}, got {tuple(a.shape)}")
+        return rewards, a[:, None] * batch.mask  # (B, 4)
+    advantage_fn = advantage_fn or kl_shaped_advantages
     z = standardized_scores(rewards, cfg.adv_clip, cfg.adv_eps)  # (B,)
     leash = beta if cfg.kl_placement == "reward" else 0.0
     adv = advantage_fn(z, batch.old_logp, batch.ref_logp, batch.mask,
@@ -476,11 +576,12 @@ def ppo_update(policy, opt, batch, adv, beta, cfg, loss_fn=None):
             "loss/policy_avg": float(np.mean(stats["loss"]))}
 
 
-def batch_metrics(batch, rewards, stats, beta) -> dict:
+def batch_metrics(batch, rewards, stats, beta, group_size=1) -> dict:
     """Return this iteration's :data:`TRAIN_METRICS`, one float each.
 
     ``rewards`` (B,) as :func:`score_and_advantages` returned them;
-    ``stats`` as :func:`ppo_update` returned them.
+    ``stats`` as :func:`ppo_update` returned them. With groups
+    (``group_size > 1``), also :data:`GROUP_METRICS`.
 
     Defined in chapter 5.
     """
@@ -488,7 +589,7 @@ def batch_metrics(batch, rewards, stats, beta) -> dict:
     n_tok = mask.sum()
     kl = ((batch.old_logp - batch.ref_logp) * mask).sum() / n_tok
     entropy = (batch.entropy * mask).sum() / n_tok
-    return {
+    metrics = {
         "objective/scores": rewards.double().mean().item(),
         "objective/kl": kl.item(),
         "objective/entropy": entropy.item(),
@@ -496,6 +597,11 @@ def batch_metrics(batch, rewards, stats, beta) -> dict:
         "val/completion_length": mask.sum(1).double().mean().item(),
         "beta": float(beta),
     }
+    if group_size > 1:  # groups whose rewards are all equal
+        grouped = rewards.view(-1, group_size)  # (B / G, G)
+        same = (grouped == grouped[:, :1]).all(1)  # (B / G,)
+        metrics["frac_reward_zero_std"] = same.double().mean().item()
+    return metrics
 
 
 def _record_eval(log: dict, ev: dict) -> None:
@@ -524,7 +630,8 @@ def ppo_train(
     ``reward_fn(pairs, prompts, completions) -> (B,)`` scores completions:
     :func:`rm_reward` or :func:`verifier_reward`. ``rm`` (optional) only
     logs the RM's score of the greedy answers. ``advantage_fn`` replaces
-    :func:`kl_shaped_advantages` and ``loss_fn`` replaces
+    :func:`kl_shaped_advantages` (:func:`group_advantages` when
+    ``config.advantages == "group"``) and ``loss_fn`` replaces
     :func:`ppo_token_loss` (same signatures), so a learner's own functions
     can drive the run. With ``config.kl_placement == "loss"``,
     ``advantage_fn`` gets beta = 0 and ``beta * k3_loss_term`` is added to
@@ -538,7 +645,8 @@ def ppo_train(
     The log holds per-iteration eval lists with the start at index 0
     (length iterations + 1): ``accuracy``, ``rm_score``, ``kl``, ``kinds``
     (dict of lists); the training-batch metrics of :data:`TRAIN_METRICS`
-    (length iterations); and ``config``, ``beta0``.
+    (length iterations), with :data:`GROUP_METRICS` when
+    ``config.group_size > 1``; and ``config``, ``beta0``.
 
     Defined in chapter 5.
     """
@@ -566,7 +674,7 @@ def ppo_train(
 
     bar = progress_bar(total=cfg.iterations, desc=desc, enabled=progress)
     for it in range(cfg.iterations):
-        # 1. rollout: a sampled completion per prompt, with its log-probs
+        # 1. rollout: sampled completions (G a prompt), with their log-probs
         batch = rollout(policy, reference, pool, cfg, g)
         # 2.-4. score, leash and advantages, fixed for this batch
         rewards, adv = score_and_advantages(batch, reward_fn, beta, cfg,
@@ -577,9 +685,10 @@ def ppo_train(
             group["lr"] = cfg.lr * decay
         stats = ppo_update(policy, opt, batch, adv, beta, cfg, loss_fn)
         # 6. log the batch, then evaluate on the fixed eval prompts
-        metrics = batch_metrics(batch, rewards, stats, beta)
+        metrics = batch_metrics(batch, rewards, stats, beta,
+                                cfg.group_size)
         for name, value in metrics.items():
-            log[name].append(value)
+            log.setdefault(name, []).append(value)
         policy.eval()
         ev = evaluate(policy, reference, rm, evalset, T, cache)
         _record_eval(log, ev)

@@ -13,12 +13,12 @@ def test_within_budget_only_when_every_stage_is():
     budgets = [budget for _, budget in bench.STAGES.values()]
     assert bench.judge(rows(budgets))  # exactly at the budget counts as within
     over = rows(budgets[:1] + [budgets[1] + 0.1] + budgets[2:])
-    assert not bench.judge(over) and [r["within_budget"] for r in over] == [True, False, True, True]
+    assert not bench.judge(over) and [r["within_budget"] for r in over] == [True, False] + [True] * (len(budgets) - 2)
     assert not bench.judge(rows(budgets, peak_mb=bench.MEMORY_BUDGET_MB))
 
 
 def test_the_table_shows_each_stage_its_budget_and_what_is_over():
-    judged = rows([9.54, 12.0, 21.23, 12.5])
+    judged = rows([9.54, 12.0, 21.23, 12.5, 4.0])
     bench.judge(judged)
     lines = bench.format_table(judged).splitlines()
     assert lines[0].split() == ["stage", "wall", "time", "budget", "peak", "memory", "what"]
@@ -30,3 +30,21 @@ def test_the_table_shows_each_stage_its_budget_and_what_is_over():
 def test_an_unknown_stage_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="stage must be one of"):
         bench.run_stage("nope", tmp_path)
+
+
+def test_every_stage_runs_once_in_the_order():
+    assert sorted(bench.ORDER) == sorted(bench.STAGES) and len(bench.ORDER) == len(set(bench.ORDER))
+    assert bench.ORDER[-1] == "pipeline"  # from scratch, in a folder of its own
+
+
+def test_the_grpo_stage_runs_both_grpo_arms_for_one_seed(monkeypatch):
+    import minirlhf.experiment as experiment
+
+    calls = []
+    monkeypatch.setattr(experiment, "run_experiment", lambda **kw: calls.append(kw))
+    bench._work("one_seed_grpo_arms")
+    assert calls == [{"seeds": 1, "progress": False, "arms": ("grpo-verifier", "grpo-rm")}]
+    assert all(arm in experiment.REGISTRY for arm in calls[0]["arms"])
+    calls.clear()
+    bench._work("one_seed_both_arms")  # chapter 5's stage is unchanged: the default arms
+    assert calls == [{"seeds": 1, "progress": False}]

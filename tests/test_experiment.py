@@ -112,7 +112,8 @@ def test_absurd_seed_counts_are_refused(capsys):
 def test_long_runs_say_how_long_and_which_seed(tiny_models, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(experiment, "SECONDS_PER_ARM_ITERATION", 100.0)
 
-    class Clock:  # 20 s pass between two readings of the clock: 60 s per seed
+    class Clock:  # 20 s pass between two readings of the clock: 140 s per seed (seven
+        # intervals: the seed, the experiment and each of the two arms' runs read it)
         now = 0.0
 
         @classmethod
@@ -125,7 +126,7 @@ def test_long_runs_say_how_long_and_which_seed(tiny_models, tmp_path, monkeypatc
     out = capsys.readouterr().out
     assert "3 seeds x 2 arms x 1 iterations: about 10.0 min (a rough estimate" in out
     assert "seed 1 of 3" in out and "seed 3 of 3" in out
-    assert "seed 1 took 60.0 s: about 2.0 min to go for the other 2" in out
+    assert "seed 1 took 140.0 s: about 4.7 min to go for the other 2" in out
 
 
 def test_ctrl_c_keeps_the_finished_seeds_and_nothing_partial(tiny_models, tmp_path, monkeypatch, capsys):
@@ -171,3 +172,82 @@ def test_running_seed_by_seed_gives_the_results_of_one_run(tiny_models):
     whole = experiment.run_experiment([0, 1], 2, progress=False)
     parts = experiment._merge([experiment.run_experiment([seed], 2, progress=False) for seed in (0, 1)])
     assert parts["arms"] == whole["arms"] and parts["settings"] == whole["settings"]
+
+
+# ---- the arms come from one registry
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--arms", "ppo"], "invalid choice: 'ppo'"),
+        (["--arms"], "expected at least one argument"),
+        (["--arms", "rm", "grpo-rm", "rm"], "names an arm twice"),
+        (["--beta-grpo-rm", "0.1"], "the arm grpo-rm is not among --arms (rm verifier)"),
+        (["--arms", "grpo-verifier", "--beta-rm", "0.2"], "the arm rm is not among --arms"),
+        (["--arms", "grpo-rm", "--beta-grpo-rm", "-1"], ">= 0"),
+    ],
+)
+def test_bad_arms_get_a_one_line_error(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: pytest.fail("the run started"))
+    assert message in one_line_error(argv, capsys)
+
+
+def test_help_lists_every_registered_arm(capsys):
+    with pytest.raises(SystemExit):
+        experiment.main(["--help"])
+    out = capsys.readouterr().out
+    assert "--arms ARM [ARM ...]" in out and "default: rm verifier" in out
+    listed = out[out.index("arms (--arms):"):].splitlines()[1:]
+    assert [line.split()[0] for line in listed] == list(experiment.REGISTRY)
+    for arm in experiment.REGISTRY:
+        assert f"--beta-{arm}" in out
+
+
+def test_the_registry_names_each_arms_reward_beta_and_settings():
+    assert experiment.ARMS == ("rm", "verifier", "grpo-verifier", "grpo-rm")
+    assert experiment.DEFAULT_ARMS == ("rm", "verifier")
+    assert experiment.DEFAULT_BETA["rm"] == 0.5 and experiment.DEFAULT_BETA["verifier"] == 0.08
+    for name in ("rm", "verifier"):  # chapter 5's arms change nothing in the recipe
+        assert experiment.REGISTRY[name].settings == {}
+        assert experiment.arm_config(name, experiment.PPOConfig()) == experiment.PPOConfig()
+    for name, reward in (("grpo-verifier", "verifier"), ("grpo-rm", "rm")):
+        arm = experiment.REGISTRY[name]
+        cfg = experiment.arm_config(name, experiment.PPOConfig(), seed=3)
+        assert arm.reward == reward and cfg.seed == 3
+        assert (cfg.group_size, cfg.advantages, cfg.kl_placement) == (8, "group", "loss")
+        assert cfg.batch_size // cfg.group_size == 8  # 8 prompts x 8 completions = 64, as chapter 5
+    with pytest.raises(ValueError, match="arm must be one of"):
+        experiment.run_arm("grpo", None, None, 0, 0.1, experiment.PPOConfig())
+
+
+def test_cli_runs_any_registered_arms_keyed_by_name(tiny_models, tmp_path, capsys):
+    argv = ["--arms", "grpo-verifier", "rm", "--seeds", "2", "--iterations", "2",
+            "--beta-grpo-verifier", "0.3", "--out", str(tmp_path)]
+    assert experiment.main(argv) == 0
+    printed = capsys.readouterr().out
+    table = printed[printed.index("arm "):].splitlines()
+    assert [line.split()[0] for line in table[1:3]] == ["grpo-verifier", "rm"]
+    assert table[1].split()[-7] == "-"  # no original run for a GRPO arm
+    assert "grpo-verifier: share of groups with equal rewards" in printed
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert list(results["arms"]) == ["grpo-verifier", "rm"]
+    assert results["settings"]["beta"] == {"grpo-verifier": 0.3, "rm": 0.5}
+    assert results["settings"]["arm_settings"] == {"grpo-verifier": experiment.GRPO_SETTINGS}
+    grpo, rm = results["arms"]["grpo-verifier"]["1"], results["arms"]["rm"]["1"]
+    assert len(grpo["frac_reward_zero_std"]) == 2 and "frac_reward_zero_std" not in rm
+    assert set(results["run_seconds"]["rm"]) == {"0", "1"}
+    summary = results["summary"]["grpo-verifier"]
+    means = [sum(results["arms"]["grpo-verifier"][s]["frac_reward_zero_std"]) / 2 for s in ("0", "1")]
+    assert summary["zero_std_mean"] == pytest.approx(sum(means) / 2) and "zero_std_mean" not in results["summary"]["rm"]
+
+
+def test_the_default_run_keeps_chapter_5s_layout(tiny_models):
+    results = experiment.run_experiment([0], 1, progress=False)
+    assert list(results["arms"]) == ["rm", "verifier"] and "arm_settings" not in results["settings"]
+    assert set(results["settings"]) == {"seeds", "iterations", "beta", "ppo"}
+    assert all("frac_reward_zero_std" not in run for runs in results["arms"].values() for run in runs.values())
+    with pytest.raises(ValueError, match="not among the arms"):
+        experiment.run_experiment([0], 1, progress=False, betas={"grpo-rm": 0.1})
+    with pytest.raises(ValueError, match="arm must be one of"):
+        experiment.run_experiment([0], 1, progress=False, arms=("rm", "dpo"))
