@@ -37,6 +37,7 @@ from minirlhf.model import (GPTConfig, TinyGPT, generate, make_generator,
                             n_params, reward_scores)
 # the Okabe-Ito colors, safe for color blindness
 from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY
+from minirlhf.progress import progress_bar
 from minirlhf.studies import rm_blind_spot
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
@@ -618,6 +619,8 @@ def train_rm_with_near_misses(steps, share, cfg=None, flip=0.0):
                             weight_decay=cfg.weight_decay)
     n_near = int(round(share * cfg.batch_size))
     n_flip = int(round(flip * cfg.batch_size))
+    bar = progress_bar(total=steps, enabled=PROGRESS,
+                       desc=f"RM, near-miss share {share:g}, flip {flip:g}")
     for _ in range(steps):
         # 1. a batch of pairs: correct answer against a wrong one
         batch = task.sample_pairs(cfg.batch_size, g, pool)  # (B, 2)
@@ -636,6 +639,8 @@ def train_rm_with_near_misses(steps, share, cfg=None, flip=0.0):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        bar.update(1)
+    bar.close()
     return model.eval()
 
 
