@@ -115,6 +115,8 @@ def objective(slip=None):
         if slip == "kl subtracted twice":
             J = J - penalty
         loss = -J if slip == "policy_loss = -J" else J
+        if slip == "kl subtracted from the objective only":  # policy_loss stays the surrogate
+            loss, J = J, J - penalty
         out = {"objective": round(float(J), 2), "policy_loss": round(float(loss), 2),
                "kl_penalty": round(float(penalty), 2)}
         if slip == "numpy scalars":
@@ -129,7 +131,8 @@ def objective(slip=None):
 
 
 # 1 the per-token ratio, KL and advantage, 2 the min and the clip, 3 the dict and J without the penalty
-PPO_TABLE = [("kl subtracted twice", "kl-twice", 3), ("no clip", "min-clip", 2), ("clip only", "min-clip", 2),
+PPO_TABLE = [("kl subtracted twice", "kl-twice", 3), ("kl subtracted from the objective only", "kl-twice", 3),
+             ("no clip", "min-clip", 2), ("clip only", "min-clip", 2),
              ("max", "min-clip", 2), ("kl reversed", "kl-sign", 1), ("no kl in the advantage", "no-kl", 1),
              ("ratio upside down", "ratio-inverted", 1), ("policy_loss = -J", "loss-negated", 3),
              ("numpy scalars", "numpy-scalar", 3), ("no kl_penalty key", "missing-key", 3), ("a tuple", "type", 3)]

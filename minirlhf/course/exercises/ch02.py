@@ -145,8 +145,10 @@ def _objective_slip(kind: str):
         surrogate = {"no-clip": ratio * adv, "clip-only": clipped,
                      "max": np.maximum(ratio * adv, clipped)}.get(kind, np.minimum(ratio * adv, clipped))
         penalty = beta * (new - ref).mean()
-        j = surrogate.mean() - (penalty if kind == "kl-twice" else 0.0)
-        loss = -j if kind == "loss-negated" else j
+        # "kl-twice" subtracts the penalty from J everywhere; "kl-twice-objective" only from the
+        # "objective" entry, leaving "policy_loss" the plain surrogate
+        j = surrogate.mean() - (penalty if kind in ("kl-twice", "kl-twice-objective") else 0.0)
+        loss = {"loss-negated": -j, "kl-twice-objective": surrogate.mean()}.get(kind, j)
         return {"objective": round(float(j), 2), "policy_loss": round(float(loss), 2),
                 "kl_penalty": round(float(penalty), 2)}
 
@@ -156,6 +158,9 @@ def _objective_slip(kind: str):
 OBJECTIVE_SLIPS = (
     Slip("kl-twice", _objective_slip("kl-twice"), "that is J minus the KL penalty, but the penalty is "
                                                   "already inside the advantage: do not subtract it again"),
+    Slip("kl-twice", _objective_slip("kl-twice-objective"), "that is J minus the KL penalty, but the penalty "
+                                                            "is already inside the advantage: do not subtract "
+                                                            "it again"),
     Slip("min-clip", _objective_slip("no-clip"), "that is the mean of ratio * adv: the clipped term is missing"),
     Slip("min-clip", _objective_slip("clip-only"), "that is the clipped term alone: take the minimum of "
                                                     "both terms"),
