@@ -32,7 +32,6 @@
 import ast
 import copy
 import inspect
-import json
 import re
 import textwrap
 from dataclasses import asdict, fields
@@ -46,7 +45,7 @@ from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
-from minirlhf.course.runs import load_or_run, same_curves
+from minirlhf.course.runs import load_or_run, same_curves, stored_experiment
 from minirlhf.course.source import Source
 from minirlhf.model import (completion_logprobs, completion_mask, generate,
                             make_generator, n_params, reward_scores)
@@ -577,7 +576,8 @@ for arm, log in runs.items():
 # results from `outputs/results.json` when they were made by the package's current code
 # with these settings and from the same starting policy, and otherwise runs the experiment
 # now (well under a minute) and writes them there, with the three figures
-# (`minirlhf.course.runs.load_or_run` does that bookkeeping for every stored run of this chapter).
+# (`minirlhf.course.runs.stored_experiment` does that; chapter 6 reads the same file through
+# it, and `load_or_run` does the same bookkeeping for every other stored run).
 #
 # The experiment uses the package's own functions, and its seed 0 is the pair of runs above. The
 # last line of the cell says whether the two agree to the last digit. They do when your
@@ -591,22 +591,9 @@ SEEDS = [0, 1, 2, 3, 4]
 BETA = {arm: beta for arm, (_, beta) in ARMS.items()}
 
 
-def run_experiment():
-    """Return the results of both arms for every seed, laid out as
-    `python -m minirlhf.experiment` writes them (it also draws the
-    figures)."""
-    done = experiment.run_experiment(SEEDS, cfg.iterations, BETA["rm"],
-                                     BETA["verifier"], cfg,
-                                     progress=PROGRESS)
-    experiment.write_outputs(done, OUTPUTS)
-    return json.loads((OUTPUTS / "results.json").read_text())
-
-
-results = load_or_run(
-    OUTPUTS / "results.json",
-    {"seeds": SEEDS, "iterations": cfg.iterations, "beta": BETA,
-     "ppo": asdict(cfg)},
-    {(arm, "0"): runs[arm] for arm in ARMS}, run_experiment)
+results = stored_experiment(SEEDS, cfg, BETA,
+                            {(arm, "0"): runs[arm] for arm in ARMS},
+                            progress=PROGRESS)
 logs = {arm: [results["arms"][arm][str(s)] for s in SEEDS] for arm in ARMS}
 curves = {arm: {key: np.array([log[key] for log in logs[arm]])  # (5, 26)
                 for key in ("accuracy", "rm_score", "kl")} for arm in ARMS}

@@ -32,7 +32,6 @@
 # ```
 
 # %%
-import json
 from dataclasses import asdict
 
 import matplotlib.pyplot as plt
@@ -44,7 +43,7 @@ from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
-from minirlhf.course.runs import load_or_run, same_curves
+from minirlhf.course.runs import load_or_run, same_curves, stored_experiment
 from minirlhf.model import (completion_logprobs, completion_mask, generate,
                             make_generator, n_params, reward_scores)
 from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
@@ -84,22 +83,9 @@ for arm in ARMS:
                                       progress=PROGRESS)
 
 
-def run_experiment():
-    """Return the results of both arms for every seed, laid out as
-    `python -m minirlhf.experiment` writes them (it also draws the
-    figures)."""
-    done = experiment.run_experiment(SEEDS, cfg.iterations, BETA["rm"],
-                                     BETA["verifier"], cfg,
-                                     progress=PROGRESS)
-    experiment.write_outputs(done, OUTPUTS)
-    return json.loads((OUTPUTS / "results.json").read_text())
-
-
-results = load_or_run(
-    OUTPUTS / "results.json",
-    {"seeds": SEEDS, "iterations": cfg.iterations, "beta": BETA,
-     "ppo": asdict(cfg)},
-    {(arm, "0"): runs[arm] for arm in ARMS}, run_experiment)
+results = stored_experiment(SEEDS, cfg, BETA,
+                            {(arm, "0"): runs[arm] for arm in ARMS},
+                            progress=PROGRESS)
 logs = {arm: [results["arms"][arm][str(s)] for s in SEEDS] for arm in ARMS}
 summary = experiment.summarize(results)
 

@@ -36,3 +36,29 @@ def test_same_curves_compares_to_the_last_digit():
     a = {"accuracy": [0.5, 0.6], "rm_score": [1.0, 1.1], "kl": [0.0, 0.1]}
     b = {**a, "kl": [0.0, 0.1 + 1e-12]}
     assert runs.same_curves(a, a) and not runs.same_curves(a, b) and runs.same_curves(a, b, upto=1)
+
+
+def test_stored_experiment_runs_once_then_reads_the_file(tmp_path, monkeypatch):
+    import json
+
+    from minirlhf.ppo import PPOConfig
+
+    made = []
+
+    def fake_run(seeds, iterations, beta_rm, beta_verifier, cfg, progress=False):
+        made.append((tuple(seeds), iterations, beta_rm, beta_verifier))
+        return {"seeds": list(seeds)}
+
+    def fake_write(done, folder):
+        (folder / "results.json").write_text(json.dumps({"arms": {"rm": {}}, **done}))
+
+    monkeypatch.setattr(runs, "OUTPUTS", tmp_path)
+    monkeypatch.setattr(runs.experiment, "run_experiment", fake_run)
+    monkeypatch.setattr(runs.experiment, "write_outputs", fake_write)
+    cfg, beta = PPOConfig(iterations=3), {"rm": 0.5, "verifier": 0.08}
+    first = runs.stored_experiment([0, 1], cfg, beta, {})
+    again = runs.stored_experiment([0, 1], cfg, beta, {})
+    assert made == [((0, 1), 3, 0.5, 0.08)] and first == again
+    assert first["settings"]["seeds"] == [0, 1] and first["settings"]["ppo"]["iterations"] == 3
+    runs.stored_experiment([0, 1, 2], cfg, beta, {})  # other seeds: run again
+    assert len(made) == 2

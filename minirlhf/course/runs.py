@@ -9,13 +9,14 @@ the starting point of a few runs the chapter has just made itself.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from .. import experiment
-from ..paths import write_atomic
+from ..paths import OUTPUTS, write_atomic
 from ..store import code_fingerprint
 
-__all__ = ["same_curves", "load_or_run"]
+__all__ = ["same_curves", "load_or_run", "stored_experiment"]
 
 
 def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
@@ -42,3 +43,24 @@ def load_or_run(path: Path, settings: dict, starts: dict, run) -> dict:
     stored = {**run(), "settings": settings}
     write_atomic(path, json.dumps(stored, indent=1))
     return json.loads(path.read_text())
+
+
+def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = False) -> dict:
+    """Return chapter 5's experiment: both arms for every seed in ``seeds``, with the PPO
+    settings ``cfg`` and ``beta`` (``{arm: beta}``), laid out as ``python -m
+    minirlhf.experiment`` writes ``outputs/results.json``.
+
+    Read from that file through :func:`load_or_run` (``starts`` as there: the seed-0 runs a
+    chapter has just made); otherwise run with :func:`minirlhf.experiment.run_experiment`
+    and written with the three figures. Chapters 5 and 6 both call it, so they read one file
+    with one set of settings and never show different runs.
+    """
+
+    def run():
+        done = experiment.run_experiment(seeds, cfg.iterations, beta["rm"], beta["verifier"], cfg,
+                                         progress=progress)
+        experiment.write_outputs(done, OUTPUTS)
+        return json.loads((OUTPUTS / "results.json").read_text())
+
+    settings = {"seeds": list(seeds), "iterations": cfg.iterations, "beta": beta, "ppo": asdict(cfg)}
+    return load_or_run(OUTPUTS / "results.json", settings, starts, run)
