@@ -43,7 +43,8 @@ from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
-from minirlhf.course.runs import load_or_run, same_curves, stored_experiment
+from minirlhf.course.runs import (load_or_run, same_curves,
+                                  stored_experiment, stored_starts)
 from minirlhf.model import (completion_logprobs, completion_mask, generate,
                             make_generator, n_params, reward_scores)
 from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
@@ -551,32 +552,8 @@ PPO_SEEDS = [0, 1, 2]
 GAIN_CLAIM = 0.15  # chapter 5's claim: the verifier arm gains at least this
 
 
-def gain(log):
-    """Return a run's true accuracy at the end minus at the start."""
-    return log["accuracy"][-1] - log["accuracy"][0]
-
-
-def run_starts():
-    """Return {'arms': {sft_seed: {'steps', 'start', 'rm', 'verifier'}}}:
-    each arm's gain from that start, one per PPO seed."""
-    out = {}
-    for seed, (start, m) in starts.items():
-        row = {"steps": m["steps"], "start": m["accuracy"]}
-        for arm in ARMS:
-            row[arm] = [gain(experiment.run_arm(arm, start, rm, s,
-                                                BETA[arm], cfg,
-                                                progress=PROGRESS)[1])
-                        for s in PPO_SEEDS]
-        out[str(seed)] = row
-    return {"arms": out}
-
-
-by_start = load_or_run(
-    OUTPUTS / "sft_starts.json",
-    {"sft_seeds": SFT_SEEDS, "ppo_seeds": PPO_SEEDS, "beta": BETA,
-     "ppo": asdict(cfg),
-     "steps": {str(s): m["steps"] for s, (_, m) in starts.items()}},
-    {}, run_starts)["arms"]
+by_start = stored_starts(OUTPUTS / "sft_starts.json", starts, rm, BETA, cfg,
+                         PPO_SEEDS, progress=PROGRESS)
 gain_v = {k: float(np.mean(r["verifier"])) for k, r in by_start.items()}
 gain_r = {k: float(np.mean(r["rm"])) for k, r in by_start.items()}
 print(f"mean gain over PPO seeds {PPO_SEEDS}")
@@ -776,7 +753,7 @@ print("rm arm at the end, per-prompt baseline: RM score "
 
 # %%
 for arm in ARMS:
-    gains = [gain(log) for log in sweep[arm].values()]
+    gains = [robustness.gain(log) for log in sweep[arm].values()]
     kls = [log["kl"][-1] for log in sweep[arm].values()]
     print(f"{arm + ' arm':<13} beta {BETAS[0]:g} to {BETAS[-1]:g}: accuracy "
           f"gain {min(gains):+.3f} to {max(gains):+.3f},\n"

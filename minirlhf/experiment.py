@@ -29,7 +29,7 @@ import torch
 
 from . import paths, task
 from .model import make_generator, reward_scores
-from .palette import ARM_COLORS, GREEN, PINK
+from .palette import ARM_COLORS, GREEN, PINK, SKY, YELLOW
 from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
 from .reward_model import HELDOUT_SEED
 from .store import load_rm, load_sft
@@ -78,6 +78,14 @@ REGISTRY = {
                          help="GRPO: the verifier, 8 prompts x 8 completions, k3 loss term"),
     "grpo-rm": Arm("rm", 1.5, "GRPO reward-model arm", PINK, GRPO_SETTINGS,
                    help="GRPO: the reward model's score, 8 x 8, k3 loss term"),
+    # Chapter 8's variants of the group baseline, at grpo-verifier's beta: without the
+    # division by the group's std (Liu et al. 2025), and the leave-one-out baseline of RLOO.
+    "centred-verifier": Arm("verifier", 0.12, "group-centred verifier arm", YELLOW,
+                            {**GRPO_SETTINGS, "advantages": "group-centred"},
+                            help="GRPO without the std: r minus the group's mean"),
+    "rloo-verifier": Arm("verifier", 0.12, "RLOO verifier arm", SKY,
+                         {**GRPO_SETTINGS, "advantages": "rloo"},
+                         help="GRPO with RLOO's baseline: r minus the others' mean"),
 }
 ARMS = tuple(REGISTRY)  # every registered arm
 DEFAULT_ARMS = ("rm", "verifier")  # chapter 5's experiment, the command's default

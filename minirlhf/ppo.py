@@ -1,11 +1,14 @@
 """PPO for RLHF on the arithmetic task: one function, ``ppo_train``, for every arm of the book.
 
-Defined in chapter 5 (``ppo_train``, ``ppo_token_loss``) and chapter 7 (``adaptive_kl_update``, ``gae``).
+Defined in chapter 5 (``ppo_train``, ``ppo_token_loss``), chapter 7 (``adaptive_kl_update``,
+``gae``) and chapter 8 (GRPO: ``group_advantages``, ``grpo_token_loss`` and the variants
+``group_centred_advantages`` and ``rloo_advantages``).
 
 Chapter 5's arms differ in one argument, ``reward_fn``: the reward model's score, or the
 verifier. GRPO (Shao et al. 2024) differs from them in three settings of :class:`PPOConfig`
 and nothing else: ``group_size`` (G completions of each prompt), ``advantages="group"``
-(:func:`group_advantages`) and ``kl_placement="loss"`` (:func:`k3_loss_term`).
+(:func:`group_advantages`) and ``kl_placement="loss"`` (:func:`grpo_token_loss`: the clipped
+surrogate plus ``beta`` times :func:`k3_loss_term`).
 One iteration of chapter 5's recipe does what every RLHF trainer does, at toy scale:
 
 1. rollout: sample a completion for each of 64 training prompts at temperature 0.7 (with
@@ -65,7 +68,8 @@ from .progress import progress_bar
 
 __all__ = [
     "PPOConfig", "KL_PLACEMENTS", "ppo_token_loss", "standardized_scores", "kl_shaped_advantages",
-    "k3_loss_term", "adaptive_kl_update", "gae", "ADVANTAGES", "group_advantages", "GROUP_METRICS",
+    "k3_loss_term", "grpo_token_loss", "adaptive_kl_update", "gae", "ADVANTAGES", "group_advantages",
+    "group_centred_advantages", "rloo_advantages", "GROUP_ADVANTAGES", "GROUP_METRICS",
     "rm_reward", "verifier_reward", "evaluate", "EvalSet", "ppo_train", "TRAIN_METRICS",
     "Rollout", "rollout", "score_and_advantages", "ppo_update", "batch_metrics",
 ]
@@ -140,10 +144,14 @@ class PPOConfig:
     default); TRL's PPO trainer samples one completion per prompt."""
     advantages: str = "batch"
     """The advantage estimator. ``"batch"``: the score standardized over the batch, then
-    :func:`kl_shaped_advantages` (chapter 5). ``"group"``: GRPO's :func:`group_advantages`,
-    each completion's score against its own group of ``group_size`` (needs ``group_size >= 2``
-    and ``kl_placement="loss"``: it puts no leash in the advantages). TRL: ``GRPOTrainer``'s
-    advantages with ``scale_rewards="group"``; no counterpart in TRL's PPO trainer."""
+    :func:`kl_shaped_advantages` (chapter 5). The group estimators of chapter 8 score each
+    completion against its own group of ``group_size`` (they need ``group_size >= 2`` and
+    ``kl_placement="loss"``: they put no leash in the advantages): ``"group"``, GRPO's
+    :func:`group_advantages` (TRL: ``GRPOTrainer`` with ``scale_rewards="group"``);
+    ``"group-centred"``, the same without dividing by the group's std,
+    :func:`group_centred_advantages` (Liu et al. 2025; TRL: ``scale_rewards="none"``);
+    ``"rloo"``, the leave-one-out baseline, :func:`rloo_advantages` (Ahmadian et al. 2024).
+    No counterpart in TRL's PPO trainer."""
 
     def __post_init__(self):
         if self.kl_placement not in KL_PLACEMENTS:
@@ -155,17 +163,17 @@ class PPOConfig:
         if self.batch_size % self.group_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of group_size "
                              f"({self.group_size}): each prompt gets group_size completions")
-        if self.advantages == "group" and self.group_size < 2:
-            raise ValueError("advantages='group' needs group_size >= 2: a group of one has only "
-                             "itself as a baseline, so every advantage would be 0")
-        if self.advantages == "group" and self.kl_placement != "loss":
-            raise ValueError("advantages='group' puts no leash in the advantages: use "
-                             "kl_placement='loss' (GRPO's k3 loss term), got "
+        if self.advantages != "batch" and self.group_size < 2:
+            raise ValueError(f"advantages={self.advantages!r} needs group_size >= 2: a group of "
+                             "one has only itself as a baseline, so every advantage would be 0")
+        if self.advantages != "batch" and self.kl_placement != "loss":
+            raise ValueError(f"advantages={self.advantages!r} puts no leash in the advantages: "
+                             "use kl_placement='loss' (GRPO's k3 loss term), got "
                              f"kl_placement={self.kl_placement!r}")
 
 
 KL_PLACEMENTS = ("reward", "loss")
-ADVANTAGES = ("batch", "group")
+ADVANTAGES = ("batch", "group", "group-centred", "rloo")
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -246,7 +254,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) 
     1.07 times the population std, so the advantages are that much smaller. Chapter 5's
     :func:`standardized_scores` uses the population std of the batch.
 
-    GRPO's estimator (Shao et al. 2024); the book's GRPO chapter is still to come.
+    Defined in chapter 8 (exercise 8.1).
     """
     if rewards.dim() != 1 or rewards.numel() < 1:
         raise ValueError(f"rewards must be a non-empty 1-D tensor, got shape {tuple(rewards.shape)}")
@@ -266,6 +274,45 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) 
     same = (grouped == grouped[:, :1]).all(1, keepdim=True)  # all equal: no signal
     adv = torch.where(same, torch.zeros_like(grouped), (grouped - mean) / (std + eps))
     return adv.reshape(-1)
+
+
+def group_centred_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """Return ``r_i - mean_group`` (B,): :func:`group_advantages` without dividing by the
+    group's std, the change Liu et al. 2025 ("Dr. GRPO") make, so that a group of nearly
+    equal rewards is not scaled up. ``eps`` is unused (the signature of the other group
+    estimators). A group of equal rewards gets exactly 0. TRL: ``GRPOTrainer`` with
+    ``scale_rewards="none"`` (``trl/trainer/grpo_trainer.py``).
+
+    Defined in chapter 8.
+    """
+    group_advantages(rewards, group_size, eps)  # the same checks
+    grouped = rewards.view(-1, group_size)  # (B / G, G)
+    same = (grouped == grouped[:, :1]).all(1, keepdim=True)
+    adv = torch.where(same, torch.zeros_like(grouped), grouped - grouped.mean(1, keepdim=True))
+    return adv.reshape(-1)
+
+
+def rloo_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """Return ``r_i - mean of the other G - 1 rewards of the group`` (B,): the leave-one-out
+    baseline of RLOO (Kool et al. 2019; Ahmadian et al. 2024), which does not use the
+    completion's own reward in its baseline. It equals ``G / (G - 1)`` times
+    :func:`group_centred_advantages`. ``eps`` is unused. TRL's ``RLOOTrainer`` computes the
+    same baseline (``trl/trainer/rloo_trainer.py``) but differs elsewhere: a ratio per
+    completion, the KL in the reward.
+
+    Defined in chapter 8.
+    """
+    group_advantages(rewards, group_size, eps)  # the same checks
+    grouped = rewards.view(-1, group_size)  # (B / G, G)
+    others = (grouped.sum(1, keepdim=True) - grouped) / (group_size - 1)
+    same = (grouped == grouped[:, :1]).all(1, keepdim=True)
+    adv = torch.where(same, torch.zeros_like(grouped), grouped - others)
+    return adv.reshape(-1)
+
+
+GROUP_ADVANTAGES = {"group": group_advantages, "group-centred": group_centred_advantages,
+                    "rloo": rloo_advantages}
+"""The group estimators of :attr:`PPOConfig.advantages`, by name."""
 
 
 def ppo_token_loss(
@@ -294,10 +341,28 @@ def k3_loss_term(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Ten
     ``d = clamp(ref_logp - new_logp, -kl_clamp, kl_clamp)``: GRPO's leash as a loss term (to
     be multiplied by beta), with its gradient through ``new_logp``.
 
-    Defined in chapter 5.
+    Defined in chapter 5 (the leash in the loss); part of chapter 8's :func:`grpo_token_loss`.
     """
     d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)
     return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
+
+
+def grpo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
+                    advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2,
+                    beta: float = 0.04, kl_clamp: float = 10.0) -> torch.Tensor:
+    """Return GRPO's loss (a scalar tensor to minimise): the clipped surrogate of
+    :func:`ppo_token_loss` plus ``beta`` times the mean k3 of :func:`k3_loss_term`, both
+    averaged over every token the mask keeps.
+
+    new_logp, old_logp, ref_logp, advantages, mask: (B, T); each completion's group advantage
+    is copied to its kept tokens. Shao et al. 2024 average each completion's tokens first and
+    then the completions; this averages all kept tokens at once, as TRL's ``GRPOTrainer``
+    does with its default ``loss_type="dapo"`` (``trl/trainer/grpo_trainer.py``).
+
+    Defined in chapter 8 (exercise 8.2).
+    """
+    return (ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon)
+            + beta * k3_loss_term(new_logp, ref_logp, mask, kl_clamp))
 
 
 def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, horizon: int) -> float:
@@ -512,7 +577,7 @@ def score_and_advantages(batch, reward_fn, beta, cfg,
     batch; then ``advantage_fn`` (default :func:`kl_shaped_advantages`)
     puts the leash and the score into per-token advantages. With the leash
     in the loss (``cfg.kl_placement == "loss"``) it gets beta = 0.
-    In GRPO (``cfg.advantages == "group"``, not taught yet) the default
+    In GRPO (``cfg.advantages == "group"``, chapter 8) the default
     ``advantage_fn`` is :func:`group_advantages`: each raw score gets one
     advantage against its group, copied to every kept token.
 
@@ -520,8 +585,8 @@ def score_and_advantages(batch, reward_fn, beta, cfg,
     """
     rewards = reward_fn(batch.pairs, batch.prompts, batch.completions)
     rewards = rewards.float()  # (B,)
-    if cfg.advantages == "group":  # GRPO: no batch baseline
-        group_fn = advantage_fn or group_advantages
+    if cfg.advantages != "batch":  # GRPO: no batch baseline
+        group_fn = advantage_fn or GROUP_ADVANTAGES[cfg.advantages]
         a = group_fn(rewards, cfg.group_size, cfg.adv_eps)  # (B,)
         if a.shape != rewards.shape:
             raise ValueError(f"group advantages must be (B,) = "
@@ -541,21 +606,25 @@ def ppo_update(policy, opt, batch, adv, beta, cfg, loss_fn=None):
 
     Return the clip statistics, averaged over the steps (TRL's names):
     ``policy/clipfrac_avg``, ``policy/approxkl_avg``, ``loss/policy_avg``.
-    ``loss_fn`` (default :func:`ppo_token_loss`) is the clipped surrogate.
+    ``loss_fn`` (default :func:`ppo_token_loss`) is the clipped surrogate;
+    with the leash in the loss it is GRPO's (default
+    :func:`grpo_token_loss`), which also takes ``ref_logp`` and beta.
 
     Defined in chapter 5.
     """
-    loss_fn = loss_fn or ppo_token_loss
+    in_loss = cfg.kl_placement == "loss"  # GRPO's leash: a k3 loss term
+    loss_fn = loss_fn or (grpo_token_loss if in_loss else ppo_token_loss)
     eps, mask, old_logp = cfg.epsilon, batch.mask, batch.old_logp
     stats = {"clipfrac": [], "approxkl": [], "loss": []}
     for _ in range(cfg.updates_per_batch):
         logits = completion_logits(policy, batch.prompts, batch.completions)
         new_logp = logprobs_from_logits(
             logits, batch.completions, cfg.temperature)  # (B, 4)
-        loss = loss_fn(new_logp, old_logp, adv, mask, eps)
-        if cfg.kl_placement == "loss":  # GRPO's leash: a k3 loss term
-            loss = loss + beta * k3_loss_term(
-                new_logp, batch.ref_logp, mask, cfg.kl_clamp)
+        if in_loss:
+            loss = loss_fn(new_logp, old_logp, batch.ref_logp, adv,
+                           mask, eps, beta, cfg.kl_clamp)
+        else:
+            loss = loss_fn(new_logp, old_logp, adv, mask, eps)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(),
@@ -634,8 +703,9 @@ def ppo_train(
     ``config.advantages == "group"``) and ``loss_fn`` replaces
     :func:`ppo_token_loss` (same signatures), so a learner's own functions
     can drive the run. With ``config.kl_placement == "loss"``,
-    ``advantage_fn`` gets beta = 0 and ``beta * k3_loss_term`` is added to
-    the loss. ``callback(iteration, log)`` runs after each iteration;
+    ``advantage_fn`` gets beta = 0 and ``loss_fn`` replaces
+    :func:`grpo_token_loss` (the surrogate plus ``beta`` times k3).
+    ``callback(iteration, log)`` runs after each iteration;
     ``desc`` labels the progress bar.
 
     One iteration calls the stages in turn: :func:`rollout`,

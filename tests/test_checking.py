@@ -2,14 +2,16 @@
 a compact report whose text and HTML are the same on every run."""
 
 import dataclasses
+import json
 import time
 
 import numpy as np
 import pytest
 import torch
 
-from minirlhf.course.cases import (RETURN_CAP, Case, ExpectArray, ExpectDict2, ExpectFloat2, Opaque, call_safely,
-                                   from_plain, judge, next_hint, run_cases, to_plain)
+from minirlhf.course.cases import (RETURN_CAP, Case, Exercise, ExpectArray, ExpectDict2, ExpectFloat, ExpectFloat2,
+                                   Opaque, Raises, call_safely, from_plain, judge, next_hint, raised, run_cases,
+                                   to_plain)
 from minirlhf.course.exercises import EXERCISES, GRADING_ENV, check, get
 
 KL = get("kl_penalty")
@@ -385,3 +387,91 @@ def test_correct_so_far_but_out_of_time_is_slow_not_wrong():
     assert all(len(line) <= 77 for line in text.splitlines())
     assert ">SLOW<" in report._repr_html_()
     assert run_cases(lambda **kw: time.sleep(1), dataclasses.replace(KL, time_limit=0.2)).state == "fail"
+
+
+# ---- a case that expects the call to raise
+
+
+def _needs_two(x, n):
+    if n < 2:
+        raise ValueError(f"n must be at least 2, got {n}")
+    return float(x * n)
+
+
+RAISING = Exercise(name="needs_two", chapter=99, title="Raise on a bad n", expect=ExpectFloat(),
+                   cases=(Case({"x": 1.0, "n": 2}, 2.0, "n = 2 doubles"),
+                          Case({"x": 1.0, "n": 1}, Raises(ValueError, "n must"), "n = 1 is refused")),
+                   hints=("check n", "raise ValueError", "return x * n"), reference=_needs_two,
+                   hint_for={"no-raise": 2, "wrong-error": 2, "error-message": 2})
+
+
+def test_raises_reads_what_was_raised_from_the_calls_message():
+    message = call_safely(_needs_two, {"x": 1.0, "n": 0}).message
+    assert raised(message) == ("ValueError", "n must be at least 2, got 0")
+    assert raised("raised KeyError: 'a' (in f, line 3: return d['a'])") == ("KeyError", "'a'")
+    assert raised("called exit(): return a value instead") is None
+    assert Raises(ValueError).accepts("ValueError") and Raises(ValueError).accepts("UnicodeDecodeError")
+    assert not Raises(ValueError).accepts("TypeError") and not Raises(ValueError).accepts("MyError")
+    assert str(Raises(ValueError, "group_size")) == "raises ValueError naming group_size"
+    with pytest.raises(TypeError):
+        Raises("ValueError")
+
+
+def test_a_case_that_expects_a_raise_passes_when_it_raises_and_says_why_when_not():
+    assert run_cases(_needs_two, RAISING).passed
+
+    def returns(x, n):
+        return float(x * n)
+
+    def wrong_type(x, n):
+        if n < 2:
+            raise TypeError("n must be at least 2")
+        return float(x * n)
+
+    def says_nothing(x, n):
+        if n < 2:
+            raise ValueError("bad input")
+        return float(x * n)
+
+    def not_written(x, n):
+        raise NotImplementedError
+
+    verdicts = {}
+    for fn in (returns, wrong_type, says_nothing):
+        report = run_cases(fn, RAISING)
+        assert report.results[0].passed and not report.results[1].passed
+        assert report.hint()[0] == 2
+        verdicts[fn.__name__] = report.results[1]
+    assert verdicts["returns"].mistake == "no-raise"
+    assert verdicts["returns"].message == ("returned 1.0, but on this input the contract asks for a ValueError "
+                                           "whose message names n must: check the input and raise it")
+    assert verdicts["wrong_type"].mistake == "wrong-error"
+    assert verdicts["wrong_type"].message.startswith("raised TypeError (n must be at least 2), but on this input "
+                                                     "the contract asks for a ValueError")
+    assert verdicts["says_nothing"].mistake == "error-message"
+    assert "does not name n must" in verdicts["says_nothing"].message
+    assert run_cases(not_written, RAISING).state == "todo"
+    text = str(run_cases(returns, RAISING))
+    assert "expected  raises ValueError naming n must" in text and "returned  1.0" in text
+    assert "raises ValueError naming n must" in run_cases(_needs_two, RAISING)._repr_html_()
+
+
+def test_the_words_of_the_code_line_do_not_count_as_the_message():
+    def names_it_in_the_code_only(x, n):
+        if n < 2:
+            raise ValueError("n must" [:0] + "no")  # the code line holds the words, the message does not
+        return float(x * n)
+
+    assert run_cases(names_it_in_the_code_only, RAISING).results[1].mistake == "error-message"
+
+
+def test_a_raise_case_gets_the_same_verdict_from_a_grader_record():
+    """What the kernel sends back (a JSON record) is judged like the check cell's call."""
+    from minirlhf.course import grader
+
+    for fn, passed in ((_needs_two, True), (lambda x, n: float(x), False)):
+        call = call_safely(fn, RAISING.cases[1].kwargs)
+        line = json.dumps(grader._call_record(1, call))
+        result = grader._judge_record(grader._parse_record(line, 1), RAISING.cases[1], RAISING)
+        assert result.passed is passed
+        assert result.passed == run_cases(fn, RAISING).results[1].passed

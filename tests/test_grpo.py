@@ -183,3 +183,61 @@ def test_the_share_of_groups_with_equal_rewards_by_hand(tiny):
     assert metrics["frac_reward_zero_std"] == 0.5
     assert list(metrics) == [*TRAIN_METRICS, *GROUP_METRICS]
     assert list(batch_metrics(batch, torch.ones(8), stats, 0.1)) == list(TRAIN_METRICS)
+
+
+# ----------------------------------------------------------------------------- chapter 8's variants
+
+
+def test_the_variants_differ_from_grpo_in_the_scale_only():
+    from minirlhf.ppo import GROUP_ADVANTAGES, group_centred_advantages, rloo_advantages
+
+    r = t([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.3, 0.3, 0.3, 0.3, 2.0, 4.0, 4.0, 2.0])
+    centred = group_centred_advantages(r, 4)
+    # group 1: mean 0.5, so +-0.5; groups 2 and 3 carry no signal; group 4: mean 3, so +-1
+    assert torch.allclose(centred, t([0.5, -0.5, -0.5, 0.5] + [0.0] * 8 + [-1.0, 1.0, 1.0, -1.0]))
+    # the leave-one-out baseline is G / (G - 1) times the centred advantage, exactly zero alike
+    assert torch.allclose(rloo_advantages(r, 4), centred * 4 / 3)
+    assert torch.equal(rloo_advantages(r, 4)[4:12], torch.zeros(8))
+    # by hand: r_0 = 1 against the other three (0, 1, 0) of its group, mean 1/3
+    assert abs(rloo_advantages(r, 4)[0].item() - (1 - 1 / 3)) < 1e-6
+    # GRPO divides by the group's sample std (+ eps): the centred advantage over it
+    std = r.view(-1, 4).std(1).repeat_interleave(4)
+    keep = std > 0
+    assert torch.allclose(group_advantages(r, 4)[keep], centred[keep] / (std[keep] + 1e-4), atol=1e-6)
+    assert set(GROUP_ADVANTAGES) == {"group", "group-centred", "rloo"}
+    for fn in (group_centred_advantages, rloo_advantages):
+        with pytest.raises(ValueError, match="group_size"):
+            fn(t([1.0, 0.0, 1.0]), 2)
+
+
+@pytest.mark.parametrize("name", ["group-centred", "rloo"])
+def test_a_variant_drives_the_run_through_its_setting(name):
+    from minirlhf.ppo import GROUP_ADVANTAGES
+
+    cfg = PPOConfig(batch_size=8, group_size=4, advantages=name, kl_placement="loss")
+    scores = t([1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    g = make_generator(0)
+    torch.manual_seed(0)
+    policy = TinyGPT(GPTConfig()).eval()
+    batch = rollout(policy, policy, task.train_pairs(), cfg, g)
+    rewards, adv = score_and_advantages(batch, lambda *a: scores, 0.3, cfg)
+    assert torch.equal(adv, GROUP_ADVANTAGES[name](scores, 4)[:, None] * batch.mask)
+    with pytest.raises(ValueError, match="kl_placement"):
+        PPOConfig(batch_size=8, group_size=4, advantages=name)
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        PPOConfig(advantages=name, kl_placement="loss")
+
+
+def test_grpo_token_loss_is_the_surrogate_plus_beta_k3():
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(3, 4, generator=g) * 3
+    new = old + 0.3 * torch.randn(3, 4, generator=g)
+    ref = old + 0.5 * torch.randn(3, 4, generator=g)
+    adv = torch.randn(3, 1, generator=g).expand(3, 4).clone()
+    mask = t([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    from minirlhf.ppo import grpo_token_loss
+
+    got = grpo_token_loss(new, old, ref, adv, mask, 0.2, 0.04)
+    want = ppo_token_loss(new, old, adv, mask, 0.2) + 0.04 * k3_loss_term(new, ref, mask)
+    assert torch.equal(got, want)
+    assert torch.equal(grpo_token_loss(new, old, ref, adv, mask, 0.2, 0.0), ppo_token_loss(new, old, adv, mask, 0.2))

@@ -17,7 +17,7 @@ from minirlhf.ppo import (
 )
 from minirlhf.model import make_generator
 from minirlhf.ppo import (
-    TRAIN_METRICS, Rollout, batch_metrics, ppo_train, ppo_update, rollout, score_and_advantages,
+    TRAIN_METRICS, Rollout, batch_metrics, grpo_token_loss, ppo_train, ppo_update, rollout, score_and_advantages,
 )
 
 
@@ -221,10 +221,16 @@ def test_the_leash_is_in_the_reward_or_in_the_loss_never_both(tiny):
                              advantage_fn=spy_advantages, evalset=evalset, progress=False)
     assert seen.pop("advantage beta") == [0.5, 0.5]
     seen.clear()
+    def spy_grpo_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon, beta, kl_clamp):
+        # with the leash in the loss, the loss function gets the reference and beta too
+        seen.setdefault("loss beta", []).append(beta)
+        return grpo_token_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon, beta, kl_clamp)
+
     loss_cfg = PPOConfig(iterations=2, batch_size=8, kl_placement="loss")
-    _, by_loss = ppo_train(policy, policy, rm_reward(rm), 0.5, loss_cfg, loss_fn=spy_loss,
+    _, by_loss = ppo_train(policy, policy, rm_reward(rm), 0.5, loss_cfg, loss_fn=spy_grpo_loss,
                            advantage_fn=spy_advantages, evalset=evalset, progress=False)
     assert seen.pop("advantage beta") == [0.0, 0.0]  # the score alone: no KL in the advantages
+    assert seen.pop("loss beta") == [0.5] * 4  # two iterations of two updates, beta in the loss
     assert by_loss["objective/kl"][1] != by_reward["objective/kl"][1]
     # The first gradient step starts on the reference: every kl_t, k3_t and k3's gradient is 0,
     # so the two placements make exactly the same first step.

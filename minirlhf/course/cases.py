@@ -14,6 +14,11 @@ input. An exercise maps mistakes to the hint that helps with each (``Exercise.hi
 report shows that hint, and picks one by the share of passing cases only when no failure's
 mistake has a hint of its own.
 
+A case may expect the call to raise instead of returning: its expected value is a
+:class:`Raises` (the exception's type and a word its message must name). The call's record
+says what it raised in its message (``raised ValueError: ...``), which is all :func:`judge`
+needs, so such a case is judged the same way in the check cell and in the grader.
+
 Checking one case has two halves, so that the grader (:mod:`minirlhf.course.grader`) can run them in
 different processes: :func:`call_safely` calls the function and records what it did (it
 needs no expected value), and :func:`judge` compares that with the expected value.
@@ -52,11 +57,11 @@ import numpy as np
 from ..palette import BLUE, DARK_YELLOW, GREEN, ORANGE
 
 __all__ = [
-    "Case", "Exercise", "Slip", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
+    "Case", "Raises", "Exercise", "Slip", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
     "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat", "ExpectScalarTensor",
     "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
-    "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "wrap", "STATE_STYLE",
-    "RETURN_CAP",
+    "raised", "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "wrap",
+    "STATE_STYLE", "RETURN_CAP",
 ]
 
 PRINT_CAP = 2000  # characters of a call's printed output that are kept; the rest is counted
@@ -81,6 +86,9 @@ MISTAKES = {
     "missing-key": "a dict without a key of the contract", "extra-key": "a dict with a key too many",
     "opaque": "a value the checker cannot read",
     "mutated": "an input changed in place", "error": "an exception",
+    "no-raise": "a value returned where the contract asks for an exception",
+    "wrong-error": "an exception of another type than the contract asks for",
+    "error-message": "the right exception, with a message that does not name what is wrong",
 }
 
 
@@ -94,6 +102,34 @@ class Case:
     kwargs: dict
     expected: Any
     why: str = ""
+
+
+@dataclass(frozen=True)
+class Raises:
+    """The expected value of a case whose call must raise: an exception of type ``error`` (or
+    of a built-in subclass of it) whose message names ``mentions`` (case-insensitive; "" for
+    any message), e.g. ``Case({"group_size": 1, ...}, Raises(ValueError, "group_size"), why)``.
+
+    The check reads what was raised from the call's message (see :func:`raised`), because
+    that message is what the grader's kernel sends back.
+    """
+
+    error: type = ValueError
+    mentions: str = ""
+
+    def __post_init__(self):
+        if not (isinstance(self.error, type) and issubclass(self.error, Exception)):
+            raise TypeError(f"Raises needs an exception class, got {self.error!r}")
+
+    def accepts(self, name: str) -> bool:
+        """True when an exception called ``name`` is ``error`` or a built-in subclass of it."""
+        if name == self.error.__name__:
+            return True
+        builtin = getattr(builtins, name, None)
+        return isinstance(builtin, type) and issubclass(builtin, self.error)
+
+    def __str__(self) -> str:
+        return f"raises {self.error.__name__}" + (f" naming {self.mentions}" if self.mentions else "")
 
 
 @dataclass(frozen=True)
@@ -443,6 +479,8 @@ def _describe(value, whole: bool = False) -> str:
         return "None"
     if isinstance(value, Opaque):
         return value.text
+    if isinstance(value, Raises):
+        return str(value)
     if isinstance(value, bool):
         return repr(value)
     if isinstance(value, np.generic):  # before float: np.float64 is a float too
@@ -1180,6 +1218,8 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None) -> 
 def judge(call: Call, case: Case, expect: Expect) -> CaseResult:
     """Compare what a call did with the case's expected value; return the case's result,
     with the kind of mistake when it failed (see :data:`MISTAKES` and :class:`Slip`)."""
+    if isinstance(case.expected, Raises):
+        return _judge_raise(call, case, case.expected)
     if call.kind != "ok":
         mistake = call.kind if call.kind in ("mutated", "error") else ""
         return CaseResult(case, False, call.value, call.message, call.printed, call.n_printed, call.kind,
@@ -1198,6 +1238,45 @@ def judge(call: Call, case: Case, expect: Expect) -> CaseResult:
     mistake, message = bad if bad is not None else ("", "")
     return CaseResult(case, bad is None, call.value, message, call.printed, call.n_printed, "ok", call.seconds,
                       mistake)
+
+
+_RAISED = re.compile(r"raised (\w+): (.*)\Z", re.S)  # the message call_safely writes for an exception
+_WHERE = re.compile(r" \(in [^\n(]*, line \d+: [^\n]*\)\Z")  # its closing " (in f, line N: code)"
+
+
+def raised(message: str) -> tuple[str, str] | None:
+    """Return (the exception's type name, its own message) from the message :func:`call_safely`
+    writes for a call that raised (``raised ValueError: ... (in f, line 3: code)``), or None
+    when the message is not of that form. The place in the code is left out."""
+    found = _RAISED.match(message)
+    return None if found is None else (found[1], _WHERE.sub("", found[2]))
+
+
+def _judge_raise(call: Call, case: Case, want: Raises) -> CaseResult:
+    """Judge a call whose case expects it to raise ``want``."""
+    def result(passed: bool, mistake: str = "", message: str | None = None) -> CaseResult:
+        return CaseResult(case, passed, call.value, call.message if message is None else message, call.printed,
+                          call.n_printed, call.kind, call.seconds, mistake)
+
+    error = want.error.__name__
+    naming = f" whose message names {want.mentions}" if want.mentions else ""
+    if call.kind in ("todo", "timeout"):
+        return result(False)
+    if call.kind in ("ok", "mutated"):
+        return result(False, "no-raise", f"returned {describe(call.value, 60)}, but on this input the contract "
+                                         f"asks for a {error}{naming}: check the input and raise it")
+    what = raised(call.message) if call.kind == "error" else None
+    if what is None:  # input(), exit(), a KeyboardInterrupt of its own, the reference: not a raise
+        return result(False, "error")
+    name, text = what
+    if not want.accepts(name):
+        return result(False, "wrong-error", f"raised {name} ({shorten(text, 120)}), but on this input the "
+                                            f"contract asks for a {error}{naming}: check the input first and "
+                                            f"raise it yourself")
+    if want.mentions.lower() not in text.lower():
+        return result(False, "error-message", f"raised {name} ({shorten(text, 120)}), but its message does not "
+                                              f"name {want.mentions}: say which argument is wrong")
+    return result(True, message="")
 
 
 def _which_slip(expect: Expect, got, case: Case) -> tuple[str, str]:

@@ -8,6 +8,7 @@ the starting point of a few runs the chapter has just made itself.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -15,8 +16,10 @@ from pathlib import Path
 from .. import experiment
 from ..paths import OUTPUTS, write_atomic
 from ..store import code_fingerprint
+from ..studies.robustness import gain
 
-__all__ = ["same_curves", "load_or_run", "stored_experiment"]
+__all__ = ["same_curves", "load_or_run", "stored_experiment", "stored_starts", "weights_digest",
+           "stored_runs"]
 
 
 def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
@@ -64,3 +67,75 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
 
     settings = {"seeds": list(seeds), "iterations": cfg.iterations, "beta": beta, "ppo": asdict(cfg)}
     return load_or_run(OUTPUTS / "results.json", settings, starts, run)
+
+
+def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: bool = False) -> dict:
+    """Return ``{sft_seed: {'steps', 'start', arm: [gain per PPO seed]}}`` (keys as text):
+    every arm of ``beta`` ({arm: beta}) run from every start of ``starts`` ({sft_seed:
+    (policy, metrics)}, as :func:`minirlhf.studies.robustness.partial_start` returns them)
+    with each of ``ppo_seeds``.
+
+    Each start is its own run's reference. The gains are stored at ``path`` and read back
+    while the engine code, the settings and the starts' step counts are the same
+    (:func:`load_or_run`). Chapter 6 runs chapter 5's two arms this way
+    (``sft_starts.json``) and chapter 8 its GRPO arm (``grpo_starts.json``).
+    """
+
+    def run():
+        out = {}
+        for seed, (start, m) in starts.items():
+            row = {"steps": m["steps"], "start": m["accuracy"]}
+            for arm, b in beta.items():
+                row[arm] = [gain(experiment.run_arm(arm, start, rm, s, b, cfg, progress=progress)[1])
+                            for s in ppo_seeds]
+            out[str(seed)] = row
+        return {"arms": out}
+
+    settings = {"sft_seeds": list(starts), "ppo_seeds": list(ppo_seeds), "beta": beta,
+                "ppo": asdict(cfg), "steps": {str(s): m["steps"] for s, (_, m) in starts.items()}}
+    return load_or_run(Path(path), settings, {}, run)["arms"]
+
+
+def weights_digest(model) -> str:
+    """Return a short digest of ``model``'s weights (names, shapes and every bit of the
+    values): two models share it only if they compute the same function."""
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def stored_runs(path, plan: dict, policy, rm, keep=None, answers: bool = False,
+                progress: bool = False) -> dict:
+    """Return ``{(name, seed): log}``, one PPO run for each entry ``(name, seed): (arm, beta,
+    settings)`` of ``plan``: :func:`minirlhf.experiment.run_arm` of ``arm`` from ``policy``
+    (the start and the frozen reference), scored by ``rm``, with ``PPOConfig(**settings)``.
+
+    Each log keeps the keys in ``keep`` (all if None); with ``answers`` it also holds
+    ``'answers'``, the trained policy's greedy completions of the 400 eval prompts (token
+    ids, 400 lists of 4), for a chapter that reads those and not the policy itself. Stored at
+    ``path`` as ``{"arms": {name: {seed: log}}}`` (keys as text) through :func:`load_or_run`:
+    read back while the engine code, the plan, ``keep``, ``answers`` and the weights of
+    ``policy`` and ``rm`` are the same. Chapter 7 keeps its runs this way.
+    """
+    from ..model import generate
+    from ..ppo import EvalSet, PPOConfig
+
+    def run():
+        evalset, arms = EvalSet(), {}
+        for (name, seed), (arm, beta, settings) in plan.items():
+            trained, log = experiment.run_arm(arm, policy, rm, seed, beta, PPOConfig(**settings),
+                                              evalset, progress=progress)
+            kept = {key: log[key] for key in (log if keep is None else keep)}
+            if answers:
+                kept["answers"] = generate(trained, evalset.prompts, greedy=True).tolist()
+            arms.setdefault(str(name), {})[str(seed)] = kept
+        return {"arms": arms}
+
+    settings = {"plan": [[name, seed, arm, beta, asdict(PPOConfig(**changes))]
+                         for (name, seed), (arm, beta, changes) in plan.items()],
+                "keep": None if keep is None else list(keep), "answers": answers,
+                "policy": weights_digest(policy), "rm": weights_digest(rm)}
+    stored = load_or_run(Path(path), settings, {}, run)["arms"]
+    return {(name, seed): stored[str(name)][str(seed)] for name, seed in plan}

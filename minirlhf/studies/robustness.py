@@ -23,7 +23,7 @@ import torch
 from .. import sft, store
 from ..model import TinyGPT
 
-__all__ = ["first_reaching", "partial_start", "prompt_share"]
+__all__ = ["first_reaching", "partial_start", "gain", "prompt_share"]
 
 
 def first_reaching(steps, accuracy, target: float) -> int:
@@ -58,6 +58,11 @@ def partial_start(seed: int, target: float = 1 / 3, every: int = 5, max_steps: i
         return model, {"steps": steps, "accuracy": sft.greedy_accuracy(model)}
 
     return store.load_or_train(f"partial_sft-seed{seed}", settings, train, progress=progress)
+
+
+def gain(log: dict) -> float:
+    """Return a run's true accuracy at the end minus at the start."""
+    return log["accuracy"][-1] - log["accuracy"][0]
 
 
 def prompt_share(rewards, group_size: int) -> float:

@@ -1,0 +1,874 @@
+# %% [markdown]
+# # 8. Remove the critic's job: GRPO
+#
+# Chapter 5's loop judged each completion against a baseline: the mean return of the whole
+# batch, whatever the prompt. Chapter 6 showed what that costs with the reward model: most of
+# what the RM's score varies by in a batch is the prompt, not the answer. Chapter 7 showed
+# the remedy PPO itself uses, a critic, a second network that learns what each state is
+# worth, and how much machinery and tuning it brings.
+#
+# Group Relative Policy Optimization (GRPO, {cite}`shao2024deepseekmath`) gets a baseline per
+# prompt with no critic at all. It samples several answers to each prompt and judges each
+# answer against the others: better than its siblings, pushed up; worse, pushed down. Trained
+# with a reward that a program can check, as DeepSeek-R1 was {cite}`deepseek2025r1`, it
+# needs neither a reward model nor a value network. This chapter builds it from chapter 5's
+# loop by changing three settings, and measures it against chapter 5's arms on the same task,
+# from the same policy, with the same number of samples.
+#
+# 1. **The group as its own baseline.** You write GRPO's advantages (exercise 8.1), and a
+#    slider shows what a group does to one answer's advantage.
+# 2. **GRPO's loss.** You write the clipped surrogate with the leash as a loss term
+#    (exercise 8.2); your two functions then drive a GRPO run.
+# 3. **Side by side.** GRPO against chapter 5's arms over five seeds, with the verifier and
+#    with the reward model, and from chapter 6's five partial-SFT starts.
+# 4. **What GRPO's critics point out**, measured here: groups with nothing to learn, the
+#    division by the group's spread, the weight of short and long answers, and RLOO's
+#    leave-one-out baseline.
+#
+# ```{admonition} What you need
+# :class: tip
+# Chapters 1 to 7: the loop of chapter 5, the prompt's share of the reward and the
+# partial-SFT starts of chapter 6, and the critic of chapter 7. This chapter reads chapters 5
+# and 6's stored runs when they are there and makes them otherwise. With nothing stored, a
+# first run of the notebook takes about three minutes on a 2-core CPU, each long cell with a
+# progress bar in JupyterLab; later runs read every result back and take about fifteen
+# seconds.
+# ```
+
+# %%
+from dataclasses import asdict
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from minirlhf import experiment, ppo, sft, store, task
+from minirlhf.course.cases import run_cases
+from minirlhf.course.exercises import check, get
+from minirlhf.course.explorer import explore, show_figure
+from minirlhf.course.frontend import someone_watching
+from minirlhf.course.runs import (load_or_run, same_curves,
+                                  stored_experiment, stored_starts)
+from minirlhf.paths import OUTPUTS
+from minirlhf.studies import grpo, robustness
+
+torch.set_num_threads(1)  # one thread: runs are bit-identical
+# Progress bars and status lines for a person at JupyterLab; none in the
+# book build or under nbval.
+PROGRESS = someone_watching()
+
+models = store.load_all(progress=PROGRESS)
+policy, rm = models["policy"], models["rm"]
+cfg = ppo.PPOConfig()  # chapter 5's recipe
+print(f"chapter 5's recipe: {cfg.iterations} iterations of "
+      f"{cfg.batch_size} completions, temperature {cfg.temperature}")
+
+# %% [markdown]
+# ## The group as its own baseline
+#
+# For each prompt $q$, GRPO samples a group of $G$ completions $o_1, \dots, o_G$ from the
+# policy and scores each, $r_1, \dots, r_G$. The advantage of completion $i$ is its reward
+# against its own group, in units of the group's spread:
+#
+# $$
+# A_i = \frac{r_i - \operatorname{mean}(r_1, \dots, r_G)}
+#            {\operatorname{std}(r_1, \dots, r_G) + \varepsilon}.
+# $$
+#
+# Every token of $o_i$ gets the same $A_i$: there are no per-token returns and no critic
+# {cite}`shao2024deepseekmath`. The group mean is a baseline for this prompt, estimated from
+# the answers themselves, which is what chapter 7's critic learns to provide and chapter 6's
+# per-prompt baseline had to pay extra samples for.
+#
+# With the verifier the rewards are 0 or 1, and a group's advantages depend only on how many
+# of its $G$ answers are right. The slider below moves $G$. Each panel shows, for a group
+# with $k$ right answers, the advantage of a right answer (above the zero line) and of a
+# wrong one (below), for GRPO and for the same without the division by the spread.
+
+# %% tags=["hide-input"]
+G_VALUES = [2, 4, 8, 16]
+ESTIMATORS = {"group": ("GRPO: divided by the group's std", "-", "o"),
+              "group-centred": ("no division: r minus the group's mean",
+                                "--", "s")}
+
+
+def draw_group(G, narrow=False):
+    """Return a figure of the advantages in a group of G verifier rewards,
+    against the number of right answers k."""
+    fig, ax = plt.subplots(figsize=(3.6, 3.4) if narrow else (6.4, 3.6))
+    k = np.arange(G + 1)
+    for name, (label, ls, marker) in ESTIMATORS.items():
+        right, wrong = np.array([grpo.verifier_group(G, n, name)
+                                 for n in k]).T
+        ax.plot(k, right, ls=ls, marker=marker, ms=4, color="#0072B2",
+                label=f"{label}, right answer")
+        ax.plot(k, wrong, ls=ls, marker=marker, ms=4, color="#D55E00",
+                label=f"{label}, wrong answer")
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_xlim(-0.5, 16.5)
+    ax.set_ylim(-4, 4)
+    ax.set_xlabel(f"right answers k in a group of G = {G}")
+    ax.set_ylabel("advantage of one answer")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False, loc="upper right",
+              ncol=1)
+    fig.tight_layout()
+    return fig
+
+
+explore(draw_group, {"G": G_VALUES}, default={"G": 8},
+        labels={"G": "group size G"},
+        alt="Advantages of a right and a wrong answer against the number "
+            "k of right answers in a group of G = {G} verifier rewards, "
+            "with and without the division by the group's standard "
+            "deviation.",
+        caption="With all answers right (k = G) or all wrong (k = 0) "
+                "every advantage is 0. Dividing by the std makes a lone "
+                "right answer in a hard group weigh much more than the "
+                "answers of a group that is split evenly.")
+
+# %% [markdown]
+# Three things to read off the panels, and the numbers behind them for $G = 8$:
+
+# %%
+for k in (1, 4, 7):
+    right, wrong = grpo.verifier_group(8, k)
+    print(f"k = {k} of 8 right: a right answer gets {right:+.2f}, "
+          f"a wrong one {wrong:+.2f}")
+print("all 8 right, or all 8 wrong: every advantage",
+      grpo.verifier_group(8, 8)[0], "and", grpo.verifier_group(8, 0)[1])
+
+# %% [markdown]
+# - A group whose answers are all right or all wrong teaches nothing: its advantages are 0.
+#   Those samples are spent and give no gradient (only the leash acts on them).
+# - Within a group the advantages sum to zero: what one answer gains, its siblings lose.
+# - Dividing by the spread makes the rare answer loud. The one right answer among eight gets
+#   seven times the advantage of each wrong answer, and much more than a right answer in an
+#   evenly split group. Whether that is a feature or a bias is the first of the critics'
+#   points at the end of the chapter.
+#
+# ## Exercise 8.1: `group_advantages`
+#
+# Write GRPO's advantages for a batch of groups.
+#
+# **Contract.** `group_advantages(rewards, group_size, eps=1e-4)`:
+#
+# - `rewards` is a float tensor of shape (B,): `group_size` ($G$) completions of each prompt,
+#   side by side. Rows 0 to $G - 1$ answer the first prompt, rows $G$ to $2G - 1$ the second,
+#   and so on.
+# - Return a float tensor of shape (B,): $A_i = (r_i - \text{mean}) / (\text{std} +
+#   \varepsilon)$ over the completion's own group, with the *sample* standard deviation
+#   (divide by $G - 1$; torch's default `std()`), as TRL's `GRPOTrainer` computes it
+#   (`trl/trainer/grpo_trainer.py`, with `scale_rewards="group"`).
+# - A group whose rewards are all equal gets exactly 0 for each of its completions: never
+#   NaN, and never a large number made from a rounding error.
+# - Raise a `ValueError` that names `group_size` when `group_size` is below 2 or does not
+#   divide B. Do not change the inputs in place.
+#
+# **Examples.** Rewards `[1, 0, 0, 0, 2, 4, 4, 2]` with `group_size=4`: the first group has
+# mean 0.25 and sample std 0.5, so its advantages are about $(1.5, -0.5, -0.5, -0.5)$; the
+# second has mean 3 and sample std 1.155, so $\pm 0.866$. Eight rewards of 0.1 in one group
+# give eight zeros, though their mean in float32 is not exactly 0.1.
+#
+# **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
+# batches (0-or-1 rewards with many all-equal groups, and scores on a grid), against the
+# package's `minirlhf.ppo.group_advantages`.
+
+# %% tags=["solution"]
+def group_advantages(rewards, group_size, eps=1e-4):
+    """Return GRPO's advantages (B,): each reward against its group of
+    group_size, divided by the group's sample std plus eps."""
+    # BEGIN SOLUTION
+    if not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size must be an int >= 2, "
+                         f"got {group_size!r}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"group_size {group_size} does not divide "
+                         f"{rewards.numel()} rewards")
+    grouped = rewards.view(-1, group_size)  # (B / G, G): a row per prompt
+    mean = grouped.mean(1, keepdim=True)
+    std = grouped.std(1, keepdim=True)  # sample std: divides by G - 1
+    same = (grouped == grouped[:, :1]).all(1, keepdim=True)  # no signal
+    adv = torch.where(same, torch.zeros_like(grouped),
+                      (grouped - mean) / (std + eps))
+    return adv.reshape(-1)
+    # END SOLUTION
+
+# %% [hints] group_advantages
+
+# %%
+check("group_advantages", group_advantages);
+
+# %% [markdown]
+# ## GRPO's loss
+#
+# GRPO keeps PPO's clipped ratio, token by token, and moves the leash out of the reward into
+# the loss, as chapter 5's question 3 did with `kl_placement="loss"`. The paper's objective
+# {cite}`shao2024deepseekmath` averages each completion's tokens and then the completions;
+# ours averages all kept tokens of the batch at once, as TRL's `GRPOTrainer` does with its
+# default `loss_type="dapo"` (`trl/trainer/grpo_config.py`). The end of the chapter measures
+# what that choice changes here. With mask $m_{b,t}$ and ratio
+# $\rho_{b,t} = e^{\,\texttt{new\_logp}_{b,t} - \texttt{old\_logp}_{b,t}}$:
+#
+# $$
+# \mathcal{L} = -\frac{\sum_{b,t} m_{b,t}\,
+#   \min\!\big(\rho_{b,t} A_{b,t},\ \mathrm{clip}(\rho_{b,t}, 1-\epsilon, 1+\epsilon)\,
+#   A_{b,t}\big)}{\sum_{b,t} m_{b,t}}
+#   + \beta\, \frac{\sum_{b,t} m_{b,t}\, k_3(d_{b,t})}{\sum_{b,t} m_{b,t}},
+# $$
+#
+# $$
+# d_{b,t} = \mathrm{clamp}(\texttt{ref\_logp}_{b,t} - \texttt{new\_logp}_{b,t},\, -c,\, c),
+# \qquad k_3(d) = e^{d} - d - 1 .
+# $$
+#
+# $k_3$ is chapter 1's third estimator, $r - \log r - 1$ with $r = \pi_\text{ref}/\pi_\theta$
+# (the estimator the paper writes under its objective). Unlike the leash in chapter 5's reward, it is computed from the
+# policy being trained, so it carries a gradient. Chapter 7's worked answer "why k1 in the
+# reward and not k3" showed which one: differentiated with the samples fixed, $k_3$ pushes
+# along the gradient of $\mathrm{KL}(\pi_\text{ref} \,\|\, \pi_\theta)$, the reverse KL.
+# The clamp of $d$ to $[-c, c]$ is ours, for the reason chapter 7 gives; GRPO's paper and TRL
+# do not clamp.
+#
+# **Contract.** `grpo_token_loss(new_logp, old_logp, ref_logp, advantages, mask,
+# epsilon=0.2, beta=0.04, kl_clamp=10.0)`:
+#
+# - The five tensors have shape (B, T): the log-probs of the sampled tokens under the policy
+#   being trained (with gradient), under the policy that sampled them and under the frozen
+#   reference; the advantages (each completion's $A_i$ on its kept tokens, 0 on the others);
+#   the mask.
+# - Return the loss to minimise, a 0-d torch tensor that can be backpropagated (no
+#   `.item()`): chapter 5's clipped loss plus $\beta$ times the mean $k_3$, both over the
+#   kept tokens. 0.04 is the $\beta$ of DeepSeekMath's GRPO runs.
+# - Do not change the inputs in place.
+#
+# **Examples.** On the reference and on-policy (all three log-probs equal), the ratio is 1,
+# $k_3 = 0$, and the loss is minus the mean advantage over the kept tokens, as in chapter 5.
+# With advantages 0, new log-prob $-1$ and reference $-2$ on one token: $d = -1$,
+# $k_3 = e^{-1} + 1 - 1 = 0.368$, and with $\beta = 0.5$ the loss is $0.184$.
+#
+# **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
+# batches, against the package's `minirlhf.ppo.grpo_token_loss`.
+
+# %% tags=["solution"]
+def grpo_token_loss(new_logp, old_logp, ref_logp, advantages, mask,
+                    epsilon=0.2, beta=0.04, kl_clamp=10.0):
+    """Return GRPO's loss, a 0-d tensor: the clipped surrogate plus beta
+    times k3 to the reference, both averaged over the kept tokens."""
+    # BEGIN SOLUTION
+    n_kept = mask.sum()
+    ratio = torch.exp(new_logp - old_logp)  # (B, T)
+    clipped = ratio.clamp(1 - epsilon, 1 + epsilon)
+    surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+    d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)  # (B, T)
+    k3 = torch.exp(d) - d - 1  # >= 0, with gradient through new_logp
+    return (-(surrogate * mask).sum() / n_kept
+            + beta * ((k3 * mask).sum() / n_kept))
+    # END SOLUTION
+
+# %% [hints] grpo_token_loss
+
+# %%
+check("grpo_token_loss", grpo_token_loss);
+
+# %% [markdown]
+# ## Your functions drive a GRPO run
+#
+# A GRPO run is chapter 5's `ppo_train` with three settings changed, and nothing else:
+#
+# | setting | chapter 5 | GRPO here |
+# | --- | --- | --- |
+# | `group_size` | 1: 64 prompts, one completion each | 8: 8 prompts, 8 completions each |
+# | `advantages` | `"batch"`: the standardized score, the leash in the per-token reward, the batch baseline | `"group"`: your `group_advantages`, copied to every kept token |
+# | `kl_placement` | `"reward"` | `"loss"`: your `grpo_token_loss` |
+#
+# Both use 64 completions per iteration, so after 25 iterations both have sampled and scored
+# 1,600 completions: an equal sample budget. GRPO sees 8 times fewer prompts, 200 instead of
+# 1,600. Eight completions a group is also the default `num_generations` of TRL's
+# `GRPOConfig`. The registry of arms, `minirlhf.experiment.REGISTRY`, names these settings
+# once, as the arm `grpo-verifier`:
+
+# %%
+for name in ("verifier", "grpo-verifier"):
+    arm = experiment.REGISTRY[name]
+    print(f"{name}: reward {arm.reward}, beta {arm.beta:g}, settings "
+          f"changed:\n  {arm.settings or 'none'}")
+
+# %% [markdown]
+# The next cell hands `ppo_train` your two functions when they pass every check, through
+# `advantage_fn` and `loss_fn` (with the leash in the loss, `ppo_update` calls `loss_fn`
+# with `ref_logp` and $\beta$ too); otherwise the package's own, and it says which. Then it
+# runs the GRPO arm with the verifier, seed 0, from chapter 5's partial-SFT policy: about two
+# seconds.
+
+# %%
+mine = {"group_advantages": (group_advantages, ppo.group_advantages),
+        "grpo_token_loss": (grpo_token_loss, ppo.grpo_token_loss)}
+drive = {}
+for name, (yours, package_fn) in mine.items():
+    verdict = run_cases(yours, get(name))
+    drive[name] = yours if verdict.passed else package_fn
+    if verdict.passed:
+        print(f"Your {name} passes every check: it drives the run.")
+    else:
+        print(f"Your {name} does not pass its checks yet, so the run "
+              f"uses\nminirlhf.ppo.{name}. Fix it and run this cell again.")
+_, driven = experiment.run_arm(
+    "grpo-verifier", policy, rm, 0, None, cfg, progress=PROGRESS,
+    advantage_fn=drive["group_advantages"], loss_fn=drive["grpo_token_loss"])
+print(f"GRPO with the verifier, seed 0: accuracy {driven['accuracy'][0]:.3f}"
+      f" -> {driven['accuracy'][-1]:.3f}, KL {driven['kl'][-1]:.3f}")
+
+# %% [markdown]
+# ## GRPO beside chapter 5's arms
+#
+# Now the experiment, over chapter 5's five seeds: the two arms of chapter 5, read from their
+# stored results (`outputs/results.json`), beside four GRPO arms, all from the same start
+# with 64 completions per iteration. `grpo-verifier` and `grpo-rm` are GRPO with each reward;
+# the other two are the variants the end of the chapter asks about.
+#
+# Their $\beta$ cannot be chapter 5's: there it weighs a per-token reward, here a loss term.
+# Each GRPO arm's $\beta$ was chosen by a short sweep (seeds 0 to 2) as the one whose KL to
+# the reference at the end matches that of chapter 5's arm with the same reward, so that the
+# arms are compared at the same distance from the reference. The variants keep
+# `grpo-verifier`'s $\beta$. The runs (twenty, about forty seconds) are stored in
+# `outputs/grpo.json` and read back while the code and the settings are the same.
+
+# %%
+SEEDS = [0, 1, 2, 3, 4]
+CH5 = {"rm": experiment.DEFAULT_BETA["rm"],
+       "verifier": experiment.DEFAULT_BETA["verifier"]}
+GRPO_ARMS = ("grpo-verifier", "grpo-rm", "centred-verifier", "rloo-verifier")
+GRPO_BETA = {arm: experiment.DEFAULT_BETA[arm] for arm in GRPO_ARMS}
+
+ch5 = stored_experiment(SEEDS, cfg, CH5, {}, progress=PROGRESS)
+
+
+def run_grpo():
+    return experiment.run_experiment(SEEDS, cfg.iterations, config=cfg,
+                                     arms=GRPO_ARMS, progress=PROGRESS)
+
+
+found = load_or_run(OUTPUTS / "grpo.json",
+                    {"seeds": SEEDS, "beta": GRPO_BETA, "ppo": asdict(cfg)},
+                    {("grpo-verifier", "0"): driven}, run_grpo)
+results = {"settings": {**found["settings"],
+                        "beta": {**CH5, **found["settings"]["beta"]}},
+           "arms": {**ch5["arms"], **found["arms"]},
+           "run_seconds": {**ch5["run_seconds"], **found["run_seconds"]}}
+summary = experiment.summarize(results)
+stored0 = found["arms"]["grpo-verifier"]["0"]
+if same_curves(stored0, driven):
+    agree = "to the last digit"
+else:  # the same sums in another order round differently
+    agree = "to 3 decimals" if np.allclose(stored0["accuracy"], driven[
+        "accuracy"], atol=5e-4) else "only at the start"
+print("the run your functions drove and the package's seed-0 run agree\n"
+      f"{agree}")
+
+
+def pm(mean, half, digits=3, sign=""):
+    """Return 'mean ± half' as text (sign="+" always prints the sign)."""
+    return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
+
+
+MAIN = ("verifier", "grpo-verifier", "rm", "grpo-rm")
+n_prompts = {arm: cfg.iterations * cfg.batch_size  # prompts seen in a run
+             // experiment.arm_config(arm, cfg).group_size for arm in MAIN}
+print(f"\nover seeds {SEEDS[0]}-{SEEDS[-1]} (mean ± 95% interval); "
+      f"every arm: {cfg.iterations * cfg.batch_size} completions")
+print(f"{'arm':<14}{'beta':>5}{'prompts':>8}  {'gain in accuracy':<16}"
+      f"  {'KL at the end':<13}  RM score end")
+for arm in MAIN:
+    s = summary[arm]
+    print(f"{arm:<14}{results['settings']['beta'][arm]:>5g}"
+          f"{n_prompts[arm]:>8}  {pm(s['gain'], s['gain_ci'], sign='+'):<16}"
+          f"  {pm(s['kl_end'], s['kl_end_ci']):<13}"
+          f"  {pm(s['rm_score_end'], s['rm_score_end_ci'], 2, '+')}")
+
+# %% [markdown]
+# The wall time of each run, as measured when it was made (this cell's output changes from
+# machine to machine, so the notebook checks do not compare it):
+
+# %% tags=["nbval-ignore-output"]
+for arm in MAIN:
+    secs = list(results["run_seconds"][arm].values())
+    print(f"{arm:<14} {np.mean(secs):4.1f} s a run (mean of {len(secs)})")
+
+# %% [markdown]
+# Then the curves, the mean over the seeds with a band for the 95% interval: accuracy and the
+# KL to the reference on the 400 eval prompts, and for the GRPO arms the share of groups
+# whose rewards were all equal, per iteration.
+
+# %% tags=["hide-input"]
+COLORS = {arm: experiment.REGISTRY[arm].color for arm in experiment.ARMS}
+PANELS = [("accuracy", "true accuracy (greedy)"),
+          ("kl", "KL to reference (nats/token)"),
+          ("frac_reward_zero_std", "share of groups, all equal")]
+
+
+def band(ax, runs, arm, x):
+    """Draw the mean of runs (seeds, points) with a 95% band."""
+    runs = np.asarray(runs)
+    mean = runs.mean(0)
+    half = np.array([experiment.mean_ci95(c)[1] for c in runs.T])
+    ax.plot(x, mean, color=COLORS[arm], lw=2,
+            label=experiment.LABELS[arm])
+    ax.fill_between(x, mean - half, mean + half, color=COLORS[arm],
+                    alpha=0.2, lw=0)
+
+
+def draw_side_by_side(arms=MAIN, narrow=False):
+    """Return the figure of accuracy, KL and zero-advantage share."""
+    shape = (3, 1) if narrow else (1, 3)
+    fig, axes = plt.subplots(*shape, figsize=(3.6, 7.6) if narrow
+                             else (6.8, 2.9))
+    for ax, (key, ylabel) in zip(axes, PANELS):
+        for arm in arms:
+            logs = results["arms"][arm].values()
+            if key not in next(iter(logs)):
+                continue  # chapter 5's arms sample no groups
+            runs = [log[key] for log in logs]
+            start = 0 if key != "frac_reward_zero_std" else 1
+            x = np.arange(start, start + len(runs[0]))
+            band(ax, runs, arm, x)
+        ax.set_xlabel("iteration (64 completions each)", fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+show_figure(draw_side_by_side,
+            alt="Three panels over 25 iterations, mean over five seeds with "
+                "95% bands: accuracy, KL to the reference, and the share of "
+                "GRPO groups whose rewards were all equal, for chapter 5's "
+                "verifier and reward-model arms and their GRPO "
+                "counterparts.",
+            caption="Chapter 5's arms (blue: verifier, orange: reward "
+                    "model) "
+                    "and GRPO's (green: verifier, pink: reward model), each "
+                    "pair at about the same KL at the end.")
+
+# %% [markdown]
+# With the verifier, GRPO learns: its accuracy climbs at about the pace of chapter 5's
+# verifier arm for the first iterations and ends a little below it, at the same distance from
+# the reference. Is "a little below" more than the noise between seeds? The cell below tests
+# that reading and the others against the intervals; a claim that does not hold is printed as
+# such. The pairs of runs share only their seed's number (GRPO draws other prompts), so each
+# difference is taken seed by seed with an interval over the five seeds, which is valid for
+# any pairing.
+
+# %%
+runs_of = {arm: list(results["arms"][arm].values()) for arm in MAIN}
+acc = {arm: np.array([log["accuracy"] for log in runs_of[arm]])
+       for arm in MAIN}
+kl_end = {arm: np.array([log["kl"][-1] for log in runs_of[arm]])
+          for arm in MAIN}
+
+
+def gap(a, b, values):
+    """Return (mean, half-width) of values[a] - values[b], seed by seed."""
+    return experiment.mean_ci95(values[a] - values[b])
+
+
+gains = {arm: acc[arm][:, -1] - acc[arm][:, 0] for arm in MAIN}
+g_ver = gap("grpo-verifier", "verifier", gains)
+g_rm = gap("grpo-rm", "rm", gains)
+k_ver = gap("grpo-verifier", "verifier", kl_end)
+print(f"{'GRPO minus chapter 5, seed by seed':<36}{'mean':>8}"
+      "   95% interval")
+for text, (m, h) in (("gain, verifier arms", g_ver),
+                     ("gain, reward-model arms", g_rm),
+                     ("KL at the end, verifier arms", k_ver)):
+    print(f"{text:<36}{m:>+8.3f}   [{m - h:+.3f}, {m + h:+.3f}]")
+print()
+claims = [
+    ("GRPO with the verifier gains (interval above 0)",
+     summary["grpo-verifier"]["gain"] > summary["grpo-verifier"]["gain_ci"]),
+    ("it gains less than chapter 5's verifier arm (0 outside)",
+     g_ver[0] + g_ver[1] < 0),
+    ("the two end at the same KL (0 inside the KL difference)",
+     abs(k_ver[0]) <= k_ver[1]),
+    ("GRPO with the RM gains at most 0.02",
+     summary["grpo-rm"]["gain"] <= 0.02),
+]
+for text, holds in claims:
+    print(f"{'holds' if holds else 'DOES NOT HOLD':<15}{text}")
+
+# %% [markdown]
+# ## Does the group baseline change what the RM's blind spot allows?
+#
+# Chapter 6 found that most of the variance of the RM's score over a batch is the prompt's.
+# GRPO's group takes that part out by construction: every answer is compared only with
+# answers to the same prompt. What is left is the answer's part, and chapter 4 showed what
+# the RM can see of it: garbage and the tens digit, not the ones digit. So the group
+# baseline should sharpen the signal without changing what it points at. Where do the
+# answers go? The share of each kind among the greedy answers to the 400 eval prompts, at the
+# start and after 25 iterations, mean over the five seeds:
+
+# %%
+KINDS = task.KINDS
+print(f"{'':<16}" + "".join(f"{k:>12}" for k in KINDS))
+first = results["arms"]["rm"]["0"]["kinds"]
+print(f"{'start':<16}" + "".join(f"{first[k][0]:>12.3f}" for k in KINDS))
+for arm in MAIN:
+    logs = results["arms"][arm].values()
+    ends = {k: np.mean([log["kinds"][k][-1] for log in logs]) for k in KINDS}
+    print(f"{arm:<16}" + "".join(f"{ends[k]:>12.3f}" for k in KINDS))
+
+# %% [markdown]
+# Paid by the reward model, GRPO does what chapter 5's arm did: it does not turn near-misses
+# into right answers, because the score it is paid cannot tell them apart; if anything it
+# moves a little more of them the wrong way. A better baseline reduces the noise of the
+# gradient; it cannot add information the reward does not carry.
+#
+# ## From other starts
+#
+# Chapter 6 made four more partial-SFT starts (SFT seeds 0 to 4, each stopped as soon as it
+# answered a third of the sums right) and found that chapter 5's verifier arm gains much less
+# from some of them than from the book's. Does GRPO's per-prompt baseline lift the weak
+# starts? The next cell runs the GRPO verifier arm from each start with PPO seeds 0, 1 and 2
+# (fifteen runs, about thirty seconds, stored in `outputs/grpo_starts.json`) and reads
+# chapter 6's gains of the verifier arm from `outputs/sft_starts.json` (or makes them).
+
+# %%
+SFT_SEEDS = [0, 1, 2, 3, 4]
+PPO_SEEDS = [0, 1, 2]
+starts = {s: robustness.partial_start(s, progress=PROGRESS)
+          for s in SFT_SEEDS}
+ch6 = stored_starts(OUTPUTS / "sft_starts.json", starts, rm, CH5, cfg,
+                    PPO_SEEDS, progress=PROGRESS)
+ours = stored_starts(OUTPUTS / "grpo_starts.json", starts, rm,
+                     {"grpo-verifier": GRPO_BETA["grpo-verifier"]}, cfg,
+                     PPO_SEEDS, progress=PROGRESS)
+book_seed = str(sft.SFTConfig().seed)
+print(f"mean gain over PPO seeds {PPO_SEEDS}")
+print("SFT seed  start  verifier arm   GRPO verifier   difference")
+diffs = []
+for seed in ch6:
+    a = float(np.mean(ch6[seed]["verifier"]))
+    b = float(np.mean(ours[seed]["grpo-verifier"]))
+    diffs.append(b - a)
+    mark = "  <- the book's" if seed == book_seed else ""
+    print(f"{seed:>8}  {ch6[seed]['start']:.3f}  {a:>+12.3f}   {b:>+13.3f}"
+          f"   {b - a:>+10.3f}{mark}")
+weak = sorted(ch6, key=lambda s: np.mean(ch6[s]["verifier"]))[:2]
+print(f"\nGRPO gains more than chapter 5's verifier arm from "
+      f"{sum(d > 0 for d in diffs)} of {len(diffs)} starts")
+print("the two starts where chapter 5's arm gains least:", ", ".join(weak))
+print("mean difference over the starts: "
+      f"{pm(*experiment.mean_ci95(diffs), sign='+')}")
+
+# %% [markdown]
+# The answer is no, and more firmly than the five seeds at the book's start could say: from
+# every start, GRPO with the verifier gains less than chapter 5's verifier arm, weak starts
+# included, and the interval of the mean difference over the starts stays below zero. At an
+# equal sample budget on this task, the group baseline does not pay for what it costs. Two
+# costs are visible in this chapter: each iteration covers 8 prompts instead of 64, so a run
+# sees 200 sums instead of 1,600; and a fifth or more of the groups are all right or all
+# wrong and teach nothing (next section). What the group buys, a baseline per prompt, matters
+# little for the verifier, whose 0-or-1 reward depends mostly on the answer; chapter 6 found
+# the prompt's share large for the reward model's score, not for the verifier's. Exercise 3
+# asks how to test these explanations.
+
+# %% [markdown]
+# ## What GRPO's critics point out
+#
+# GRPO spread quickly, and so did careful readings of it. Four of their points can be
+# measured on this world.
+#
+# ### Groups with nothing to learn
+#
+# A group whose answers are all right or all wrong has advantages of 0, so its eight samples
+# give no gradient. TRL logs the share of such groups as `frac_reward_zero_std`, and so does
+# our loop; the right panel of the figure above plots it. If a prompt's answers are right
+# with chance $p$, independently, a group of $G$ is all equal with chance $p^G + (1-p)^G$.
+# That is small for prompts the policy gets right half the time, and large for prompts it
+# nearly always or nearly never gets right:
+
+# %%
+for p in (0.1, 0.35, 0.5, 0.9):
+    print(f"right with chance {p:.2f}: a group of 8 is all equal with "
+          f"chance {grpo.all_equal_chance(p, 8):.3f}")
+zero = np.array([log["frac_reward_zero_std"]
+                 for log in results["arms"]["grpo-verifier"].values()])
+print(f"\nmeasured, grpo-verifier over {len(zero)} seeds: all equal in")
+print(f"  {zero[:, :5].mean():.3f} of the groups in iterations 1-5")
+print(f"  {zero[:, -5:].mean():.3f} of the groups in iterations 21-25")
+print(f"so about {1 / (1 - zero[:, -5:].mean()):.2f} times the samples "
+      "would be needed\nfor the same number of groups with a signal")
+
+# %% [markdown]
+# The measured share is far above what the policy's overall accuracy, about a third, would
+# give if every prompt were alike. Prompts are not alike: the partial policy gets some sums
+# right nearly always and others nearly never, and those prompts' groups are all equal most
+# of the time. Over the run the share grows a little, as prompts the policy has mastered stop
+# teaching. DAPO
+# {cite}`yu2025dapo` answers with *dynamic sampling*: keep drawing groups and drop those whose
+# rewards are all equal until the batch is full of groups with a signal. That buys back the
+# wasted samples at the price of more generation, about the factor printed above. We do not
+# run it here.
+#
+# ### Dividing by the group's spread
+#
+# Liu et al. {cite}`liu2025drgrpo` point out two biases in GRPO's objective. The first is the
+# division by the group's standard deviation. With 0-or-1 rewards the std of a group with $k$
+# right of $G$ is $\sqrt{k(G-k)/(G(G-1))}$, largest for an even split and small for a group
+# with one right answer or one wrong one. Dividing by it weighs the prompts the policy nearly
+# always gets right, or nearly never, more than the prompts it is unsure about (the slider
+# above shows it). Their fix, "Dr. GRPO", drops the division: $A_i = r_i -
+# \text{mean}$, TRL's `scale_rewards="none"`. Our arm `centred-verifier` is GRPO with only
+# that change, at the same $\beta$.
+#
+# ### RLOO: leave yourself out
+#
+# REINFORCE leave-one-out {cite}`kool2019buy4,ahmadian2024rloo` uses as the baseline of
+# answer $i$ the mean reward of the *other* $G - 1$ answers, so that an answer's own reward
+# never enters its baseline: $A_i = r_i - \frac{1}{G-1}\sum_{j \ne i} r_j$. A line of algebra
+# shows this is $\frac{G}{G-1}(r_i - \text{mean})$: the group-centred advantage, scaled up by
+# $8/7$ at $G = 8$ (`tests/test_grpo.py` checks it). Our arm `rloo-verifier` is GRPO with this
+# baseline and nothing else changed; TRL's `RLOOTrainer` differs from it in more than the
+# baseline (a ratio per completion rather than per token, and the leash in the reward,
+# `trl/trainer/rloo_trainer.py`).
+#
+# The three estimators side by side, over the five seeds, all with $\beta$ = 0.12 in the loss:
+
+# %%
+VARIANTS = ("grpo-verifier", "centred-verifier", "rloo-verifier")
+print(f"{'arm':<18}{'advantage':<22}{'gain in accuracy':<18}KL at the end")
+what = {"grpo-verifier": "(r - mean) / std", "centred-verifier": "r - mean",
+        "rloo-verifier": "r - mean of others"}
+for arm in VARIANTS:
+    s = summary[arm]
+    gain_text = pm(s['gain'], s['gain_ci'], sign='+')
+    print(f"{arm:<18}{what[arm]:<22}{gain_text:<18}"
+          f"{pm(s['kl_end'], s['kl_end_ci'])}")
+var_gain = {arm: np.array([log["accuracy"][-1] - log["accuracy"][0]
+                           for log in results["arms"][arm].values()])
+            for arm in VARIANTS}
+m, h = gap("centred-verifier", "grpo-verifier", var_gain)
+print(f"\ngain without the std minus with it: {m:+.3f} ± {h:.3f} "
+      f"({'0 inside' if abs(m) <= h else '0 outside'} the interval)")
+
+# %% [markdown]
+# Without the division the advantages are smaller (below 1 in size, where GRPO's reach the
+# 2.47 printed near the top of the chapter), so at the same $\beta$ the leash weighs relatively more in the loss, and the runs stay
+# closer to the reference. Adam rescales the gradient as a whole, so the overall size of the
+# advantages matters less than their balance against the leash. RLOO is the centred estimator
+# scaled by $8/7$, and behaves like it. On this task and budget, the choice among the three
+# moves the result less than the distance from the reference does; read the table's intervals
+# before reading a ranking into it.
+#
+# ### Long and short answers
+#
+# The second bias Liu et al. point out is in the paper's averaging: each completion's token
+# losses are divided by its own length $|o_i|$ before the completions are averaged. A token of
+# a short completion then weighs more than a token of a long one, so a wrong answer that is
+# long is punished less per token, and a right answer that is short is rewarded more. TRL
+# keeps that averaging as `loss_type="grpo"` and warns against it; its default, `"dapo"`,
+# divides by the number of kept tokens in the whole batch, as we do. How much would it change
+# here? The weights in one real GRPO batch:
+
+# %%
+g = torch.Generator().manual_seed(0)
+grpo_cfg = experiment.arm_config("grpo-verifier", cfg)
+batch = ppo.rollout(policy, policy, task.train_pairs(), grpo_cfg, g)
+weights = grpo.token_weights(batch.mask)
+print(f"{'kept tokens':<12}{'completions':>12}{'weight, ours':>14}"
+      f"{'weight, paper':>15}")
+for n, w in weights.items():
+    print(f"{n:<12}{w['count']:>12}{w['token']:>14.5f}"
+          f"{w['completion']:>15.5f}")
+ratio = max(w["completion"] for w in weights.values()) / min(
+    w["completion"] for w in weights.values())
+print(f"under the paper's averaging, a token of the shortest completion "
+      f"weighs\n{ratio:.1f} times a token of the longest")
+
+# %% [markdown]
+# Our completions are a number and an end mark, so lengths differ by a token or two, and the
+# two averagings differ by at most the factor printed. On reasoning tasks, where wrong answers
+# can ramble for thousands of tokens, the same factor becomes large, which is why the length
+# of wrong answers is where Liu et al. saw the paper's averaging do its harm: it lets them
+# grow longer.
+#
+# ### The leash in the loss: k3, not k1
+#
+# Chapter 7 compared the gradients of k1 and k3 in the reward and k3 in the loss. One case is
+# missing: k1 as a *loss* term, the mean of $\log \pi_\theta - \log \pi_\text{ref}$ over
+# sampled tokens, differentiated with the samples fixed. Its expected gradient is
+# $\mathbb{E}_{\pi}[\nabla \log \pi_\theta] = \nabla \sum_y \pi_\theta(y) = 0$: whatever
+# $\beta$, the leash pulls nowhere on average. The cell checks it exactly at one position with
+# chapter 7's five-token example:
+
+# %%
+logits_ref = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5])
+theta = torch.tensor([2.5, 0.4, 0.3, -1.2, 0.9], requires_grad=True)
+logp, logp_ref = theta.log_softmax(0), logits_ref.log_softmax(0)
+p = logp.exp().detach()  # the samples' distribution, fixed
+terms = {"k1 in the loss": (p * (logp - logp_ref)).sum(),
+         "k3 in the loss (GRPO)":
+             (p * (torch.exp(logp_ref - logp) - (logp_ref - logp)
+                   - 1)).sum(),
+         "grad KL(ref||pi), exact":
+             (logp_ref.exp() * (logp_ref - logp)).sum()}
+for name, value in terms.items():
+    (grad,) = torch.autograd.grad(value, theta, retain_graph=True)
+    print(f"{name:<24}", " ".join(f"{v:+.4f}" for v in grad.tolist()))
+
+# %% [markdown]
+# The k1 row is zero to the last digit, and the k3 row is the exact gradient of the reverse
+# KL. A leash written as `beta * (logp - ref_logp).mean()` in the loss trains without error
+# and does nothing on average; it is one of the silent bugs of RLHF code.
+#
+# ## What the chapter says
+#
+# - **The group replaces the critic, at a price.** Eight answers to a prompt give that
+#   prompt's baseline with no value network. With the verifier, GRPO learns; at the same KL
+#   and the same 1,600 samples it learns less than chapter 5's recipe here, from every start
+#   tried (the tables above, with their intervals).
+# - **A baseline cannot create signal.** Paid by the reward model, GRPO does not fix the ones
+#   digit either; the kinds of answers move as in chapter 5.
+# - **Groups run dry.** A fifth or more of the groups are all right or all wrong and teach
+#   nothing, because prompts differ in difficulty; dynamic sampling spends more generation to
+#   refill them.
+# - **The details are choices.** The division by the std, the leave-one-out baseline and the
+#   length averaging each change the weights of the samples; on this task they move the
+#   result less than the distance from the reference does. On long reasoning answers they
+#   matter more.
+#
+# ## Summary
+#
+# You can now:
+#
+# - write GRPO's group-relative advantages (your `group_advantages`) and its loss with the
+#   leash as a k3 term (your `grpo_token_loss`), and drive a GRPO run with them;
+# - turn chapter 5's loop into GRPO by changing three settings, and compare the two at an
+#   equal sample budget and an equal distance from the reference;
+# - read `frac_reward_zero_std` and say what a rising share costs;
+# - explain the std and length biases that Dr. GRPO removes, and why RLOO's baseline is the
+#   centred one scaled by $G/(G-1)$;
+# - say why k1 cannot be the leash in a loss.
+#
+# ## Exercises
+#
+# Each exercise has a worked answer under it. Try the exercise first.
+#
+# **1. Fewer or more per group.** At the same 64 completions per iteration, GRPO can take 16
+# prompts with 4 answers each, or 4 prompts with 16. Using the formula for an all-equal group
+# and the accuracy of the partial-SFT policy, which group size wastes fewer samples at the
+# start, and which gives each prompt a better baseline?
+#
+# <details class="answer">
+# <summary>Worked answer: fewer or more per group</summary>
+#
+# The cell under this answer prints the chance of an all-equal group for $G$ = 2, 4, 8 and 16
+# at the partial-SFT policy's accuracy, treated as one chance $p$ for every prompt (a
+# simplification: the real chance varies by prompt, so real groups are all-equal more often).
+# Small groups are all-equal far more often, so they waste more samples; large groups waste
+# fewer and give each prompt a baseline from more answers, but cover fewer prompts per
+# iteration, so each batch sees less of the task. Eight is a middle ground, and TRL's default.
+#
+# </details>
+
+# %% tags=["hide-input"]
+p0 = results["arms"]["verifier"]["0"]["accuracy"][0]
+for G in (2, 4, 8, 16):
+    print(f"G = {G:>2}: {64 // G:>2} prompts, all-equal chance "
+          f"{grpo.all_equal_chance(p0, G):.3f} at accuracy {p0:.3f}")
+
+# %% [markdown]
+# **2. A reward with a spread.** Why is the reward-model arm's `frac_reward_zero_std` so
+# much smaller than the verifier arm's?
+#
+# <details class="answer">
+# <summary>Worked answer: a reward with a spread</summary>
+#
+# The RM's score is a real number that differs between any two different answers, so a
+# group's rewards are all equal only when all eight answers are the same string. The verifier
+# has two values, so every group where the policy is always right, or always wrong, ties. The
+# cell below prints the largest share seen in any iteration of either arm: the RM arm's stays
+# small, the groups where the policy wrote one answer eight times. With a continuous reward
+# few samples are wasted this way, but the signal it carries is only as good as the RM.
+#
+# </details>
+
+# %% tags=["hide-input"]
+for arm in ("grpo-rm", "grpo-verifier"):
+    top = max(max(log["frac_reward_zero_std"])
+              for log in results["arms"][arm].values())
+    print(f"{arm:<14} largest share of all-equal groups: {top:.3f}")
+
+# %% [markdown]
+# **3. Why less?** The section "From other starts" offered two explanations for GRPO gaining
+# less than chapter 5's recipe: fewer prompts per iteration, and groups that teach nothing.
+# Design runs that test the first, and predict what they show.
+#
+# <details class="answer">
+# <summary>Worked answer: why less?</summary>
+#
+# Change the number of prompts and nothing else that matters. The cell below runs the GRPO
+# verifier arm from the book's start with PPO seeds 0, 1 and 2 in two more shapes: 16 prompts
+# of 4 answers (the same 64 samples, twice the prompts), and 64 prompts of 8 answers (as
+# many prompts as chapter 5, eight times the samples). It stores them in
+# `outputs/grpo_shapes.json` (about forty seconds to make). If too few prompts were the
+# whole story, the 64 x 8 shape would reach chapter 5's gain; it costs eight times the
+# generation to find out. Smaller groups have more all-equal groups (exercise 1), so the
+# 16 x 4 shape trades one cost for the other. Read the printed gains against chapter 5's
+# verifier arm, and mind that three seeds give wide intervals: the two lines at the end
+# compare means only. Here the first explanation holds up: given as many prompts as chapter
+# 5, GRPO gains more than chapter 5's arm, and at the same samples more prompts help too,
+# within the wide intervals of three seeds.
+#
+# </details>
+
+# %% tags=["hide-input"]
+SHAPES = {"8 prompts x 8 (the arm)": (64, 8), "16 prompts x 4": (64, 4),
+          "64 prompts x 8": (512, 8)}
+
+
+def run_shapes():
+    """Return {'arms': {shape: {seed: log}}}: GRPO verifier runs."""
+    arms = {}
+    for name, (batch, G) in SHAPES.items():
+        shape_cfg = ppo.PPOConfig(batch_size=batch, group_size=G,
+                                  advantages="group", kl_placement="loss")
+        arms[name] = {}
+        for s in PPO_SEEDS:
+            _, log = ppo.ppo_train(
+                policy, policy, ppo.verifier_reward,
+                GRPO_BETA["grpo-verifier"],
+                ppo.PPOConfig(**{**asdict(shape_cfg), "seed": s}), rm=rm,
+                progress=PROGRESS, desc=f"{name}, seed {s}")
+            arms[name][str(s)] = {k: log[k] for k in ("accuracy", "kl")}
+    return {"arms": arms}
+
+
+shapes = load_or_run(OUTPUTS / "grpo_shapes.json",
+                     {"shapes": SHAPES, "seeds": PPO_SEEDS,
+                      "beta": GRPO_BETA["grpo-verifier"]}, {},
+                     run_shapes)["arms"]
+print(f"GRPO with the verifier, PPO seeds {PPO_SEEDS}, "
+      "from the book's start")
+print(f"{'shape':<25}{'samples':>8}  {'gain in accuracy':<18}KL at the end")
+for name, (batch, G) in SHAPES.items():
+    logs = shapes[name].values()
+    gain = experiment.mean_ci95([log["accuracy"][-1] - log["accuracy"][0]
+                                 for log in logs])
+    kl = np.mean([log["kl"][-1] for log in logs])
+    print(f"{name:<25}{batch * cfg.iterations:>8}  "
+          f"{pm(*gain, sign='+'):<18}{kl:.3f}")
+ver = summary["verifier"]
+print(f"{'chapter 5, 64 prompts x 1':<25}"
+      f"{cfg.iterations * cfg.batch_size:>8}  "
+      f"{pm(ver['gain'], ver['gain_ci'], sign='+'):<18}{ver['kl_end']:.3f}")
+print("(chapter 5's arm over its five seeds)\n")
+mean_gain = {name: np.mean([log["accuracy"][-1] - log["accuracy"][0]
+                            for log in shapes[name].values()])
+             for name in SHAPES}
+print("64 x 8 gains more than chapter 5's arm:",
+      mean_gain["64 prompts x 8"] > ver["gain"])
+print("16 x 4 gains more than 8 x 8, at the same samples:",
+      mean_gain["16 prompts x 4"] > mean_gain["8 prompts x 8 (the arm)"])
