@@ -19,8 +19,9 @@
 # :class: tip
 # Chapters 4 and 5: the reward model's blind spot, and `ppo_train` (chapter 6 is not needed
 # here). The notebook trains sixteen short PPO runs, twelve for the chapter and four for the
-# worked answers, each with a progress bar in JupyterLab; a first run of the whole notebook
-# takes about a minute on a 2-core CPU.
+# worked answers, each with a progress bar in JupyterLab, and stores what it reads of them in
+# `outputs/ch07_*.json`. A first run of the whole notebook takes about a minute on a 2-core
+# CPU; later runs read the stored runs back and take about ten seconds.
 # ```
 
 # %%
@@ -33,7 +34,9 @@ from minirlhf import reward_model as rmlib
 from minirlhf.course.exercises import check
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
+from minirlhf.course.runs import stored_runs
 from minirlhf.model import generate, reward_scores
+from minirlhf.paths import OUTPUTS
 # the Okabe-Ito colors, safe for color blindness
 from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY, YELLOW
 from minirlhf.studies import variance
@@ -66,27 +69,32 @@ print(f"reward model: pair accuracy {rm_metrics['pair_accuracy']:.3f}, "
 SEEDS = (0, 1, 2)
 ITERATIONS = 40
 evalset = ppo.EvalSet()  # the 400 eval prompts, encoded once for all runs
-runs = {}  # (arm, seed) -> (trained policy, log); arm: beta or "adaptive"
+# what this chapter reads of a run's log
+KEPT = ("accuracy", "rm_score", "kl", "kinds", "beta", "objective/kl",
+        "val/completion_length")
 
 
-def run(arm, beta, seed, **settings):
-    """Train chapter 5's rm arm at this beta from the partial-SFT policy
-    (both the start and the frozen reference); keep the trained copy and
-    its log."""
-    config = ppo.PPOConfig(iterations=ITERATIONS, **settings)
-    runs[arm, seed] = experiment.run_arm("rm", policy, rm, seed, beta,
-                                         config, evalset, progress=PROGRESS)
+def runs_of(name, plan, answers=False):
+    """Return {(arm, seed): log} for plan {(arm, seed): (reward arm, beta,
+    PPO settings)}: chapter 5's run_arm from the partial-SFT policy (both
+    the start and the frozen reference). A first execution runs them and
+    stores the logs (with `answers`, also each trained policy's greedy
+    answers) in outputs/ch07_<name>.json; later ones read them back while
+    the engine code, the plan, the policy and the RM are the same."""
+    return stored_runs(OUTPUTS / f"ch07_{name}.json", plan, policy, rm,
+                       keep=KEPT, answers=answers, progress=PROGRESS)
 
 
-for beta in (0.0, 0.5):
-    for seed in SEEDS:
-        run(beta, beta, seed)
+plan = {(beta, seed): ("rm", beta, {"iterations": ITERATIONS})
+        for beta in (0.0, 0.5) for seed in SEEDS}
+# the logs, and the greedy answers of the trained policies (read below)
+runs = runs_of("leash_off", plan, answers=True)
 
 
 # %%
 def curve(arm, key):
     """Return the per-iteration values of `key`, every seed: (seeds, n)."""
-    values = np.array([runs[arm, seed][1][key] for seed in SEEDS])
+    values = np.array([runs[arm, seed][key] for seed in SEEDS])
     # The exact KL can come out a hair below 0 (float rounding); it is >= 0.
     return values.clip(min=0.0) if key == "kl" else values
 
@@ -95,7 +103,7 @@ print("beta  seed   accuracy          RM score         KL per token")
 print("             start    end      start    end      end")
 for beta in (0.0, 0.5):
     for seed in SEEDS:
-        log = runs[beta, seed][1]
+        log = runs[beta, seed]
         print(f"{beta:<5} {seed:>4}   {log['accuracy'][0]:.3f} -> "
               f"{log['accuracy'][-1]:.3f}   {log['rm_score'][0]:+.2f} -> "
               f"{log['rm_score'][-1]:+.2f}    {log['kl'][-1]:.3f}")
@@ -117,8 +125,8 @@ for beta in (0.0, 0.5):
     print(f"{beta:<5}" + "".join(
         f"{row[1:].max():>8.3f} at {row[1:].argmax() + 1:<2} "
         f"({row[1:].max() - row[0]:+.3f})" for row in acc))
-same_first = all(runs[0.0, seed][1]["accuracy"][1]
-                 == runs[0.5, seed][1]["accuracy"][1] for seed in SEEDS)
+same_first = all(runs[0.0, seed]["accuracy"][1]
+                 == runs[0.5, seed]["accuracy"][1] for seed in SEEDS)
 print(f"after iteration 1, beta = 0 and beta = 0.5 give the same accuracy\n"
       f"in every seed: {same_first}")
 
@@ -207,7 +215,7 @@ show_figure(
 # %%
 kinds = {}  # beta -> kind -> fractions (seeds, 41)
 for beta in (0.0, 0.5):
-    kinds[beta] = {k: np.array([runs[beta, s][1]["kinds"][k] for s in SEEDS])
+    kinds[beta] = {k: np.array([runs[beta, s]["kinds"][k] for s in SEEDS])
                    for k in task.KINDS}
 print("mean of seeds     correct  near-miss  other wrong  malformed")
 for beta in (0.5, 0.0):
@@ -284,7 +292,8 @@ def greedy(model):
 
 
 start = greedy(policy)
-ends = [greedy(runs[0.0, seed][0]) for seed in SEEDS]
+# the trained beta = 0 policies' greedy answers, stored with their runs
+ends = [torch.tensor(runs[0.0, seed]["answers"]) for seed in SEEDS]
 start_kinds = task.batch_kinds(eval_pairs, start)
 moves = task.kind_transitions(
     start_kinds * len(SEEDS),
@@ -641,14 +650,18 @@ print(f"target {TARGET} nats per token, horizon {HORIZON} samples: beta "
       f"moves by at most\n{step:.0%} per iteration, a factor of "
       f"{(1 + step) ** ITERATIONS:.1f} up or {(1 - step) ** ITERATIONS:.2f} "
       f"down over {ITERATIONS} iterations")
+plan = {}  # fixed beta 0.1 and the adaptive leash from 0.1, every seed
 for seed in SEEDS:
-    run(0.1, 0.1, seed)
-    run("adaptive", 0.1, seed, kl_target=TARGET, kl_horizon=HORIZON)
+    plan[0.1, seed] = ("rm", 0.1, {"iterations": ITERATIONS})
+    plan["adaptive", seed] = ("rm", 0.1, {"iterations": ITERATIONS,
+                                          "kl_target": TARGET,
+                                          "kl_horizon": HORIZON})
+runs |= runs_of("adaptive", plan)
 
 print("\narm                 seed   accuracy end   KL end   beta end")
 for arm in (0.1, "adaptive", 0.5):
     for seed in SEEDS:
-        log = runs[arm, seed][1]
+        log = runs[arm, seed]
         name = "adaptive from 0.1" if arm == "adaptive" else f"fixed {arm}"
         print(f"{name:<19} {seed:>4}   {log['accuracy'][-1]:>12.3f}"
               f"   {log['kl'][-1]:>6.3f}   {log['beta'][-1]:>8.3f}")
@@ -660,7 +673,7 @@ for arm in (0.1, "adaptive", 0.5):
 # beta times the batch's per-token KL times the completion length.
 charge = np.mean([log["beta"][-1] * log["objective/kl"][-1]
                   * log["val/completion_length"][-1]
-                  for log in (runs["adaptive", s][1] for s in SEEDS)])
+                  for log in (runs["adaptive", s] for s in SEEDS)])
 print(f"\nadaptive runs, last batch: the leash charges a completion "
       f"{charge:.2f}\n(the standardized score it competes with has std 1)")
 
@@ -1268,9 +1281,8 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 # </details>
 
 # %% tags=["hide-input"]
-config_long = ppo.PPOConfig(iterations=100)
-_, log_long = experiment.run_arm("rm", policy, rm, 0, 0.0, config_long,
-                                 evalset, progress=PROGRESS)
+long_plan = {(0.0, 0): ("rm", 0.0, {"iterations": 100})}  # seed 0
+log_long = runs_of("long", long_plan)[0.0, 0]
 print("beta = 0, seed 0   iteration:   0      40      70     100")
 for key, name in (("accuracy", "accuracy"), ("rm_score", "RM score"),
                   ("kl", "KL per token")):
@@ -1308,10 +1320,9 @@ for horizon_x in (10_000, 64):
     step_x = 0.2 * ppo.PPOConfig().batch_size / horizon_x
     print(f"horizon {horizon_x:>6,}: at most {step_x:.2%} per iteration, "
           f"a factor of {(1 + step_x) ** ITERATIONS:,.2f} in {ITERATIONS}")
-_, log_h = experiment.run_arm(
-    "rm", policy, rm, 0, 0.1,
-    ppo.PPOConfig(iterations=ITERATIONS, kl_target=TARGET, kl_horizon=64),
-    evalset, progress=PROGRESS)
+horizon_plan = {("adaptive", 0): ("rm", 0.1, {
+    "iterations": ITERATIONS, "kl_target": TARGET, "kl_horizon": 64})}
+log_h = runs_of("horizon", horizon_plan)["adaptive", 0]
 betas_h = np.array(log_h["beta"])  # beta used in each iteration
 jumps = np.abs(np.diff(np.log(betas_h)))
 print(f"horizon 64, seed 0: beta from {betas_h[0]:.3f} to {betas_h[-1]:.3f}"
@@ -1341,14 +1352,12 @@ print(f"horizon 64, seed 0: beta from {betas_h[0]:.3f} to {betas_h[-1]:.3f}"
 # </details>
 
 # %% tags=["hide-input"]
-ver = {}
-for name, extra in (("fixed 0.08", {}),
-                    ("adaptive", {"kl_target": TARGET,
-                                  "kl_horizon": HORIZON})):
-    _, ver[name] = experiment.run_arm(
-        "verifier", policy, rm, 0, 0.08,
-        ppo.PPOConfig(iterations=ITERATIONS, **extra), evalset,
-        progress=PROGRESS)
+ver_plan = {(name, 0): ("verifier", 0.08,
+                        {"iterations": ITERATIONS, **extra})
+            for name, extra in (("fixed 0.08", {}),
+                                ("adaptive", {"kl_target": TARGET,
+                                              "kl_horizon": HORIZON}))}
+ver = {name: log for (name, _), log in runs_of("verifier", ver_plan).items()}
 print("verifier arm, seed 0   accuracy end   KL end   beta end")
 for name, log in ver.items():
     print(f"{name:<22} {log['accuracy'][-1]:>12.3f}   {log['kl'][-1]:>6.3f}"
