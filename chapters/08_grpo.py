@@ -31,7 +31,7 @@
 # partial-SFT starts of chapter 6, and the critic of chapter 7. This chapter reads chapters 5
 # and 6's stored runs when they are there and makes them otherwise. With nothing stored, a
 # first run of the notebook takes about three minutes on a 2-core CPU, each long cell with a
-# progress bar in JupyterLab; later runs read every result back and take about fifteen
+# progress bar in JupyterLab; later runs read every result back and take under ten
 # seconds.
 # ```
 
@@ -77,8 +77,8 @@ print(f"chapter 5's recipe: {cfg.iterations} iterations of "
 #
 # Every token of $o_i$ gets the same $A_i$: there are no per-token returns and no critic
 # {cite}`shao2024deepseekmath`. The group mean is a baseline for this prompt, estimated from
-# the answers themselves, which is what chapter 7's critic learns to provide and chapter 6's
-# per-prompt baseline had to pay extra samples for.
+# the answers themselves: what chapter 7's critic learns to provide, and what chapter 6's
+# per-prompt baseline got from an extra greedy answer to each prompt.
 #
 # With the verifier the rewards are 0 or 1, and a group's advantages depend only on how many
 # of its $G$ answers are right. The slider below moves $G$. Each panel shows, for a group
@@ -95,7 +95,7 @@ ESTIMATORS = {"group": ("GRPO: divided by the group's std", "-", "o"),
 def draw_group(G, narrow=False):
     """Return a figure of the advantages in a group of G verifier rewards,
     against the number of right answers k."""
-    fig, ax = plt.subplots(figsize=(3.6, 3.4) if narrow else (6.4, 3.6))
+    fig, ax = plt.subplots(figsize=(3.6, 4.6) if narrow else (6.4, 3.6))
     k = np.arange(G + 1)
     for name, (label, ls, marker) in ESTIMATORS.items():
         right, wrong = np.array([grpo.verifier_group(G, n, name)
@@ -110,8 +110,11 @@ def draw_group(G, narrow=False):
     ax.set_xlabel(f"right answers k in a group of G = {G}")
     ax.set_ylabel("advantage of one answer")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, frameon=False, loc="upper right",
-              ncol=1)
+    if narrow:  # below the axes: on a phone the curves fill the panel
+        ax.legend(fontsize=7, frameon=False, loc="upper center",
+                  bbox_to_anchor=(0.45, -0.2))
+    else:
+        ax.legend(fontsize=7, frameon=False, loc="upper right")
     fig.tight_layout()
     return fig
 
@@ -367,6 +370,12 @@ print("the run your functions drove and the package's seed-0 run agree\n"
       f"{agree}")
 
 
+# %% [markdown]
+# The table: each arm's gain in true accuracy over its start, its KL to the reference and the
+# RM's score at the end, and how many distinct prompts it saw (the same 1,600 completions
+# each).
+
+# %%
 def pm(mean, half, digits=3, sign=""):
     """Return 'mean ± half' as text (sign="+" always prints the sign)."""
     return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
@@ -375,7 +384,7 @@ def pm(mean, half, digits=3, sign=""):
 MAIN = ("verifier", "grpo-verifier", "rm", "grpo-rm")
 n_prompts = {arm: cfg.iterations * cfg.batch_size  # prompts seen in a run
              // experiment.arm_config(arm, cfg).group_size for arm in MAIN}
-print(f"\nover seeds {SEEDS[0]}-{SEEDS[-1]} (mean ± 95% interval); "
+print(f"over seeds {SEEDS[0]}-{SEEDS[-1]} (mean ± 95% interval); "
       f"every arm: {cfg.iterations * cfg.batch_size} completions")
 print(f"{'arm':<14}{'beta':>5}{'prompts':>8}  {'gain in accuracy':<16}"
       f"  {'KL at the end':<13}  RM score end")
@@ -414,8 +423,8 @@ def band(ax, runs, arm, x):
     half = np.array([experiment.mean_ci95(c)[1] for c in runs.T])
     ax.plot(x, mean, color=COLORS[arm], lw=2,
             label=experiment.LABELS[arm])
-    ax.fill_between(x, mean - half, mean + half, color=COLORS[arm],
-                    alpha=0.2, lw=0)
+    ax.fill_between(x, np.maximum(mean - half, 0), mean + half,
+                    color=COLORS[arm], alpha=0.2, lw=0)  # all are >= 0
 
 
 def draw_side_by_side(arms=MAIN, narrow=False):
@@ -577,8 +586,8 @@ print("mean difference over the starts: "
 # %% [markdown]
 # ## What GRPO's critics point out
 #
-# GRPO spread quickly, and so did careful readings of it. Four of their points can be
-# measured on this world.
+# GRPO spread quickly, and so did careful readings of it. Five of their points can be
+# measured or checked on this world.
 #
 # ### Groups with nothing to learn
 #
@@ -605,8 +614,8 @@ print(f"so about {1 / (1 - zero[:, -5:].mean()):.2f} times the samples "
 # The measured share is far above what the policy's overall accuracy, about a third, would
 # give if every prompt were alike. Prompts are not alike: the partial policy gets some sums
 # right nearly always and others nearly never, and those prompts' groups are all equal most
-# of the time. Over the run the share grows a little, as prompts the policy has mastered stop
-# teaching. DAPO
+# of the time. Nor does the share shrink as the policy learns (compare the two printed
+# means). DAPO
 # {cite}`yu2025dapo` answers with *dynamic sampling*: keep drawing groups and drop those whose
 # rewards are all equal until the batch is full of groups with a signal. That buys back the
 # wasted samples at the price of more generation, about the factor printed above. We do not
@@ -614,18 +623,19 @@ print(f"so about {1 / (1 - zero[:, -5:].mean()):.2f} times the samples "
 #
 # ### Dividing by the group's spread
 #
-# Liu et al. {cite}`liu2025drgrpo` point out two biases in GRPO's objective. The first is the
-# division by the group's standard deviation. With 0-or-1 rewards the std of a group with $k$
-# right of $G$ is $\sqrt{k(G-k)/(G(G-1))}$, largest for an even split and small for a group
-# with one right answer or one wrong one. Dividing by it weighs the prompts the policy nearly
-# always gets right, or nearly never, more than the prompts it is unsure about (the slider
-# above shows it). Their fix, "Dr. GRPO", drops the division: $A_i = r_i -
-# \text{mean}$, TRL's `scale_rewards="none"`. Our arm `centred-verifier` is GRPO with only
-# that change, at the same $\beta$.
+# A critical reading of GRPO's recipe {cite}`liu2025drgrpo` points out two biases in its
+# objective. The first is the division by the group's standard deviation. With 0-or-1
+# rewards the std of a group with $k$ right of $G$ is $\sqrt{k(G-k)/(G(G-1))}$, largest for
+# an even split and small for a group with one right answer or one wrong one. Dividing by it
+# weighs the prompts the policy nearly always gets right, or nearly never, more than the
+# prompts it is unsure about (the slider above shows it). Their fix, "Dr. GRPO", drops the
+# division: $A_i = r_i - \text{mean}$, TRL's `scale_rewards="none"`. Our arm
+# `centred-verifier` is GRPO with only that change, at the same $\beta$.
 #
 # ### RLOO: leave yourself out
 #
-# REINFORCE leave-one-out {cite}`kool2019buy4,ahmadian2024rloo` uses as the baseline of
+# REINFORCE leave-one-out (RLOO, from Kool et al. 2019, brought to RLHF
+# {cite}`ahmadian2024rloo`) uses as the baseline of
 # answer $i$ the mean reward of the *other* $G - 1$ answers, so that an answer's own reward
 # never enters its baseline: $A_i = r_i - \frac{1}{G-1}\sum_{j \ne i} r_j$. A line of algebra
 # shows this is $\frac{G}{G-1}(r_i - \text{mean})$: the group-centred advantage, scaled up by
@@ -690,9 +700,8 @@ print(f"under the paper's averaging, a token of the shortest completion "
 # %% [markdown]
 # Our completions are a number and an end mark, so lengths differ by a token or two, and the
 # two averagings differ by at most the factor printed. On reasoning tasks, where wrong answers
-# can ramble for thousands of tokens, the same factor becomes large, which is why the length
-# of wrong answers is where Liu et al. saw the paper's averaging do its harm: it lets them
-# grow longer.
+# can ramble for thousands of tokens, the same factor becomes large: Liu et al. report that
+# under the paper's averaging the wrong answers grow longer and longer.
 #
 # ### The leash in the loss: k3, not k1
 #
@@ -716,11 +725,12 @@ terms = {"k1 in the loss": (p * (logp - logp_ref)).sum(),
              (logp_ref.exp() * (logp_ref - logp)).sum()}
 for name, value in terms.items():
     (grad,) = torch.autograd.grad(value, theta, retain_graph=True)
-    print(f"{name:<24}", " ".join(f"{v:+.4f}" for v in grad.tolist()))
+    grad = [round(v, 4) + 0.0 for v in grad.tolist()]  # no "-0.0000"
+    print(f"{name:<24}", " ".join(f"{v:+.4f}" for v in grad))
 
 # %% [markdown]
-# The k1 row is zero to the last digit, and the k3 row is the exact gradient of the reverse
-# KL. A leash written as `beta * (logp - ref_logp).mean()` in the loss trains without error
+# The k1 row is zero (to rounding; exactly zero in exact arithmetic), and the k3 row is the
+# exact gradient of the reverse KL. A leash written as `beta * (logp - ref_logp).mean()` in the loss trains without error
 # and does nothing on average; it is one of the silent bugs of RLHF code.
 #
 # ## What the chapter says
@@ -732,8 +742,8 @@ for name, value in terms.items():
 # - **A baseline cannot create signal.** Paid by the reward model, GRPO does not fix the ones
 #   digit either; the kinds of answers move as in chapter 5.
 # - **Groups run dry.** A fifth or more of the groups are all right or all wrong and teach
-#   nothing, because prompts differ in difficulty; dynamic sampling spends more generation to
-#   refill them.
+#   nothing, from the first iteration to the last, because prompts differ in difficulty;
+#   dynamic sampling spends more generation to refill them.
 # - **The details are choices.** The division by the std, the leave-one-out baseline and the
 #   length averaging each change the weights of the samples; on this task they move the
 #   result less than the distance from the reference does. On long reasoning answers they
@@ -747,7 +757,7 @@ for name, value in terms.items():
 #   leash as a k3 term (your `grpo_token_loss`), and drive a GRPO run with them;
 # - turn chapter 5's loop into GRPO by changing three settings, and compare the two at an
 #   equal sample budget and an equal distance from the reference;
-# - read `frac_reward_zero_std` and say what a rising share costs;
+# - read `frac_reward_zero_std` and say what a large share costs;
 # - explain the std and length biases that Dr. GRPO removes, and why RLOO's baseline is the
 #   centred one scaled by $G/(G-1)$;
 # - say why k1 cannot be the leash in a loss.
