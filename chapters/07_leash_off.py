@@ -1076,7 +1076,7 @@ show_figure(
 # but not the growth with length. And GRPO {cite}`shao2024deepseekmath` drops the critic
 # and uses the mean reward of several answers *to the same prompt* as a baseline: that removes
 # the prompt's difficulty from the noise, not the other tokens' luck, and it pays for it with
-# many samples per prompt.
+# many samples per prompt. Chapter 8 builds it and measures what it buys on this world.
 #
 # ## Follow-up questions, worked
 #
