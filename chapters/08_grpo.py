@@ -242,7 +242,8 @@ check("group_advantages", group_advantages);
 #   the mask.
 # - Return the loss to minimise, a 0-d torch tensor that can be backpropagated (no
 #   `.item()`): chapter 5's clipped loss plus $\beta$ times the mean $k_3$, both over the
-#   kept tokens. 0.04 is the $\beta$ of DeepSeekMath's GRPO runs.
+#   kept tokens. 0.04 is the $\beta$ of DeepSeekMath's GRPO runs; TRL's `GRPOConfig`
+#   defaults to $\beta = 0$, no leash and no reference model at all.
 # - Do not change the inputs in place.
 #
 # **Examples.** On the reference and on-policy (all three log-probs equal), the ratio is 1,
