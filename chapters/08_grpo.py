@@ -10,8 +10,8 @@
 # Group Relative Policy Optimization (GRPO, {cite}`shao2024deepseekmath`) gets a baseline per
 # prompt with no critic at all. It samples several answers to each prompt and judges each
 # answer against the others: better than its siblings, pushed up; worse, pushed down. Trained
-# with a reward that a program can check, as DeepSeek-R1 was {cite}`deepseek2025r1`, it
-# needs neither a reward model nor a value network. This chapter builds it from chapter 5's
+# with a reward that a program can check, as in DeepSeek-R1's reinforcement learning on
+# math and code {cite}`deepseek2025r1`, it needs neither a reward model nor a value network. This chapter builds it from chapter 5's
 # loop by changing three settings, and measures it against chapter 5's arms on the same task,
 # from the same policy, with the same number of samples.
 #
