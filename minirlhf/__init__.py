@@ -9,8 +9,10 @@ The engine, what you import to do RLHF at toy scale (the chapter that teaches ea
 ``sft``             supervised fine-tuning, loss on completion tokens only (ch. 3)
 ``reward_model``    the same network with a scalar head, trained with Bradley-Terry (ch. 4)
 ``store``           trained models on disk; ``load_sft`` and ``load_rm`` (ch. 3 and 4)
-``ppo``             ``ppo_train``: rollout, reward, advantages, clipped updates (ch. 5 and 6)
-``experiment``      the two-arm experiment over seeds, its table, figures and command line (ch. 5)
+``ppo``             ``ppo_train``: rollout, reward, advantages, clipped updates (ch. 5 and 7);
+                    GRPO's group advantages and loss (ch. 8)
+``dpo``             DPO: its loss and training on chapter 4's pairs (a chapter still to come)
+``experiment``      the experiment over seeds and arms, its table, figures and command line (ch. 5)
 ``progress``        progress bars and status lines, shown only when the caller asks
 ``palette``         the colors of every figure
 ``paths``           where outputs go; atomic file writes

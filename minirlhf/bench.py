@@ -23,6 +23,8 @@ from . import paths
 
 __all__ = ["STAGES", "ORDER", "MEMORY_BUDGET_MB", "run_stage", "judge", "format_table", "main"]
 
+# The DPO stage took 6.7 to 7.2 s (five runs on 2 cores); its budget is twice that, rounded up.
+DPO_BUDGET = 15.0
 # name -> (what it does, budget in seconds)
 STAGES = {
     "sft_and_rm": ("SFT policy and reward model, from scratch", 30.0),
@@ -30,9 +32,11 @@ STAGES = {
     "pipeline": ("SFT, RM and both arms for one seed, from scratch", 30.0),
     "five_seeds_both_arms": ("both PPO arms, 5 seeds, 25 iterations each", 60.0),
     "one_seed_grpo_arms": ("both GRPO arms (8 prompts x 8), one seed, 25 iterations", 10.0),
+    "one_seed_dpo_arm": ("the DPO arm, one seed, 200 steps of 64 pairs with the eval", DPO_BUDGET),
 }
 # The stages run in this order; "pipeline" starts from scratch in a folder of its own.
-ORDER = ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms", "one_seed_grpo_arms", "pipeline")
+ORDER = ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms", "one_seed_grpo_arms", "one_seed_dpo_arm",
+         "pipeline")
 MEMORY_BUDGET_MB = 1536.0
 
 
@@ -52,6 +56,8 @@ def _work(stage: str) -> None:
         run_experiment(seeds=5, progress=False)
     if stage == "one_seed_grpo_arms":
         run_experiment(seeds=1, progress=False, arms=("grpo-verifier", "grpo-rm"))
+    if stage == "one_seed_dpo_arm":
+        run_experiment(seeds=1, progress=False, arms=("dpo",))
 
 
 def _child(stage: str) -> None:

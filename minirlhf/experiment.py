@@ -1,13 +1,15 @@
-"""The mini-RLHF experiment of chapter 5 (and GRPO's arms), over several seeds, with its table and figures.
+"""The mini-RLHF experiment of chapter 5 (and GRPO's and DPO's arms), over several seeds, with its table and figures.
 
     python -m minirlhf.experiment --seeds 5 --iterations 25 --beta-rm 0.5 --beta-verifier 0.08
     python -m minirlhf.experiment --arms rm verifier grpo-verifier grpo-rm --seeds 5
+    python -m minirlhf.experiment --arms rm verifier dpo --seeds 5 --beta-dpo 0.1
 
 loads (or trains) the partial-SFT policy and the reward model, runs ``ppo_train`` for each
-arm (default: chapter 5's two) and every seed from the same starting policy, prints the
-results table beside the original run's values, and writes ``ppo_accuracy.png``,
-``ppo_rm_score.png``, ``ppo_kl.png`` and ``results.json`` to ``--out`` (default: the project's
-``outputs/``). The arms come from one registry, :data:`REGISTRY`.
+PPO or GRPO arm (default: chapter 5's two) and :func:`minirlhf.dpo.train_dpo` for a DPO arm,
+every seed from the same starting policy, prints the results table beside the original run's
+values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_kl.png`` and
+``results.json`` to ``--out`` (default: the project's ``outputs/``). The arms come from one
+registry, :data:`REGISTRY`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import torch
 
 from . import paths, task
 from .model import make_generator, reward_scores
-from .palette import ARM_COLORS, GREEN, PINK, SKY, YELLOW
+from .dpo import DPO_METRICS, DPOConfig, train_dpo
+from .palette import ARM_COLORS, DARK_YELLOW, GREEN, PINK, SKY, YELLOW
 from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
 from .reward_model import HELDOUT_SEED
 from .store import load_rm, load_sft
@@ -43,18 +46,21 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm of the experiment: what rewards it, its KL coefficient, and the settings of
-    :class:`~minirlhf.ppo.PPOConfig` it changes from the recipe (none for chapter 5's arms).
+    """One arm of the experiment: what rewards it, its KL coefficient, the settings of
+    :class:`~minirlhf.ppo.PPOConfig` it changes from the recipe (none for chapter 5's arms),
+    and which trainer runs it.
 
     Defined in chapter 5.
     """
 
-    reward: str  # "rm" (the reward model's score) or "verifier" (1 if the sum is right)
-    beta: float  # the default KL coefficient
+    reward: str  # "rm" (the reward model's score), "verifier" (1 if the sum is right), or
+    # "pairs" (DPO: chapter 4's preference pairs themselves, no reward at all)
+    beta: float  # the default KL coefficient (DPO: the beta of its loss)
     label: str  # for tables and legends
     color: str  # for figures
-    settings: dict = field(default_factory=dict)  # PPOConfig fields set over the recipe
+    settings: dict = field(default_factory=dict)  # PPOConfig (DPO: DPOConfig) fields set over the recipe
     help: str = ""  # one line for --help
+    trainer: str = "ppo"  # "ppo" (ppo_train, GRPO included) or "dpo" (dpo.train_dpo)
 
 
 # GRPO (Shao et al. 2024) on this world: 8 prompts x 8 completions = 64 completions per
@@ -87,6 +93,15 @@ REGISTRY = {
                          {**GRPO_SETTINGS, "advantages": "rloo"},
                          help="GRPO with RLOO's baseline: r minus the others' mean"),
 }
+# DPO (Rafailov et al. 2023) on the RM's 12,800 pairs, one pass (200 steps of 64 pairs),
+# evaluated every 8 steps: 25 points after the start, as PPO's 25 iterations. Its beta follows
+# the rule of the GRPO arms: a short sweep (seeds 0-2, the default DPOConfig) picked the one
+# whose KL to the reference at the end matches the rm arm's (0.035), since DPO learns from the
+# RM's own pairs: beta 0.5, 1, 1.25, 1.5, 2 ended at KL 0.097, 0.045, 0.034, 0.027, 0.018.
+# The default of the paper and of TRL, 0.1 (trl/trainer/dpo_config.py), ended at 0.26 (seed 0),
+# further than the verifier arm; pass --beta-dpo 0.1 (or betas=) to run it.
+REGISTRY["dpo"] = Arm("pairs", 1.25, "DPO arm", DARK_YELLOW, trainer="dpo",
+                      help="DPO on chapter 4's pairs: no reward model, no sampling")
 ARMS = tuple(REGISTRY)  # every registered arm
 DEFAULT_ARMS = ("rm", "verifier")  # chapter 5's experiment, the command's default
 DEFAULT_BETA = {name: arm.beta for name, arm in REGISTRY.items()}
@@ -126,14 +141,20 @@ def _check_arm(arm: str) -> "Arm":
     return REGISTRY[arm]
 
 
-def arm_config(arm: str, config: PPOConfig, seed: int | None = None) -> PPOConfig:
+def arm_config(arm: str, config, seed: int | None = None):
     """Return ``config`` with the settings of ``arm`` (see :data:`REGISTRY`) set over it, and
-    ``seed`` if given. Chapter 5's arms change nothing.
+    ``seed`` if given. Chapter 5's arms change nothing. A DPO arm's config is a
+    :class:`~minirlhf.dpo.DPOConfig`: ``config`` when it is one, else DPO's defaults.
 
     Defined in chapter 5.
     """
+    spec = _check_arm(arm)
     extra = {} if seed is None else {"seed": seed}
-    return replace(config, **_check_arm(arm).settings, **extra)
+    if spec.trainer == "dpo" and not isinstance(config, DPOConfig):
+        config = DPOConfig()
+    if spec.trainer == "ppo" and not isinstance(config, PPOConfig):
+        raise ValueError(f"the arm {arm} is trained by PPO: config must be a PPOConfig, got {type(config).__name__}")
+    return replace(config, **spec.settings, **extra)
 
 
 def run_arm(arm: str, policy, rm, seed: int, beta: float | None, config: PPOConfig, evalset=None,
@@ -143,13 +164,21 @@ def run_arm(arm: str, policy, rm, seed: int, beta: float | None, config: PPOConf
     ``policy`` is both the start and the frozen reference; ``config.seed`` is replaced by
     ``seed`` and the arm's own settings are set over ``config`` (:func:`arm_config`); ``beta``
     None takes the arm's default; ``rm`` scores the arms rewarded by the reward model and is
-    logged for all.
+    logged for all. A DPO arm runs :func:`minirlhf.dpo.train_dpo` with ``beta`` as
+    ``DPOConfig.beta`` and ``loss_fn`` in place of :func:`minirlhf.dpo.dpo_loss`; it has no
+    advantages, so ``advantage_fn`` must be None.
 
     Defined in chapter 5.
     """
     spec = _check_arm(arm)
-    reward_fn = rm_reward(rm) if spec.reward == "rm" else verifier_reward
     beta = spec.beta if beta is None else beta
+    if spec.trainer == "dpo":
+        if advantage_fn is not None:
+            raise ValueError(f"the arm {arm} is trained by DPO, which has no advantages: advantage_fn must be None")
+        cfg = replace(arm_config(arm, config, seed), beta=beta)
+        return train_dpo(policy, policy, cfg, rm=rm, evalset=evalset, progress=progress, loss_fn=loss_fn,
+                         desc=f"{arm} arm, seed {seed}")
+    reward_fn = rm_reward(rm) if spec.reward == "rm" else verifier_reward
     return ppo_train(policy, policy, reward_fn, beta, arm_config(arm, config, seed), rm=rm,
                      loss_fn=loss_fn, advantage_fn=advantage_fn, evalset=evalset, progress=progress,
                      desc=f"{arm} arm, seed {seed}")
@@ -167,21 +196,25 @@ def _check_arms(arms) -> tuple[str, ...]:
 
 
 # The per-iteration lists results.json keeps of each run; "frac_reward_zero_std" only for arms
-# that sample groups (ppo.GROUP_METRICS).
+# that sample groups (ppo.GROUP_METRICS); for DPO arms the step of each evaluation ("steps"),
+# the per-step metrics of dpo.DPO_METRICS and the held-out report "implicit_reward".
 LOGGED = ("accuracy", "rm_score", "kl", "kinds", "objective/scores", "objective/kl",
           "objective/entropy", "policy/clipfrac_avg", "policy/approxkl_avg", "val/completion_length",
-          "frac_reward_zero_std")
+          "frac_reward_zero_std", "steps", *DPO_METRICS, "implicit_reward")
 
 
 def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA["rm"],
                    beta_verifier: float = DEFAULT_BETA["verifier"], config: PPOConfig | None = None,
-                   progress: bool = True, arms=DEFAULT_ARMS, betas: dict | None = None) -> dict:
+                   progress: bool = True, arms=DEFAULT_ARMS, betas: dict | None = None,
+                   dpo_config: DPOConfig | None = None) -> dict:
     """Return the experiment's results: every arm and seed's per-iteration log, and the settings.
 
     ``seeds`` is a count (seeds 0..n-1) or a list of seeds. ``arms`` names arms of
     :data:`REGISTRY` (default chapter 5's two); each takes its default beta, except
     ``beta_rm`` and ``beta_verifier`` for chapter 5's arms and ``betas`` ({arm: beta}) for
-    any. See :func:`write_outputs` for the layout, which is also the layout of
+    any. ``iterations`` and ``config`` set the PPO arms; ``dpo_config`` the DPO arms (default
+    :class:`~minirlhf.dpo.DPOConfig`, whose ``steps`` and ``eval_every`` fix the number of
+    evaluations). See :func:`write_outputs` for the layout, which is also the layout of
     ``results.json``.
 
     Defined in chapter 5.
@@ -201,12 +234,16 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA[
     for name, b in (("beta_rm", beta_rm), ("beta_verifier", beta_verifier), *beta.items()):
         if not (b >= 0 and math.isfinite(b)):
             raise ValueError(f"{name} must be a finite number >= 0, got {b}")
+    for arm in arms:
+        if REGISTRY[arm].trainer == "dpo" and not beta[arm] > 0:
+            raise ValueError(f"the beta of the DPO arm {arm} must be > 0, got {beta[arm]}")
+    dpo_cfg = dpo_config or DPOConfig()
     start = time.perf_counter()
     policy, sft_metrics = load_sft(progress=progress)
     rm, rm_metrics = load_rm(progress=progress)
     cfg = replace(config or PPOConfig(), iterations=iterations)
-    for arm in arms:
-        arm_config(arm, cfg)  # an arm's settings that do not fit the config fail now, not later
+    for arm in arms:  # an arm's settings that do not fit the config fail now, not later
+        arm_config(arm, dpo_cfg if REGISTRY[arm].trainer == "dpo" else cfg)
     evalset = EvalSet()
     rm_landmarks = _rm_landmarks(rm, evalset)
     runs = {arm: {} for arm in arms}
@@ -214,13 +251,16 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA[
     for seed in seeds:
         for arm in arms:
             began = time.perf_counter()
-            _, log = run_arm(arm, policy, rm, seed, beta[arm], cfg, evalset, progress=progress)
+            arm_cfg = dpo_cfg if REGISTRY[arm].trainer == "dpo" else cfg
+            _, log = run_arm(arm, policy, rm, seed, beta[arm], arm_cfg, evalset, progress=progress)
             seconds[arm][str(seed)] = time.perf_counter() - began
             runs[arm][str(seed)] = {key: log[key] for key in LOGGED if key in log}
     settings = {"seeds": seeds, "iterations": iterations, "beta": beta, "ppo": asdict(cfg)}
     changed = {arm: REGISTRY[arm].settings for arm in arms if REGISTRY[arm].settings}
     if changed:  # only when an arm sets its own settings: chapter 5's layout is unchanged
         settings["arm_settings"] = changed
+    if any(REGISTRY[arm].trainer == "dpo" for arm in arms):  # likewise, only with a DPO arm
+        settings["dpo"] = asdict(dpo_cfg)
     return {
         "settings": settings,
         "sft_accuracy": sft_metrics["accuracy"],
@@ -248,7 +288,9 @@ def _rm_landmarks(rm, evalset) -> dict:
 def summarize(results: dict) -> dict:
     """Return per arm: start, end (mean and 95% half-width over seeds), end RM score and KL;
     for arms that sample groups also ``zero_std_mean``, the share of groups with equal rewards
-    averaged over the iterations (and its interval over seeds).
+    averaged over the iterations (and its interval over seeds); for DPO arms also
+    ``implicit_pair_accuracy`` and ``implicit_near_miss_accuracy``, the implicit reward's
+    held-out accuracies at the end (and their intervals).
 
     Defined in chapter 5.
     """
@@ -266,6 +308,10 @@ def summarize(results: dict) -> dict:
         if all("frac_reward_zero_std" in log for log in logs):
             row["zero_std_mean"], row["zero_std_mean_ci"] = mean_ci95(
                 [float(np.mean(log["frac_reward_zero_std"])) for log in logs])
+        if all("implicit_reward" in log for log in logs):
+            for key in ("pair_accuracy", "near_miss_accuracy"):
+                row[f"implicit_{key}"], row[f"implicit_{key}_ci"] = mean_ci95(
+                    [log["implicit_reward"][key] for log in logs])
         row["n_seeds"] = len(logs)
         out[arm] = row
     return out
@@ -302,6 +348,12 @@ def format_table(results: dict) -> str:
         if "zero_std_mean" in s[arm]:
             lines.append(f"{arm}: share of groups with equal rewards (advantage 0), mean over the "
                          f"iterations: {_pm(s[arm]['zero_std_mean'], s[arm]['zero_std_mean_ci'])}")
+        if "implicit_pair_accuracy" in s[arm]:
+            lines.append(f"{arm}: implicit reward on the held-out pairs, pair accuracy "
+                         f"{_pm(s[arm]['implicit_pair_accuracy'], s[arm]['implicit_pair_accuracy_ci'])}, "
+                         f"near-miss accuracy "
+                         f"{_pm(s[arm]['implicit_near_miss_accuracy'], s[arm]['implicit_near_miss_accuracy_ci'])} "
+                         f"(the RM's: {results['rm_pair_accuracy']:.3f}, {results['rm_near_miss_accuracy']:.3f})")
     return "\n".join(lines)
 
 
@@ -331,7 +383,12 @@ def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landm
             ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, lw=0)
     grouped = "arm_settings" in results["settings"]  # some arm samples groups: count completions
     batch = results["settings"]["ppo"]["batch_size"]
-    ax.set_xlabel(f"iteration ({batch} completions each)" if grouped else "PPO iteration (64 prompts each)")
+    xlabel = f"iteration ({batch} completions each)" if grouped else "PPO iteration (64 prompts each)"
+    if "dpo" in results["settings"]:  # a DPO arm: say what one of its points is
+        dpo = results["settings"]["dpo"]
+        xlabel = (f"{'iteration' if grouped else 'PPO iteration'}, or DPO evaluation "
+                  f"(every {dpo['eval_every']} steps of {dpo['batch_size']} pairs)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -379,6 +436,7 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
 
 MAX_SEEDS = 1000  # --seeds above this is refused: at a few seconds a seed, that is hours already
 SECONDS_PER_ARM_ITERATION = 0.07  # a rough cost on a laptop CPU, for the estimate made before the first seed
+SECONDS_PER_DPO_RUN = 10.0  # a DPO arm's run with its default settings (200 steps), likewise rough
 # The files write_outputs makes, so the command can check their places before it runs.
 OUTPUT_FILES = (*FIGURES, "results.json")
 
@@ -443,7 +501,8 @@ def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict) -> tuple[l
     """Run the experiment one seed at a time, saying "seed k of N" and, for a long run, the time
     it will take. Return (the results of the seeds that finished, whether Ctrl-C stopped it)."""
     parts: list[dict] = []
-    guess = seeds * len(arms) * iterations * SECONDS_PER_ARM_ITERATION
+    n_dpo = sum(REGISTRY[arm].trainer == "dpo" for arm in arms)  # a DPO run's length ignores --iterations
+    guess = seeds * ((len(arms) - n_dpo) * iterations * SECONDS_PER_ARM_ITERATION + n_dpo * SECONDS_PER_DPO_RUN)
     if guess > 60:
         print(f"{seeds} seeds x {len(arms)} arms x {iterations} iterations: about {_duration(guess)} "
               "(a rough estimate, measured after the first seed); Ctrl-C stops and keeps the finished seeds",
@@ -491,10 +550,12 @@ def main(argv=None) -> int:
                              "listed below)")
     parser.add_argument("--seeds", type=_seed_count, default=5,
                         help=f"number of seeds, 0..n-1 (default 5, at most {MAX_SEEDS})")
-    parser.add_argument("--iterations", type=_positive_int, default=25, help="PPO iterations per run (default 25)")
+    parser.add_argument("--iterations", type=_positive_int, default=25,
+                        help="PPO iterations per run (default 25; a DPO arm runs its own 200 steps)")
     for arm in ARMS:
+        what = "beta in the loss" if REGISTRY[arm].trainer == "dpo" else "KL coefficient"
         parser.add_argument(f"--beta-{arm}", type=_beta, default=None,
-                            help=f"KL coefficient of the {LABELS[arm]} (default {DEFAULT_BETA[arm]:g})")
+                            help=f"{what} of the {LABELS[arm]} (default {DEFAULT_BETA[arm]:g})")
     parser.add_argument("--out", type=_folder, default=None, help="output folder (default: the project's outputs/)")
     args = parser.parse_args(argv)
     arms = tuple(args.arms)
@@ -505,6 +566,9 @@ def main(argv=None) -> int:
         value = getattr(args, f"beta_{arm.replace('-', '_')}")
         if value is not None and arm not in arms:
             parser.error(f"argument --beta-{arm}: the arm {arm} is not among --arms ({' '.join(arms)})")
+        if value == 0 and REGISTRY[arm].trainer == "dpo":
+            parser.error(f"argument --beta-{arm}: must be > 0 for DPO (at 0 its loss is log 2 "
+                         "whatever the policy, so nothing is learned), got 0")
         if value is not None:
             betas[arm] = value
     out = args.out if args.out is not None else paths.OUTPUTS

@@ -18,7 +18,7 @@ def test_within_budget_only_when_every_stage_is():
 
 
 def test_the_table_shows_each_stage_its_budget_and_what_is_over():
-    judged = rows([9.54, 12.0, 21.23, 12.5, 4.0])
+    judged = rows([9.54, 12.0, 21.23, 12.5, 4.0, 15.0])
     bench.judge(judged)
     lines = bench.format_table(judged).splitlines()
     assert lines[0].split() == ["stage", "wall", "time", "budget", "peak", "memory", "what"]
@@ -48,3 +48,16 @@ def test_the_grpo_stage_runs_both_grpo_arms_for_one_seed(monkeypatch):
     calls.clear()
     bench._work("one_seed_both_arms")  # chapter 5's stage is unchanged: the default arms
     assert calls == [{"seeds": 1, "progress": False}]
+
+
+def test_the_dpo_stage_runs_the_dpo_arm_for_one_seed_within_a_measured_budget(monkeypatch):
+    import minirlhf.experiment as experiment
+
+    calls = []
+    monkeypatch.setattr(experiment, "run_experiment", lambda **kw: calls.append(kw))
+    bench._work("one_seed_dpo_arm")
+    assert calls == [{"seeds": 1, "progress": False, "arms": ("dpo",)}]
+    assert experiment.REGISTRY["dpo"].trainer == "dpo"
+    what, budget = bench.STAGES["one_seed_dpo_arm"]
+    assert budget == bench.DPO_BUDGET and "DPO" in what
+    assert bench.ORDER.index("one_seed_dpo_arm") < bench.ORDER.index("pipeline")

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from minirlhf import experiment, task
+from minirlhf import dpo, experiment, task
+from minirlhf.reward_model import RMConfig
 from minirlhf.model import GPTConfig, TinyGPT
 
 
@@ -206,7 +207,7 @@ def test_help_lists_every_registered_arm(capsys):
 
 def test_the_registry_names_each_arms_reward_beta_and_settings():
     assert experiment.ARMS == ("rm", "verifier", "grpo-verifier", "grpo-rm", "centred-verifier",
-                               "rloo-verifier")
+                               "rloo-verifier", "dpo")
     assert experiment.DEFAULT_ARMS == ("rm", "verifier")
     assert experiment.DEFAULT_BETA["rm"] == 0.5 and experiment.DEFAULT_BETA["verifier"] == 0.08
     for name in ("rm", "verifier"):  # chapter 5's arms change nothing in the recipe
@@ -251,4 +252,91 @@ def test_the_default_run_keeps_chapter_5s_layout(tiny_models):
     with pytest.raises(ValueError, match="not among the arms"):
         experiment.run_experiment([0], 1, progress=False, betas={"grpo-rm": 0.1})
     with pytest.raises(ValueError, match="arm must be one of"):
-        experiment.run_experiment([0], 1, progress=False, arms=("rm", "dpo"))
+        experiment.run_experiment([0], 1, progress=False, arms=("rm", "ipo"))
+
+
+# ---- the DPO arm: another trainer, the same evaluation, keyed by name
+
+
+def test_the_dpo_arm_is_trained_by_dpo_with_its_own_config():
+    arm = experiment.REGISTRY["dpo"]
+    assert (arm.trainer, arm.reward, arm.beta) == ("dpo", "pairs", experiment.DEFAULT_BETA["dpo"])
+    assert all(experiment.REGISTRY[name].trainer == "ppo" for name in experiment.ARMS if name != "dpo")
+    cfg = experiment.arm_config("dpo", experiment.PPOConfig(), seed=3)  # a PPOConfig is not DPO's
+    assert cfg == experiment.DPOConfig(seed=3)
+    assert experiment.arm_config("dpo", experiment.DPOConfig(steps=7), seed=1) == experiment.DPOConfig(steps=7, seed=1)
+    with pytest.raises(ValueError, match="config must be a PPOConfig"):
+        experiment.arm_config("rm", experiment.DPOConfig())
+    with pytest.raises(ValueError, match="advantage_fn must be None"):
+        experiment.run_arm("dpo", None, None, 0, 0.1, experiment.DPOConfig(), advantage_fn=lambda *a: a)
+
+
+TINY_DPO = dict(steps=6, batch_size=16, eval_every=2, rm_config=RMConfig(steps=2, batch_size=32))
+
+
+def test_run_arm_passes_seed_beta_and_loss_fn_to_dpo(tiny_models):
+    policy, rm = experiment.load_sft()[0], experiment.load_rm()[0]
+    calls = []
+
+    def mine(pc, pr, rc, rr, beta):
+        calls.append(beta)
+        return dpo.dpo_loss(pc, pr, rc, rr, beta)
+
+    _, log = experiment.run_arm("dpo", policy, rm, 2, 0.25, experiment.DPOConfig(**TINY_DPO),
+                                experiment.EvalSet(), loss_fn=mine, progress=False)
+    assert calls == [0.25] * 6 and log["config"]["seed"] == 2 and log["config"]["beta"] == 0.25
+    assert log["steps"] == [0, 2, 4, 6] and not math.isnan(log["rm_score"][-1])  # the RM's score is logged
+
+
+def test_cli_runs_the_dpo_arm_beside_ppo_arms(tiny_models, tmp_path, capsys, monkeypatch):
+    real = experiment.run_experiment
+    monkeypatch.setattr(experiment, "run_experiment",
+                        lambda *a, **k: real(*a, **k, dpo_config=experiment.DPOConfig(**TINY_DPO)))
+    argv = ["--arms", "rm", "dpo", "--seeds", "2", "--iterations", "3", "--beta-dpo", "0.3", "--out", str(tmp_path)]
+    assert experiment.main(argv) == 0
+    printed = capsys.readouterr().out
+    table = printed[printed.index("arm "):].splitlines()
+    assert [line.split()[0] for line in table[1:3]] == ["rm", "dpo"] and table[2].split()[-7] == "-"
+    assert "dpo: implicit reward on the held-out pairs, pair accuracy" in printed
+    assert "(the RM's: 0.500, 0.500)" in printed
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert list(results["arms"]) == ["rm", "dpo"] and results["settings"]["beta"] == {"rm": 0.5, "dpo": 0.3}
+    assert results["settings"]["dpo"]["steps"] == 6 and "arm_settings" not in results["settings"]
+    run, rm_run = results["arms"]["dpo"]["1"], results["arms"]["rm"]["1"]
+    assert run["steps"] == [0, 2, 4, 6] and len(run["accuracy"]) == 4 and len(rm_run["accuracy"]) == 4
+    assert len(run["rewards/chosen"]) == len(run["logps/rejected"]) == 6 and "steps" not in rm_run
+    summary = results["summary"]["dpo"]
+    pair = [results["arms"]["dpo"][s]["implicit_reward"]["pair_accuracy"] for s in ("0", "1")]
+    assert summary["implicit_pair_accuracy"] == pytest.approx(sum(pair) / 2)
+    assert "implicit_pair_accuracy" not in results["summary"]["rm"]
+    ax = experiment.plot_curves(results, "accuracy", "accuracy", "t")
+    assert ax.get_xlabel() == "PPO iteration, or DPO evaluation (every 2 steps of 16 pairs)"
+    plain = experiment.plot_curves({**results, "settings": {k: v for k, v in results["settings"].items()
+                                                            if k != "dpo"}, "arms": {"rm": results["arms"]["rm"]}},
+                                   "accuracy", "accuracy", "t")
+    assert plain.get_xlabel() == "PPO iteration (64 prompts each)"  # without DPO, as before
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--arms", "rm", "dpo", "--beta-dpo", "0"], "must be > 0 for DPO"),
+        (["--beta-dpo", "0.1"], "the arm dpo is not among --arms (rm verifier)"),
+        (["--arms", "dpo", "dpo"], "names an arm twice"),
+    ],
+)
+def test_bad_dpo_options_get_a_one_line_error(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: pytest.fail("the run started"))
+    assert message in one_line_error(argv, capsys)
+
+
+def test_a_dpo_beta_of_zero_is_refused_before_any_run(tiny_models):
+    with pytest.raises(ValueError, match="DPO arm dpo must be > 0"):
+        experiment.run_experiment([0], 1, progress=False, arms=("rm", "dpo"), betas={"dpo": 0.0})
+
+
+def test_the_estimate_counts_a_dpo_run_by_its_own_cost(monkeypatch, capsys):
+    monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    experiment._run_seeds(10, 25, ("rm", "dpo"), {})
+    guess = 10 * (25 * experiment.SECONDS_PER_ARM_ITERATION + experiment.SECONDS_PER_DPO_RUN)
+    assert f"about {experiment._duration(guess)}" in capsys.readouterr().out

@@ -1,0 +1,309 @@
+"""Direct Preference Optimization (Rafailov et al. 2023) on chapter 4's preference pairs.
+
+DPO trains the policy on the pairs themselves: no reward model, no sampling. For a prompt
+``x`` with a chosen completion ``y_c`` and a rejected one ``y_r``, with sequence log-probs
+``pi(y | x)`` of the policy and ``ref(y | x)`` of the frozen reference,
+
+    loss = -log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))       mean over pairs
+
+and ``beta * (log pi(y | x) - log ref(y | x))`` is the *implicit reward* of a completion: the
+reward under which this policy would be the KL-regularised optimum. The loss is
+Bradley-Terry's (chapter 4) on implicit rewards, so the implicit reward can be measured like
+the RM: pair accuracy and near-miss accuracy on the held-out pairs (:func:`implicit_reward_report`).
+
+The data are the RM's: chosen = the right answer, rejected = a random wrong number, on the
+training prompts (never the eval prompts), drawn exactly as :func:`~minirlhf.reward_model.train_reward_model`
+draws them (:func:`preference_pairs`). With ``near_miss_share`` > 0 part of each batch gets a
+near-miss as its rejected answer instead, as chapter 4's optional retrain does.
+
+Against TRL's ``DPOTrainer`` (``trl/trainer/dpo_trainer.py`` and ``dpo_config.py``, commit
+f2cd577): the same loss (TRL's default ``loss_type=["sigmoid"]``, ``label_smoothing=0``),
+averaged over the pairs; sequence log-probs are the *sum* over completion tokens (TRL masks
+the prompt and padding and sums, ``per_token_logps.sum(dim=1)``), at temperature 1; the
+reference is frozen and read without gradients (with ``precompute_ref_log_probs=True``
+TRL computes its log-probs once for the whole data set, as :func:`train_dpo` does); the
+implicit rewards are ``beta`` times the detached log-ratios, and the logged metrics carry
+TRL's names (:data:`DPO_METRICS`). Differences: Adam instead of AdamW, a learning rate
+fitted to this network (TRL's default is 1e-6), and an evaluation on the eval prompts every
+``eval_every`` steps with the same measures as every PPO arm (:func:`minirlhf.ppo.evaluate`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from . import task
+from .model import TinyGPT, completion_logprobs, completion_mask, make_generator
+from .ppo import EvalSet, evaluate
+from .progress import progress_bar
+from .reward_model import HELDOUT_SEED, RMConfig, preference_batch
+
+__all__ = [
+    "DPOConfig", "dpo_loss", "sequence_logps", "preference_pairs", "implicit_reward_margins",
+    "implicit_reward_report", "train_dpo", "DPO_METRICS",
+]
+
+
+@dataclass
+class DPOConfig:
+    """Settings of one DPO run. Each setting's docstring names its counterpart in TRL's
+    ``DPOConfig`` (``trl/trainer/dpo_config.py``, commit f2cd577), or says there is none.
+
+    Defined in chapter 9 (DPO), still to be written.
+    """
+
+    steps: int = 200
+    """Optimizer steps. With the defaults one pass over the RM's 12,800 pairs (one epoch);
+    more steps go round the pairs again, reshuffled. TRL: ``max_steps`` (or
+    ``num_train_epochs``, 3 by default)."""
+    batch_size: int = 64
+    """Preference pairs per step. TRL: ``per_device_train_batch_size`` times the gradient
+    accumulation and the number of processes."""
+    lr: float = 1e-4
+    """Adam's initial learning rate. TRL: ``learning_rate`` (1e-6 by default, for large
+    pretrained models; this 100K-parameter network needs far more)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run. TRL: ``lr_scheduler_type``
+    ("linear" by default)."""
+    beta: float = 0.1
+    """Weight of the log-ratios in the loss: the smaller, the further the policy may move
+    from the reference for the same loss. TRL: ``beta`` (0.1 by default, as here). The
+    experiment's ``dpo`` arm sets its own (see :data:`minirlhf.experiment.REGISTRY`)."""
+    seed: int = 0
+    """Seeds the order in which the pairs are visited; the pairs themselves are the RM's and
+    do not depend on it. TRL: the trainer's ``seed`` (and ``data_seed``)."""
+    near_miss_share: float = 0.0
+    """Share of each of the RM's batches whose rejected answer is a near-miss instead of a
+    random wrong number (chapter 4's optional retrain). 0 is the RM's own data. No TRL
+    counterpart: a property of the data set."""
+    eval_every: int = 8
+    """Steps between two evaluations on the eval prompts; the start is evaluated too. With
+    the defaults, 25 evaluations after the start, as PPO's 25 iterations. TRL: ``eval_steps``."""
+    rm_config: RMConfig | None = None
+    """The reward model's settings whose pairs DPO trains on (None: the book's RM,
+    :class:`~minirlhf.reward_model.RMConfig`). No TRL counterpart."""
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "eval_every"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not self.beta > 0:
+            raise ValueError(f"beta must be > 0, got {self.beta}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.near_miss_share <= 1.0:
+            raise ValueError(f"near_miss_share must lie in [0, 1], got {self.near_miss_share}")
+
+
+# The per-step metrics of the log, by TRL's names (trl/trainer/dpo_trainer.py, _compute_loss).
+DPO_METRICS = {
+    "loss": "the DPO loss of the batch",
+    "rewards/chosen": "mean implicit reward beta * (log pi - log ref) of the chosen completions",
+    "rewards/rejected": "mean implicit reward of the rejected completions",
+    "rewards/accuracies": "share of the batch's pairs whose chosen reward beats the rejected one",
+    "rewards/margins": "mean of chosen minus rejected implicit reward",
+    "logps/chosen": "mean sequence log-prob of the chosen completions under the policy",
+    "logps/rejected": "mean sequence log-prob of the rejected completions under the policy",
+}
+
+
+def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
+             beta: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return (loss, chosen_rewards, rejected_rewards): DPO's loss, a scalar to minimise, the
+    mean over pairs of ``-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))``, and the
+    implicit rewards ``beta * (pi - ref)`` (B,) of each side, detached.
+
+    The four inputs are (B,) sequence log-probs (:func:`sequence_logps`). Written with
+    ``F.logsigmoid``, which stays finite for any margin. TRL's ``loss_type="sigmoid"``.
+
+    Defined in chapter 9 (DPO), still to be written.
+    """
+    named = {"policy_chosen_logps": policy_chosen_logps, "policy_rejected_logps": policy_rejected_logps,
+             "ref_chosen_logps": ref_chosen_logps, "ref_rejected_logps": ref_rejected_logps}
+    for name, x in named.items():
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.numel() < 1:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a non-empty 1-D tensor (B,) of sequence log-probs, got {shape}")
+        if x.shape != policy_chosen_logps.shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, policy_chosen_logps "
+                             f"{tuple(policy_chosen_logps.shape)}: one number per pair in each")
+    if not (isinstance(beta, (int, float)) and beta > 0):
+        raise ValueError(f"beta must be a number > 0, got {beta!r}")
+    chosen_logratios = policy_chosen_logps - ref_chosen_logps  # (B,)
+    rejected_logratios = policy_rejected_logps - ref_rejected_logps  # (B,)
+    loss = -F.logsigmoid(beta * (chosen_logratios - rejected_logratios)).mean()
+    return loss, beta * chosen_logratios.detach(), beta * rejected_logratios.detach()
+
+
+def sequence_logps(model: TinyGPT, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+    """Return the log-prob of each whole completion under ``model`` (B,), at temperature 1:
+    the sum of its token log-probs up to and including the first `;` (SFT's mask,
+    :func:`~minirlhf.model.completion_mask`); the padding after it does not count.
+
+    Defined in chapter 9 (DPO), still to be written.
+    """
+    logp = completion_logprobs(model, prompts, completions)  # (B, 4)
+    return (logp * completion_mask(completions)).sum(1)  # (B,)
+
+
+def preference_pairs(near_miss_share: float = 0.0, rm_config: RMConfig | None = None):
+    """Return (prompts (N, 6), chosen (N, 4), rejected (N, 4)): the pairs the reward model of
+    ``rm_config`` (default: the book's) trains on, ``steps x batch_size`` of them (12,800),
+    drawn from the training prompts with the same generator in the same order as
+    :func:`~minirlhf.reward_model.train_reward_model`. With ``near_miss_share`` > 0 the first
+    share of each batch gets a near-miss as its rejected answer, drawn as chapter 4's
+    ``train_rm_with_near_misses`` draws it.
+
+    Defined in chapter 9 (DPO), still to be written.
+    """
+    cfg = rm_config or RMConfig()
+    if not 0.0 <= near_miss_share <= 1.0:
+        raise ValueError(f"near_miss_share must lie in [0, 1], got {near_miss_share}")
+    g, pool = make_generator(cfg.seed), task.train_pairs()
+    n_near = int(round(near_miss_share * cfg.batch_size))
+    parts = []
+    for _ in range(cfg.steps):
+        batch = task.sample_pairs(cfg.batch_size, g, pool)  # (B, 2)
+        prompts, chosen, rejected = preference_batch(batch, g)
+        if n_near:
+            rejected[:n_near] = task.wrong_answers(batch[:n_near], "near_miss", g)
+        parts.append((prompts, chosen, rejected))
+    return tuple(torch.cat(x) for x in zip(*parts))
+
+
+@torch.no_grad()
+def implicit_reward_margins(policy: TinyGPT, reference: TinyGPT, beta: float, kind: str,
+                            pairs: torch.Tensor | None = None, seed: int = HELDOUT_SEED) -> torch.Tensor:
+    """Return the implicit reward's margin r(correct) - r(wrong answer of ``kind``) for each
+    held-out pair (N,), with ``r = beta * (log pi - log ref)``: the same pairs as chapter 4's
+    :func:`~minirlhf.reward_model.pair_margins` (default: the 400 eval prompts, ``seed`` 7).
+
+    Defined in chapter 9 (DPO), still to be written.
+    """
+    pairs = task.eval_pairs() if pairs is None else pairs
+    prompts, chosen, rejected = preference_batch(pairs, make_generator(seed), kind)
+
+    def reward(completions):
+        return beta * (sequence_logps(policy, prompts, completions) - sequence_logps(reference, prompts, completions))
+
+    return reward(chosen) - reward(rejected)
+
+
+def implicit_reward_report(policy: TinyGPT, reference: TinyGPT, beta: float) -> dict:
+    """Return the implicit reward's held-out numbers in the layout of chapter 4's
+    :func:`~minirlhf.reward_model.rm_report`: ``{'pair_accuracy', 'near_miss_accuracy',
+    'margin': {kind: mean margin}, 'accuracy': {kind: fraction ranked right}}``.
+
+    Defined in chapter 9 (DPO), still to be written.
+    """
+    margins = {kind: implicit_reward_margins(policy, reference, beta, kind) for kind in task.WRONG_KINDS}
+    acc = {kind: (m > 0).double().mean().item() for kind, m in margins.items()}
+    return {
+        "pair_accuracy": acc["random"],
+        "near_miss_accuracy": acc["near_miss"],
+        "margin": {kind: m.double().mean().item() for kind, m in margins.items()},
+        "accuracy": acc,
+    }
+
+
+def _record_eval(log: dict, step: int, ev: dict) -> None:
+    log["steps"].append(step)
+    for key in ("accuracy", "rm_score", "kl"):
+        log[key].append(ev[key])
+    for k in task.KINDS:
+        log["kinds"][k].append(ev["kinds"][k])
+
+
+def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = None,
+              rm: TinyGPT | None = None, evalset: EvalSet | None = None, progress: bool = True,
+              loss_fn: Callable | None = None, desc: str = "DPO") -> tuple[TinyGPT, dict]:
+    """Return (trained copy of ``policy``, log); the inputs are not changed.
+
+    ``reference`` is frozen (read without gradients; its log-probs of every pair are computed
+    once, before the first step). ``loss_fn`` replaces :func:`dpo_loss` (same signature and
+    outputs), so a learner's function can drive the run. ``rm`` (optional) only logs the RM's
+    score of the greedy answers, as in the PPO arms.
+
+    The log holds, per evaluation (every ``config.eval_every`` steps, index 0 = before
+    training), ``steps``, ``accuracy``, ``rm_score``, ``kl`` and ``kinds`` from
+    :func:`minirlhf.ppo.evaluate` (the KL at temperature 0.7, as for every PPO arm, so the
+    numbers compare); per step the metrics of :data:`DPO_METRICS`; at the end
+    ``implicit_reward`` (:func:`implicit_reward_report` on the held-out pairs); and
+    ``config``, ``n_pairs``.
+
+    Defined in chapter 9 (DPO), still to be written.
+    """
+    cfg = config or DPOConfig()
+    loss_fn = loss_fn or dpo_loss
+    evalset = evalset or EvalSet()
+    policy = copy.deepcopy(policy).train().requires_grad_(True)
+    reference.eval()
+    prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)  # (N, 6), (N, 4) x 2
+    n = len(prompts)
+    with torch.no_grad():  # the reference never changes: its log-probs once, for every pair
+        # in chunks of 1,024 pairs, which keep the memory of one pass small
+        ref_chosen = torch.cat([sequence_logps(reference, prompts[i:i + 1024], chosen[i:i + 1024])
+                                for i in range(0, n, 1024)])  # (N,)
+        ref_rejected = torch.cat([sequence_logps(reference, prompts[i:i + 1024], rejected[i:i + 1024])
+                                  for i in range(0, n, 1024)])  # (N,)
+    g = make_generator(cfg.seed)
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    cache = {}  # the frozen models' eval outputs, as in ppo_train
+
+    log = {"steps": [], "accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS}}
+    log.update({name: [] for name in DPO_METRICS})
+    log["config"] = asdict(cfg)
+    log["n_pairs"] = n
+    policy.eval()
+    _record_eval(log, 0, evaluate(policy, reference, rm, evalset, cache=cache))
+    policy.train()
+
+    order = torch.empty(0, dtype=torch.long)
+    bar = progress_bar(total=cfg.steps, desc=desc, enabled=progress)
+    for step in range(1, cfg.steps + 1):
+        # 1. the next batch of pairs; a new shuffled pass when the last one is used up
+        if len(order) < cfg.batch_size:
+            order = torch.cat([order, torch.randperm(n, generator=g)])
+        idx, order = order[:cfg.batch_size], order[cfg.batch_size:]
+        # 2. the policy's sequence log-probs of both sides, in one pass
+        both = sequence_logps(policy, prompts[idx].repeat(2, 1), torch.cat([chosen[idx], rejected[idx]]))
+        pi_chosen, pi_rejected = both.chunk(2)  # (B,) each
+        loss, r_chosen, r_rejected = loss_fn(pi_chosen, pi_rejected, ref_chosen[idx], ref_rejected[idx], cfg.beta)
+        # 3. one Adam step, the learning rate annealed linearly
+        if cfg.anneal_lr:
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr * (1.0 - (step - 1) / cfg.steps)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        # 4. log the batch by TRL's names
+        metrics = {
+            "loss": loss.item(),
+            "rewards/chosen": r_chosen.mean().item(),
+            "rewards/rejected": r_rejected.mean().item(),
+            "rewards/accuracies": (r_chosen > r_rejected).float().mean().item(),
+            "rewards/margins": (r_chosen - r_rejected).mean().item(),
+            "logps/chosen": pi_chosen.detach().mean().item(),
+            "logps/rejected": pi_rejected.detach().mean().item(),
+        }
+        for name, value in metrics.items():
+            log[name].append(value)
+        # 5. every eval_every steps (and at the end), the same evaluation as every PPO arm
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            policy.eval()
+            ev = evaluate(policy, reference, rm, evalset, cache=cache)
+            _record_eval(log, step, ev)
+            policy.train()
+            bar.set_postfix_str(f"acc {ev['accuracy']:.3f} kl {ev['kl']:.3f}")
+        bar.update(1)
+    bar.close()
+    policy.eval()
+    log["implicit_reward"] = implicit_reward_report(policy, reference, cfg.beta)
+    return policy, log
