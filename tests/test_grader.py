@@ -682,3 +682,43 @@ def test_a_kernel_that_dies_at_start_is_started_again(monkeypatch, tmp_path, mes
         assert len(calls) == 2 and runner.execute(0, 30) == "ok"
     finally:
         runner.shutdown()
+
+
+class _FakeRunner:
+    """Records what the grader asks a kernel to run; answers with the given statuses."""
+
+    def __init__(self, statuses, cell_timeout=3.0, error=""):
+        self.cell_timeout, self.grace, self.scratch = cell_timeout, 3.0, 0
+        self.statuses, self.error, self.ran, self.restarts = list(statuses), error, [], 0
+
+    def run_code(self, code, timeout):
+        self.ran.append((code, timeout))
+        return self.statuses.pop(0)
+
+    def error_of(self, index):
+        return self.error
+
+    def restart(self):
+        self.restarts += 1
+
+    def recover(self):
+        return True
+
+
+def test_the_grader_loads_in_the_kernel_before_the_first_timed_call(tmp_path):
+    # Under load, importing the grader (and torch) in a fresh kernel can take longer than a
+    # call's time limit plus the grace: it is done first, under a limit of its own.
+    results = tmp_path / "out.jsonl"
+    results.write_text(json.dumps({"done": True, "reason": "all"}) + "\n")
+    spec = {"results": str(results), "time_limit": 0.5}
+    runner = _FakeRunner(["ok", "ok"])
+    records, stuck, ending = check._call_in_kernel(runner, spec, 1)
+    assert (stuck, ending) == ("", "") and records[-1]["done"]
+    (first, first_limit), (second, second_limit) = runner.ran
+    assert first == check.WARM_UP and first_limit == check.WARM_UP_TIMEOUT
+    assert "_kernel_step" in second and second_limit == check.SLICE + 0.5 + runner.grace
+    # a warm-up that fails is said plainly; one that kills the kernel restarts it
+    _, stuck, ending = check._call_in_kernel(_FakeRunner(["timeout"]), spec, 1)
+    assert ending == "error" and "could not load in the kernel" in stuck and "120 s" in stuck
+    dead = _FakeRunner(["dead"])
+    assert check._call_in_kernel(dead, spec, 1)[2] == "dead" and dead.restarts == 1

@@ -81,6 +81,8 @@ __all__ = ["grade_notebook", "NotebookGrade", "ExerciseGrade", "CellProblem", "r
 
 SLICE = 1.0  # seconds of calls per grading cell, so the grader can step in between
 GRACE = 3.0  # seconds a kernel gets to answer after a time limit or an interrupt
+WARM_UP = '__import__("minirlhf.course.grader")'  # run in the kernel before the first call
+WARM_UP_TIMEOUT = 120.0  # seconds that import may take (torch with it), the cell limit if longer
 CELL_TIMEOUT = 120.0  # seconds any one notebook cell may run
 BUDGET = 60.0  # seconds of calls per exercise, all its inputs together
 MAX_SECONDS = 86400.0  # the largest --cell-timeout or --budget taken (a day)
@@ -624,6 +626,17 @@ def _call_in_kernel(runner: _Runner, spec: dict, n_inputs: int) -> tuple[list, s
     "" when it finished, "error" when the grading cell failed, "dead" when the kernel died and
     "restart" when it ignored the interrupt; in both last cases it was restarted).
     """
+    # The grader's side is loaded into the kernel first, under a time limit of its own: after a
+    # (re)start that import brings torch with it, which takes seconds when several kernels
+    # start at once on a busy machine, and the learner's first call must not pay for it.
+    warm_limit = max(runner.cell_timeout, WARM_UP_TIMEOUT)
+    warm = runner.run_code(WARM_UP, warm_limit)
+    if warm == "dead":
+        runner.restart()
+        return [], "stopped the kernel (a crash, exit() or out of memory)", "dead"
+    if warm == "timeout" or runner.error_of(runner.scratch):
+        why = runner.error_of(runner.scratch) or f"it took longer than {warm_limit:g} s"
+        return [], f"could not be graded (the grader could not load in the kernel: {why})", "error"
     code = f'__import__("minirlhf.course.grader", fromlist=["_"])._kernel_step(globals(), {spec!r})'
     results = Path(spec["results"])
     limit = n_inputs + 1
