@@ -5,22 +5,13 @@ import math
 import numpy as np
 import torch
 
+from ._inputs import as_tensor, prefix_mask
 from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor, Slip
 from ...ppo import kl_shaped_advantages, ppo_token_loss
 
 
-def _t(values) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32)
-
-
-def _as_t(x) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(x, dtype=np.float32))
-
-
-def _prefix_mask(rng: np.random.Generator, B: int, T: int) -> np.ndarray:
-    """A completion mask: each row keeps a prefix of 1 to T tokens."""
-    lengths = rng.integers(1, T + 1, B)
-    return (np.arange(T)[None, :] < lengths[:, None]).astype(np.float32)
+_t = _as_t = as_tensor  # float32 tensors from lists or arrays
+_prefix_mask = prefix_mask
 
 
 # ----------------------------------------------------------------------------- 5.1 advantages
