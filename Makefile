@@ -52,11 +52,17 @@ browser: book
 unit: $(STAMP)
 	$(PY) -m pytest -q tests
 
+# The notebooks run two at a time, one per core (pytest-xdist; each notebook stays whole in one
+# worker, its cells in order). Chapters that read another chapter's stored runs make them
+# themselves when they are not there yet; every store writes atomically and the runs are
+# bit-identical, so which worker makes a file does not matter.
+NBVAL_PARALLEL := -n 2 --dist loadfile
+
 nbval-solutions: $(STAMP)
-	$(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider solutions/
+	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider solutions/
 
 nbval-notebooks: $(STAMP)
-	$(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/
+	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/
 
 test: unit nbval-solutions nbval-notebooks book-strict browser
 
