@@ -10,7 +10,7 @@ import torch
 from minirlhf import task
 from minirlhf.model import GPTConfig, TinyGPT, make_generator
 from minirlhf.ppo import (
-    GROUP_METRICS, TRAIN_METRICS, EvalSet, PPOConfig, batch_metrics, group_advantages, k3_loss_term,
+    GROUP_METRICS, TRAIN_METRICS, PPOConfig, batch_metrics, group_advantages, k3_loss_term,
     ppo_token_loss, ppo_train, ppo_update, rm_reward, rollout, score_and_advantages, verifier_reward,
 )
 
@@ -85,14 +85,6 @@ def test_the_settings_of_a_grpo_run_are_checked_by_name():
 
 
 # ----------------------------------------------------------------------------- rollouts
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    torch.manual_seed(0)
-    policy = TinyGPT(GPTConfig()).eval()
-    rm = TinyGPT(GPTConfig(), scalar_head=True).eval()
-    return policy, rm, EvalSet(task.eval_pairs()[:32])
 
 
 def test_a_group_rollout_lays_each_prompt_out_g_times_side_by_side(tiny):

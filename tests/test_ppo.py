@@ -164,14 +164,6 @@ def test_gae_by_hand():
 # ----------------------------------------------------------------------------- smoke run
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    torch.manual_seed(0)
-    policy = TinyGPT(GPTConfig()).eval()
-    rm = TinyGPT(GPTConfig(), scalar_head=True).eval()
-    return policy, rm, EvalSet(task.eval_pairs()[:32])
-
-
 def test_ppo_train_smoke(tiny):
     policy, rm, evalset = tiny
     before = {k: v.clone() for k, v in policy.state_dict().items()}
