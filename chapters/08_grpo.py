@@ -47,7 +47,7 @@ from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import someone_watching
-from minirlhf.course.runs import (load_or_run, same_curves,
+from minirlhf.course.runs import (load_or_run, same_curves, stored_arms,
                                   stored_experiment, stored_starts)
 from minirlhf.paths import OUTPUTS
 from minirlhf.studies import grpo, robustness
@@ -348,14 +348,8 @@ GRPO_BETA = {arm: experiment.DEFAULT_BETA[arm] for arm in GRPO_ARMS}
 ch5 = stored_experiment(SEEDS, cfg, CH5, {}, progress=PROGRESS)
 
 
-def run_grpo():
-    return experiment.run_experiment(SEEDS, cfg.iterations, config=cfg,
-                                     arms=GRPO_ARMS, progress=PROGRESS)
-
-
-found = load_or_run(OUTPUTS / "grpo.json",
-                    {"seeds": SEEDS, "beta": GRPO_BETA, "ppo": asdict(cfg)},
-                    {("grpo-verifier", "0"): driven}, run_grpo)
+found = stored_arms(OUTPUTS / "grpo.json", SEEDS, GRPO_ARMS, cfg,
+                   {("grpo-verifier", "0"): driven}, progress=PROGRESS)
 results = {"settings": {**found["settings"],
                         "beta": {**CH5, **found["settings"]["beta"]}},
            "arms": {**ch5["arms"], **found["arms"]},

@@ -26,6 +26,8 @@ implicit rewards are ``beta`` times the detached log-ratios, and the logged metr
 TRL's names (:data:`DPO_METRICS`). Differences: Adam instead of AdamW, a learning rate
 fitted to this network (TRL's default is 1e-6), and an evaluation on the eval prompts every
 ``eval_every`` steps with the same measures as every PPO arm (:func:`minirlhf.ppo.evaluate`).
+
+Chapter 9 builds DPO and measures it against the other methods of the book.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ from .progress import progress_bar
 from .reward_model import HELDOUT_SEED, RMConfig, preference_batch
 
 __all__ = [
-    "DPOConfig", "dpo_loss", "sequence_logps", "preference_pairs", "implicit_reward_margins",
-    "implicit_reward_report", "train_dpo", "DPO_METRICS",
+    "DPOConfig", "dpo_loss", "implicit_rewards", "sequence_logps", "preference_pairs", "implicit_reward_margins",
+    "implicit_reward_report", "train_dpo", "DPO_METRICS", "HELDOUT_LOGPS", "heldout_answers",
 ]
 
 
@@ -54,7 +56,7 @@ class DPOConfig:
     """Settings of one DPO run. Each setting's docstring names its counterpart in TRL's
     ``DPOConfig`` (``trl/trainer/dpo_config.py``, commit f2cd577), or says there is none.
 
-    Defined in chapter 9 (DPO), still to be written.
+    Defined in chapter 9.
     """
 
     steps: int = 200
@@ -87,19 +89,36 @@ class DPOConfig:
     rm_config: RMConfig | None = None
     """The reward model's settings whose pairs DPO trains on (None: the book's RM,
     :class:`~minirlhf.reward_model.RMConfig`). No TRL counterpart."""
+    loss_type: str = "sigmoid"
+    """"sigmoid": DPO's loss (:func:`dpo_loss`). "sft": no preference at all, the control of
+    chapter 9: the cross-entropy of the chosen completions' tokens, averaged over the batch's
+    kept tokens (SFT on the chosen answers, with the same batches, optimizer and steps); the
+    rejected answers and the reference only enter the logged implicit rewards. TRL:
+    ``loss_type`` (``["sigmoid"]`` by default; its ``"sft"`` is the same cross-entropy)."""
+    n_pairs: int | None = None
+    """Train on the first ``n_pairs`` of those pairs only, going round them as often as the
+    steps need (None: all of them). A small pair set shows over-training. TRL: the size of
+    the training data set."""
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if self.n_pairs is not None and not (isinstance(self.n_pairs, int) and self.n_pairs >= self.batch_size):
+            raise ValueError(f"n_pairs must be None or a whole number >= batch_size ({self.batch_size}), "
+                             f"got {self.n_pairs!r}")
         if not self.beta > 0:
             raise ValueError(f"beta must be > 0, got {self.beta}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0.0 <= self.near_miss_share <= 1.0:
             raise ValueError(f"near_miss_share must lie in [0, 1], got {self.near_miss_share}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
 
+
+LOSS_TYPES = ("sigmoid", "sft")  # see DPOConfig.loss_type
 
 # The per-step metrics of the log, by TRL's names (trl/trainer/dpo_trainer.py, _compute_loss).
 DPO_METRICS = {
@@ -114,16 +133,14 @@ DPO_METRICS = {
 
 
 def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
-             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
-             beta: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Return (loss, chosen_rewards, rejected_rewards): DPO's loss, a scalar to minimise, the
-    mean over pairs of ``-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))``, and the
-    implicit rewards ``beta * (pi - ref)`` (B,) of each side, detached.
+             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor, beta: float) -> torch.Tensor:
+    """Return DPO's loss, a 0-d tensor to minimise: the mean over pairs of
+    ``-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))``.
 
     The four inputs are (B,) sequence log-probs (:func:`sequence_logps`). Written with
     ``F.logsigmoid``, which stays finite for any margin. TRL's ``loss_type="sigmoid"``.
 
-    Defined in chapter 9 (DPO), still to be written.
+    Defined in chapter 9.
     """
     named = {"policy_chosen_logps": policy_chosen_logps, "policy_rejected_logps": policy_rejected_logps,
              "ref_chosen_logps": ref_chosen_logps, "ref_rejected_logps": ref_rejected_logps}
@@ -138,8 +155,18 @@ def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Ten
         raise ValueError(f"beta must be a number > 0, got {beta!r}")
     chosen_logratios = policy_chosen_logps - ref_chosen_logps  # (B,)
     rejected_logratios = policy_rejected_logps - ref_rejected_logps  # (B,)
-    loss = -F.logsigmoid(beta * (chosen_logratios - rejected_logratios)).mean()
-    return loss, beta * chosen_logratios.detach(), beta * rejected_logratios.detach()
+    return -F.logsigmoid(beta * (chosen_logratios - rejected_logratios)).mean()
+
+
+def implicit_rewards(policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta: float) -> torch.Tensor:
+    """Return the implicit rewards ``beta * (log pi(y | x) - log ref(y | x))`` (B,), detached:
+    the reward under which the policy would be the KL-regularised optimum, up to a term that
+    depends on the prompt only. TRL logs their means as ``rewards/chosen`` and
+    ``rewards/rejected``.
+
+    Defined in chapter 9.
+    """
+    return beta * (policy_logps - ref_logps).detach()
 
 
 def sequence_logps(model: TinyGPT, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
@@ -147,7 +174,7 @@ def sequence_logps(model: TinyGPT, prompts: torch.Tensor, completions: torch.Ten
     the sum of its token log-probs up to and including the first `;` (SFT's mask,
     :func:`~minirlhf.model.completion_mask`); the padding after it does not count.
 
-    Defined in chapter 9 (DPO), still to be written.
+    Defined in chapter 9.
     """
     logp = completion_logprobs(model, prompts, completions)  # (B, 4)
     return (logp * completion_mask(completions)).sum(1)  # (B,)
@@ -161,7 +188,7 @@ def preference_pairs(near_miss_share: float = 0.0, rm_config: RMConfig | None = 
     share of each batch gets a near-miss as its rejected answer, drawn as chapter 4's
     ``train_rm_with_near_misses`` draws it.
 
-    Defined in chapter 9 (DPO), still to be written.
+    Defined in chapter 9.
     """
     cfg = rm_config or RMConfig()
     if not 0.0 <= near_miss_share <= 1.0:
@@ -185,7 +212,7 @@ def implicit_reward_margins(policy: TinyGPT, reference: TinyGPT, beta: float, ki
     held-out pair (N,), with ``r = beta * (log pi - log ref)``: the same pairs as chapter 4's
     :func:`~minirlhf.reward_model.pair_margins` (default: the 400 eval prompts, ``seed`` 7).
 
-    Defined in chapter 9 (DPO), still to be written.
+    Defined in chapter 9.
     """
     pairs = task.eval_pairs() if pairs is None else pairs
     prompts, chosen, rejected = preference_batch(pairs, make_generator(seed), kind)
@@ -201,7 +228,7 @@ def implicit_reward_report(policy: TinyGPT, reference: TinyGPT, beta: float) -> 
     :func:`~minirlhf.reward_model.rm_report`: ``{'pair_accuracy', 'near_miss_accuracy',
     'margin': {kind: mean margin}, 'accuracy': {kind: fraction ranked right}}``.
 
-    Defined in chapter 9 (DPO), still to be written.
+    Defined in chapter 9.
     """
     margins = {kind: implicit_reward_margins(policy, reference, beta, kind) for kind in task.WRONG_KINDS}
     acc = {kind: (m > 0).double().mean().item() for kind, m in margins.items()}
@@ -213,12 +240,37 @@ def implicit_reward_report(policy: TinyGPT, reference: TinyGPT, beta: float) -> 
     }
 
 
-def _record_eval(log: dict, step: int, ev: dict) -> None:
+# What the evaluations log besides :func:`minirlhf.ppo.evaluate`'s measures: the policy's mean
+# sequence log-prob of the right answer and of a wrong one of two kinds on the held-out pairs
+# (the eval prompts), the same pairs at every evaluation, so that the curves carry no batch noise.
+HELDOUT_LOGPS = {
+    "heldout/logps_correct": "mean log-prob of the right answers to the eval prompts",
+    "heldout/logps_random": "mean log-prob of a random wrong number (the pairs' kind of rejected answer)",
+    "heldout/logps_near_miss": "mean log-prob of a near-miss",
+}
+
+
+def heldout_answers(seed: int = HELDOUT_SEED) -> tuple[torch.Tensor, dict]:
+    """Return (prompts (400, 6), {key of :data:`HELDOUT_LOGPS`: completions (400, 4)}): the right
+    answers to the eval prompts and one wrong answer of each kind, drawn as chapter 4's held-out
+    pairs are."""
+    pairs = task.eval_pairs()
+    prompts, right, random_wrong = preference_batch(pairs, make_generator(seed), "random")
+    near = preference_batch(pairs, make_generator(seed), "near_miss")[2]
+    return prompts, {"heldout/logps_correct": right, "heldout/logps_random": random_wrong,
+                     "heldout/logps_near_miss": near}
+
+
+def _record_eval(log: dict, step: int, ev: dict, policy: TinyGPT, heldout) -> None:
     log["steps"].append(step)
     for key in ("accuracy", "rm_score", "kl"):
         log[key].append(ev[key])
     for k in task.KINDS:
         log["kinds"][k].append(ev["kinds"][k])
+    prompts, answers = heldout
+    with torch.no_grad():
+        for key, completions in answers.items():
+            log[key].append(sequence_logps(policy, prompts, completions).double().mean().item())
 
 
 def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = None,
@@ -234,18 +286,25 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
     The log holds, per evaluation (every ``config.eval_every`` steps, index 0 = before
     training), ``steps``, ``accuracy``, ``rm_score``, ``kl`` and ``kinds`` from
     :func:`minirlhf.ppo.evaluate` (the KL at temperature 0.7, as for every PPO arm, so the
-    numbers compare); per step the metrics of :data:`DPO_METRICS`; at the end
+    numbers compare) and the held-out log-probs of :data:`HELDOUT_LOGPS`; per step the
+    metrics of :data:`DPO_METRICS`; at the end
     ``implicit_reward`` (:func:`implicit_reward_report` on the held-out pairs); and
     ``config``, ``n_pairs``.
 
-    Defined in chapter 9 (DPO), still to be written.
+    Defined in chapter 9.
     """
     cfg = config or DPOConfig()
+    if loss_fn is not None and cfg.loss_type != "sigmoid":
+        raise ValueError(f"loss_fn replaces DPO's sigmoid loss: with loss_type {cfg.loss_type!r} it must be None")
     loss_fn = loss_fn or dpo_loss
     evalset = evalset or EvalSet()
     policy = copy.deepcopy(policy).train().requires_grad_(True)
     reference.eval()
     prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)  # (N, 6), (N, 4) x 2
+    if cfg.n_pairs is not None:
+        if cfg.n_pairs > len(prompts):
+            raise ValueError(f"n_pairs must be at most the {len(prompts)} pairs there are, got {cfg.n_pairs}")
+        prompts, chosen, rejected = prompts[:cfg.n_pairs], chosen[:cfg.n_pairs], rejected[:cfg.n_pairs]
     n = len(prompts)
     with torch.no_grad():  # the reference never changes: its log-probs once, for every pair
         # in chunks of 1,024 pairs, which keep the memory of one pass small
@@ -258,11 +317,13 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
     cache = {}  # the frozen models' eval outputs, as in ppo_train
 
     log = {"steps": [], "accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS}}
+    log.update({key: [] for key in HELDOUT_LOGPS})
     log.update({name: [] for name in DPO_METRICS})
     log["config"] = asdict(cfg)
     log["n_pairs"] = n
     policy.eval()
-    _record_eval(log, 0, evaluate(policy, reference, rm, evalset, cache=cache))
+    heldout = heldout_answers()
+    _record_eval(log, 0, evaluate(policy, reference, rm, evalset, cache=cache), policy, heldout)
     policy.train()
 
     order = torch.empty(0, dtype=torch.long)
@@ -275,7 +336,12 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
         # 2. the policy's sequence log-probs of both sides, in one pass
         both = sequence_logps(policy, prompts[idx].repeat(2, 1), torch.cat([chosen[idx], rejected[idx]]))
         pi_chosen, pi_rejected = both.chunk(2)  # (B,) each
-        loss, r_chosen, r_rejected = loss_fn(pi_chosen, pi_rejected, ref_chosen[idx], ref_rejected[idx], cfg.beta)
+        if cfg.loss_type == "sft":  # the mean over the chosen answers' kept tokens
+            loss = -pi_chosen.sum() / completion_mask(chosen[idx]).sum()
+        else:
+            loss = loss_fn(pi_chosen, pi_rejected, ref_chosen[idx], ref_rejected[idx], cfg.beta)
+        r_chosen = implicit_rewards(pi_chosen, ref_chosen[idx], cfg.beta)  # (B,) each
+        r_rejected = implicit_rewards(pi_rejected, ref_rejected[idx], cfg.beta)
         # 3. one Adam step, the learning rate annealed linearly
         if cfg.anneal_lr:
             for group in opt.param_groups:
@@ -299,7 +365,7 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
         if step % cfg.eval_every == 0 or step == cfg.steps:
             policy.eval()
             ev = evaluate(policy, reference, rm, evalset, cache=cache)
-            _record_eval(log, step, ev)
+            _record_eval(log, step, ev, policy, heldout)
             policy.train()
             bar.set_postfix_str(f"acc {ev['accuracy']:.3f} kl {ev['kl']:.3f}")
         bar.update(1)

@@ -31,8 +31,8 @@ import torch
 
 from . import paths, task
 from .model import make_generator, reward_scores
-from .dpo import DPO_METRICS, DPOConfig, train_dpo
-from .palette import ARM_COLORS, DARK_YELLOW, GREEN, PINK, SKY, YELLOW
+from .dpo import DPO_METRICS, HELDOUT_LOGPS, DPOConfig, train_dpo
+from .palette import ARM_COLORS, BLACK, DARK_YELLOW, GRAY, GREEN, PINK, SKY, YELLOW
 from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
 from .reward_model import HELDOUT_SEED
 from .store import load_rm, load_sft
@@ -102,6 +102,15 @@ REGISTRY = {
 # further than the verifier arm; pass --beta-dpo 0.1 (or betas=) to run it.
 REGISTRY["dpo"] = Arm("pairs", 1.25, "DPO arm", DARK_YELLOW, trainer="dpo",
                       help="DPO on chapter 4's pairs: no reward model, no sampling")
+# Chapter 9's question: DPO on pairs of which half have a near-miss as the rejected answer,
+# chapter 4's near-miss retrain applied to DPO's data; everything else as the dpo arm.
+REGISTRY["dpo-near-miss"] = Arm("pairs", 1.25, "DPO arm, near-miss pairs", BLACK, {"near_miss_share": 0.5},
+                                trainer="dpo", help="DPO on pairs with a near-miss as half the rejected answers")
+# Chapter 9's control: no preference at all, SFT on the pairs' chosen answers (TRL's DPO
+# loss_type "sft") with DPO's batches, optimizer and steps. Its beta only scales the logged
+# implicit rewards.
+REGISTRY["sft-chosen"] = Arm("pairs", 1.25, "SFT on the chosen answers", GRAY, {"loss_type": "sft"},
+                             trainer="dpo", help="control: SFT on the pairs' chosen answers, no preference")
 ARMS = tuple(REGISTRY)  # every registered arm
 DEFAULT_ARMS = ("rm", "verifier")  # chapter 5's experiment, the command's default
 DEFAULT_BETA = {name: arm.beta for name, arm in REGISTRY.items()}
@@ -197,10 +206,11 @@ def _check_arms(arms) -> tuple[str, ...]:
 
 # The per-iteration lists results.json keeps of each run; "frac_reward_zero_std" only for arms
 # that sample groups (ppo.GROUP_METRICS); for DPO arms the step of each evaluation ("steps"),
-# the per-step metrics of dpo.DPO_METRICS and the held-out report "implicit_reward".
+# the per-step metrics of dpo.DPO_METRICS, the held-out log-probs of dpo.HELDOUT_LOGPS per
+# evaluation and the held-out report "implicit_reward".
 LOGGED = ("accuracy", "rm_score", "kl", "kinds", "objective/scores", "objective/kl",
           "objective/entropy", "policy/clipfrac_avg", "policy/approxkl_avg", "val/completion_length",
-          "frac_reward_zero_std", "steps", *DPO_METRICS, "implicit_reward")
+          "frac_reward_zero_std", "steps", *DPO_METRICS, *HELDOUT_LOGPS, "implicit_reward")
 
 
 def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA["rm"],

@@ -22,8 +22,11 @@ def t(*values):
 def test_dpo_loss_by_hand():
     # pair 1: chosen log-ratio -1 - (-2) = 1, rejected -3 - (-2) = -1; beta 0.5 -> 0.5 * 2 = 1,
     # -log sigmoid(1) = log(1 + e^-1) = 0.313262. Pair 2: every log-ratio 0 -> log 2 = 0.693147.
-    loss, r_c, r_r = dpo.dpo_loss(t(-1.0, -4.0), t(-3.0, -5.0), t(-2.0, -4.0), t(-2.0, -5.0), 0.5)
+    loss = dpo.dpo_loss(t(-1.0, -4.0), t(-3.0, -5.0), t(-2.0, -4.0), t(-2.0, -5.0), 0.5)
+    assert loss.dim() == 0
     assert loss.item() == pytest.approx((math.log1p(math.exp(-1)) + math.log(2)) / 2, abs=1e-6)
+    pc = t(-1.0, -4.0).requires_grad_()
+    r_c, r_r = dpo.implicit_rewards(pc, t(-2.0, -4.0), 0.5), dpo.implicit_rewards(t(-3.0, -5.0), t(-2.0, -5.0), 0.5)
     assert r_c.tolist() == pytest.approx([0.5, 0.0]) and r_r.tolist() == pytest.approx([-0.5, 0.0])
     assert not r_c.requires_grad and not r_r.requires_grad
 
@@ -32,21 +35,22 @@ def test_dpo_loss_is_minus_logsigmoid_of_the_margin_and_scales_with_beta():
     g = torch.Generator().manual_seed(0)
     pc, pr, rc, rr = (torch.randn(32, generator=g) * 5 for _ in range(4))
     for beta in (0.1, 1.0, 3.0):
-        loss, r_c, r_r = dpo.dpo_loss(pc, pr, rc, rr, beta)
+        loss = dpo.dpo_loss(pc, pr, rc, rr, beta)
+        r_c, r_r = dpo.implicit_rewards(pc, rc, beta), dpo.implicit_rewards(pr, rr, beta)
         margin = beta * ((pc - rc) - (pr - rr))
         assert loss.item() == pytest.approx(-F.logsigmoid(margin).mean().item(), rel=1e-6)
-        assert torch.allclose(r_c - r_r, margin, atol=1e-5)
-        assert torch.allclose(r_c, beta * (pc - rc))
+        assert torch.allclose(r_c - r_r, margin, atol=1e-5)  # the loss is Bradley-Terry's on them
+        assert loss.item() == pytest.approx(-F.logsigmoid(r_c - r_r).mean().item(), rel=1e-5)
     # beta multiplies the log-ratios: beta 2 on x is beta 1 on 2x
-    assert dpo.dpo_loss(pc, pr, rc, rr, 2.0)[0].item() == pytest.approx(
-        dpo.dpo_loss(2 * pc, 2 * pr, 2 * rc, 2 * rr, 1.0)[0].item(), rel=1e-6)
-    huge = dpo.dpo_loss(t(0.0), t(-1000.0), t(0.0), t(0.0), 1.0)[0]  # finite at any margin
+    assert dpo.dpo_loss(pc, pr, rc, rr, 2.0).item() == pytest.approx(
+        dpo.dpo_loss(2 * pc, 2 * pr, 2 * rc, 2 * rr, 1.0).item(), rel=1e-6)
+    huge = dpo.dpo_loss(t(0.0), t(-1000.0), t(0.0), t(0.0), 1.0)  # finite at any margin
     assert torch.isfinite(huge) and huge.item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_dpo_loss_has_gradients_only_through_the_policy():
     pc, pr = t(-1.0, -2.0).requires_grad_(), t(-3.0, -1.0).requires_grad_()
-    loss, _, _ = dpo.dpo_loss(pc, pr, t(-2.0, -2.0), t(-2.0, -2.0), 0.1)
+    loss = dpo.dpo_loss(pc, pr, t(-2.0, -2.0), t(-2.0, -2.0), 0.1)
     loss.backward()
     assert (pc.grad < 0).all() and (pr.grad > 0).all()  # raise the chosen, lower the rejected
 
@@ -158,6 +162,12 @@ def test_a_tiny_run_lowers_the_loss_and_leaves_both_inputs_untouched(small, eval
     assert log["steps"] == [0, 4, 8, 12] and len(log["accuracy"]) == len(log["kl"]) == 4
     assert log["kl"][0] == pytest.approx(0.0, abs=1e-6) and log["kl"][-1] > 0
     assert all(len(log[name]) == 12 for name in dpo.DPO_METRICS)
+    assert all(len(log[key]) == 4 for key in dpo.HELDOUT_LOGPS)
+    prompts, answers = dpo.heldout_answers()
+    right = dpo.sequence_logps(small, prompts, answers["heldout/logps_correct"]).double().mean().item()
+    assert log["heldout/logps_correct"][0] == pytest.approx(right)  # the start, measured on the held-out pairs
+    assert task.decode_completions(answers["heldout/logps_correct"][:3]) == [
+        f"{a + b};" for a, b in task.eval_pairs()[:3].tolist()]
     assert log["rewards/margins"][-1] > 0 and log["n_pairs"] == 64
     assert math.isnan(log["rm_score"][0])  # no rm given: nothing to score with
     report = log["implicit_reward"]
@@ -170,8 +180,7 @@ def test_a_learners_loss_fn_drives_the_run(small, evalset):
 
     def mine(pc, pr, rc, rr, beta):
         calls.append(beta)
-        loss, r_c, r_r = dpo.dpo_loss(pc, pr, rc, rr, beta)
-        return loss * 0.0, r_c, r_r  # a loss with no gradient: nothing may move
+        return dpo.dpo_loss(pc, pr, rc, rr, beta) * 0.0  # a loss with no gradient: nothing may move
 
     trained, log = dpo.train_dpo(small, small, dpo.DPOConfig(**TINY, beta=0.7), evalset=evalset,
                                  progress=False, loss_fn=mine)
@@ -186,6 +195,28 @@ def test_the_runs_are_repeatable_and_the_seed_orders_the_pairs(small, evalset):
                              evalset=evalset, progress=False)[1]["loss"]
 
     assert run(0) == run(0) and run(0) != run(1)
+
+
+def test_n_pairs_trains_on_the_first_pairs_only(small, evalset, monkeypatch):
+    seen = []
+    real = dpo.sequence_logps
+
+    def spy(model, prompts, completions):
+        if model is not small and len(prompts) == 2 * TINY["batch_size"]:  # a training step's pass
+            seen.append(prompts[: len(prompts) // 2].clone())
+        return real(model, prompts, completions)
+
+    monkeypatch.setattr(dpo, "sequence_logps", spy)
+    cfg = dpo.DPOConfig(**{**TINY, "steps": 6}, n_pairs=32)
+    _, log = dpo.train_dpo(small, small, cfg, evalset=evalset, progress=False)
+    first = dpo.preference_pairs(0.0, TINY["rm_config"])[0][:32]
+    used = torch.cat(seen)  # the six training steps' prompts: each of the 32 pairs, three times
+    assert log["n_pairs"] == 32 and len(used) == 96
+    assert sorted(map(tuple, used.tolist())) == sorted(map(tuple, first.repeat(3, 1).tolist()))
+    with pytest.raises(ValueError, match="n_pairs must be None or a whole number >= batch_size"):
+        dpo.DPOConfig(batch_size=64, n_pairs=10)
+    with pytest.raises(ValueError, match="n_pairs must be at most the 64 pairs"):
+        dpo.train_dpo(small, small, dpo.DPOConfig(**TINY, n_pairs=100), evalset=evalset, progress=False)
 
 
 @torch.no_grad()
@@ -211,3 +242,21 @@ def test_the_implicit_reward_margins_are_beta_times_the_log_ratios(small):
 def test_bad_settings_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
         dpo.DPOConfig(**kwargs)
+
+
+def test_the_sft_control_is_the_cross_entropy_of_the_chosen_tokens(small, evalset):
+    from minirlhf.model import completion_logits, completion_mask
+
+    cfg = dpo.DPOConfig(**{**TINY, "steps": 2}, loss_type="sft")
+    _, log = dpo.train_dpo(small, small, cfg, evalset=evalset, progress=False)
+    # step 1 runs on the start: its loss is the token-mean cross-entropy of the first batch's chosen answers
+    prompts, chosen, _ = dpo.preference_pairs(0.0, TINY["rm_config"])
+    idx = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(0))[:TINY["batch_size"]]
+    logits = completion_logits(small, prompts[idx], chosen[idx])  # (B, 4, V)
+    ce = F.cross_entropy(logits.flatten(0, 1), chosen[idx].flatten(), reduction="none").view(chosen[idx].shape)
+    mask = completion_mask(chosen[idx])
+    assert log["loss"][0] == pytest.approx(((ce * mask).sum() / mask.sum()).item(), rel=1e-5)
+    with pytest.raises(ValueError, match="loss_fn replaces DPO's sigmoid loss"):
+        dpo.train_dpo(small, small, cfg, evalset=evalset, progress=False, loss_fn=dpo.dpo_loss)
+    with pytest.raises(ValueError, match="loss_type must be one of"):
+        dpo.DPOConfig(loss_type="ipo")

@@ -207,7 +207,7 @@ def test_help_lists_every_registered_arm(capsys):
 
 def test_the_registry_names_each_arms_reward_beta_and_settings():
     assert experiment.ARMS == ("rm", "verifier", "grpo-verifier", "grpo-rm", "centred-verifier",
-                               "rloo-verifier", "dpo")
+                               "rloo-verifier", "dpo", "dpo-near-miss", "sft-chosen")
     assert experiment.DEFAULT_ARMS == ("rm", "verifier")
     assert experiment.DEFAULT_BETA["rm"] == 0.5 and experiment.DEFAULT_BETA["verifier"] == 0.08
     for name in ("rm", "verifier"):  # chapter 5's arms change nothing in the recipe
@@ -219,6 +219,11 @@ def test_the_registry_names_each_arms_reward_beta_and_settings():
         assert arm.reward == reward and cfg.seed == 3
         assert (cfg.group_size, cfg.advantages, cfg.kl_placement) == (8, "group", "loss")
         assert cfg.batch_size // cfg.group_size == 8  # 8 prompts x 8 completions = 64, as chapter 5
+    for name, share in (("dpo", 0.0), ("dpo-near-miss", 0.5)):  # DPO's arms differ only in the pairs
+        arm = experiment.REGISTRY[name]
+        cfg = experiment.arm_config(name, experiment.PPOConfig(), seed=3)
+        assert (arm.trainer, arm.reward, arm.beta) == ("dpo", "pairs", 1.25)
+        assert cfg == experiment.DPOConfig(seed=3, near_miss_share=share)
     with pytest.raises(ValueError, match="arm must be one of"):
         experiment.run_arm("grpo", None, None, 0, 0.1, experiment.PPOConfig())
 
@@ -261,7 +266,7 @@ def test_the_default_run_keeps_chapter_5s_layout(tiny_models):
 def test_the_dpo_arm_is_trained_by_dpo_with_its_own_config():
     arm = experiment.REGISTRY["dpo"]
     assert (arm.trainer, arm.reward, arm.beta) == ("dpo", "pairs", experiment.DEFAULT_BETA["dpo"])
-    assert all(experiment.REGISTRY[name].trainer == "ppo" for name in experiment.ARMS if name != "dpo")
+    assert all(experiment.REGISTRY[name].trainer == "ppo" for name in experiment.ARMS if experiment.REGISTRY[name].reward != "pairs")
     cfg = experiment.arm_config("dpo", experiment.PPOConfig(), seed=3)  # a PPOConfig is not DPO's
     assert cfg == experiment.DPOConfig(seed=3)
     assert experiment.arm_config("dpo", experiment.DPOConfig(steps=7), seed=1) == experiment.DPOConfig(steps=7, seed=1)

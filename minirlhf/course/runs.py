@@ -18,8 +18,8 @@ from ..paths import OUTPUTS, write_atomic
 from ..store import code_fingerprint
 from ..studies.robustness import gain
 
-__all__ = ["same_curves", "load_or_run", "stored_experiment", "stored_starts", "weights_digest",
-           "stored_runs"]
+__all__ = ["same_curves", "load_or_run", "stored_experiment", "stored_arms", "stored_starts",
+           "weights_digest", "stored_runs"]
 
 
 def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
@@ -67,6 +67,27 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
 
     settings = {"seeds": list(seeds), "iterations": cfg.iterations, "beta": beta, "ppo": asdict(cfg)}
     return load_or_run(OUTPUTS / "results.json", settings, starts, run)
+
+
+def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bool = False) -> dict:
+    """Return the experiment of ``arms`` (names of :data:`minirlhf.experiment.REGISTRY`, each
+    at its default beta) over ``seeds``, laid out as ``results.json``: the PPO and GRPO arms
+    with the settings ``cfg``, the DPO arms with :class:`~minirlhf.dpo.DPOConfig`'s defaults.
+
+    Stored at ``path`` and read back through :func:`load_or_run` (``starts`` as there).
+    Chapter 8 keeps its GRPO arms in ``grpo.json`` this way, and chapter 9 reads them from the
+    same file with the same settings, and keeps its DPO arms in ``dpo.json``.
+    """
+    arms = tuple(arms)
+    settings = {"seeds": list(seeds), "beta": {arm: experiment.DEFAULT_BETA[arm] for arm in arms},
+                "ppo": asdict(cfg)}
+    if any(experiment.REGISTRY[arm].trainer == "dpo" for arm in arms):
+        settings["dpo"] = asdict(experiment.DPOConfig())
+
+    def run():
+        return experiment.run_experiment(list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress)
+
+    return load_or_run(Path(path), settings, starts or {}, run)
 
 
 def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: bool = False) -> dict:

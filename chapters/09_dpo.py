@@ -1,0 +1,884 @@
+# %% [markdown]
+# # 9. No reward model at all: DPO
+#
+# Every method so far has had the same shape: a policy writes answers, something scores them,
+# and the policy moves toward what scored well. Chapter 4 built that something from
+# preference pairs, a reward model (RM), and found its blind spot: it had rarely seen a
+# near-miss among its rejected answers, so it cannot tell the right sum from one whose ones
+# digit is off. Chapters 5 to 8 then sampled, scored and updated, with a leash to the
+# reference.
+#
+# Direct Preference Optimization (DPO, {cite}`rafailov2023dpo`) skips the reward model and
+# the sampling. It trains the policy on the preference pairs themselves, with a loss that
+# looks like chapter 4's, one step per batch of pairs. This chapter builds it and asks the
+# question chapter 4 leaves open: trained on the same pairs, does DPO inherit the RM's blind
+# spot?
+#
+# 1. **From the reward to the policy in one step.** Why a loss on pairs can stand in for the
+#    RM and the whole PPO loop, and what it assumes.
+# 2. **DPO's loss.** You write it (exercise 9.1), and it drives a DPO run.
+# 3. **DPO beside the other arms**, over five seeds, on the same 400 eval prompts.
+# 4. **The blind spot**: the implicit reward against the RM, and DPO on pairs that contain
+#    near-misses; then a control that tells what in DPO's data does the work.
+# 5. **DPO's known behaviours**, shown on this world: the chosen answers' log-probs falling,
+#    the effect of $\beta$ (a slider), and over-training on a small pair set.
+# 6. **Every method of the book** in one table and one figure.
+#
+# ```{admonition} What you need
+# :class: tip
+# Chapters 1 to 8: the KL-regularised objective of chapter 2, the SFT mask of chapter 3, the
+# Bradley-Terry loss and the near-misses of chapter 4, the experiment of chapter 5 and GRPO's
+# arm of chapter 8. This chapter reads chapters 5 and 8's stored runs when they are there and
+# makes them otherwise. With nothing stored, a first run of the notebook takes about four
+# minutes on a 2-core CPU (more if chapters 5 and 8 have not run), each long cell with a
+# progress bar in JupyterLab; later runs read every result back and take under ten seconds.
+# ```
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from minirlhf import dpo, experiment, ppo, reward_model, store, task
+from minirlhf.course.cases import run_cases
+from minirlhf.course.exercises import check, get
+from minirlhf.course.explorer import explore, show_figure
+from minirlhf.course.frontend import someone_watching
+from minirlhf.course.runs import (load_or_run, same_curves, stored_arms,
+                                  stored_experiment)
+from minirlhf.model import completion_logprobs, completion_mask
+from minirlhf.paths import OUTPUTS
+
+torch.set_num_threads(1)  # one thread: runs are bit-identical
+# Progress bars and status lines for a person at JupyterLab; none in the
+# book build or under nbval.
+PROGRESS = someone_watching()
+
+models = store.load_all(progress=PROGRESS)
+policy, rm = models["policy"], models["rm"]
+cfg = ppo.PPOConfig()  # chapter 5's recipe, for the PPO and GRPO arms
+dcfg = dpo.DPOConfig()  # DPO's settings
+print(f"DPO: {dcfg.steps} steps of {dcfg.batch_size} pairs, Adam at "
+      f"lr {dcfg.lr:g}, evaluated every {dcfg.eval_every} steps")
+
+# %% [markdown]
+# ## From the reward to the policy in one step
+#
+# Chapter 2 wrote down what RLHF maximises: the reward, minus $\beta$ times the KL to the
+# reference. For one prompt $x$, over whole answers $y$,
+#
+# $$
+# \max_{\pi}\ \mathbb{E}_{y \sim \pi(\cdot \mid x)}\big[r(x, y)\big]
+#   - \beta\, \mathrm{KL}\big(\pi(\cdot \mid x) \,\|\, \pi_\text{ref}(\cdot \mid x)\big).
+# $$
+#
+# This has a closed-form maximiser {cite}`rafailov2023dpo`: the reference, tilted by the
+# reward,
+#
+# $$
+# \pi^*(y \mid x) = \frac{1}{Z(x)}\, \pi_\text{ref}(y \mid x)\, e^{r(x, y) / \beta},
+# \qquad Z(x) = \sum_y \pi_\text{ref}(y \mid x)\, e^{r(x, y) / \beta}.
+# $$
+#
+# Take logs and solve for the reward: any reward is, up to a term that depends on the prompt
+# only, $\beta$ times the log-ratio of its optimal policy to the reference,
+#
+# $$
+# r(x, y) = \beta \log \frac{\pi^*(y \mid x)}{\pi_\text{ref}(y \mid x)} + \beta \log Z(x).
+# $$
+#
+# Now put that into chapter 4's Bradley-Terry model, $P(y_c \succ y_r \mid x) =
+# \sigma\big(r(x, y_c) - r(x, y_r)\big)$. Both answers answer the same prompt, so
+# $\beta \log Z(x)$ cancels, and the probability of a preference is written with the policy
+# alone. Fitting it to the pairs by maximum likelihood, as chapter 4 fitted the RM, gives
+# DPO's loss: with $\pi_\theta$ the policy being trained,
+#
+# $$
+# \mathcal{L}_\text{DPO} = -\frac{1}{N} \sum_{i=1}^{N} \log \sigma\Big(
+#   \beta \log \frac{\pi_\theta(y_{c,i} \mid x_i)}{\pi_\text{ref}(y_{c,i} \mid x_i)}
+#   - \beta \log \frac{\pi_\theta(y_{r,i} \mid x_i)}{\pi_\text{ref}(y_{r,i} \mid x_i)}
+# \Big).
+# $$
+#
+# It is chapter 4's loss with the RM's score replaced by the **implicit reward**
+# $\hat r(x, y) = \beta \log \pi_\theta(y \mid x) / \pi_\text{ref}(y \mid x)$. The policy is
+# its own reward model: when the loss is fitted, $\pi_\theta$ is the policy that the
+# KL-regularised objective would produce from the reward $\hat r$, with no sampling and no
+# PPO.
+#
+# Three things the derivation assumes, which the rest of the chapter measures:
+#
+# - **The data stand in for the reward.** DPO learns only what separates the chosen from the
+#   rejected answers in its pairs. Chapter 4's RM learnt the same pairs and missed the
+#   near-misses: whether DPO does too is the chapter's main question.
+# - **Off-policy data.** The pairs were written once, by the task's generator, not by the
+#   policy; DPO never sees its own answers. PPO and GRPO learn from what the policy writes now.
+# - **$\beta$ is the leash, but not chapter 5's number.** In theory it is the $\beta$ of the
+#   objective above. In chapter 5 the leash weighs a standardized score (chapter 5 explains
+#   why), so the two $\beta$ are in different units; as in chapter 8, the arms are compared at
+#   the same KL to the reference instead.
+
+# %% [markdown]
+# ## Exercise 9.1: `dpo_loss`
+#
+# **Contract.** `dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
+# ref_rejected_logps, beta=0.1)`:
+#
+# - The four inputs are float tensors of shape (B,), one number per pair: the log-probability
+#   of the whole chosen (or rejected) completion under the policy being trained (with
+#   gradient) or under the frozen reference.
+# - Return the loss to minimise, a 0-d torch tensor that can be backpropagated (no `.item()`):
+#   the mean over the pairs of $-\log \sigma\big(\beta\,[(\pi_c - \text{ref}_c) - (\pi_r -
+#   \text{ref}_r)]\big)$. It must stay finite however large the margin.
+# - 0.1 is the default $\beta$ of the paper's experiments and of TRL's `DPOConfig`
+#   (`trl/trainer/dpo_config.py`). Do not change the inputs in place.
+#
+# **Examples.** When the policy is the reference, every log-ratio is 0 and the loss is
+# $\log 2 = 0.6931$, whatever $\beta$: the first step of every DPO run. With policy log-probs
+# $-1$ (chosen) and $-3$ (rejected), both $-2$ under the reference, and $\beta = 0.5$: the
+# log-ratios are $+1$ and $-1$, the margin $0.5 \times 2 = 1$, and the loss
+# $\log(1 + e^{-1}) = 0.3133$.
+#
+# **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
+# batches (now and then a policy far from the reference), against the package's
+# `minirlhf.dpo.dpo_loss`.
+
+# %% tags=["solution"]
+def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
+             ref_rejected_logps, beta=0.1):
+    """Return DPO's loss, a 0-d tensor: the mean over pairs of
+    -log sigmoid(beta * (chosen log-ratio - rejected log-ratio))."""
+    # BEGIN SOLUTION
+    chosen = policy_chosen_logps - ref_chosen_logps  # (B,) log-ratios
+    rejected = policy_rejected_logps - ref_rejected_logps
+    margin = beta * (chosen - rejected)  # implicit reward margin
+    return -torch.nn.functional.logsigmoid(margin).mean()
+    # END SOLUTION
+
+# %% [hints] dpo_loss
+
+# %%
+check("dpo_loss", dpo_loss);
+
+# %% [markdown]
+# ## The log-probability of a whole answer
+#
+# DPO needs $\log \pi(y \mid x)$ for whole completions: the sum of the log-probs of the
+# completion's tokens, with the mask that chapter 3's SFT used (the tokens up to and
+# including the first `;`; the padding after it does not count). The prompt is not scored.
+# TRL does the same, masking the prompt and the padding and summing
+# (`trl/trainer/dpo_trainer.py`). The reference's sums never change, so they are computed once
+# for every pair before the first step, as TRL does with `precompute_ref_log_probs=True`.
+# Here is one of chapter 4's training pairs under the partial-SFT policy, which is also the
+# reference at the start:
+
+# %%
+prompts, chosen, rejected = dpo.preference_pairs()  # the RM's 12,800 pairs
+print(f"{len(prompts)} pairs; the first: prompt {task.decode(prompts[0])!r}")
+for name, comp in (("chosen", chosen[:1]), ("rejected", rejected[:1])):
+    with torch.no_grad():
+        logp = completion_logprobs(policy, prompts[:1], comp)[0]  # (4,)
+    mask = completion_mask(comp)[0]
+    tokens = "  ".join(
+        f"{task.decode([t])!r} {lp:+.2f}{'' if m else ' (pad)'}"
+        for t, lp, m in zip(comp[0], logp, mask))
+    total = dpo.sequence_logps(policy, prompts[:1], comp).item()
+    print(f"{name:<9}{tokens}\n{'':<9}sum over the kept tokens: "
+          f"{total:+.2f}")
+
+# %% [markdown]
+# The chosen answer is the right sum; the rejected one is a random wrong number, drawn exactly
+# as chapter 4 drew it for the RM. The start policy already gives the right answer a much
+# higher log-prob than a random number: what DPO trains on is how those log-probs *move*
+# against the reference's.
+#
+# ## Your loss drives a DPO run
+#
+# `minirlhf.dpo.train_dpo` is the whole loop, about forty lines: shuffle the pairs; for each
+# batch, the policy's sequence log-probs of both answers in one forward pass; your loss; one
+# Adam step; and every 8 steps the same evaluation as every PPO arm (accuracy, the RM's score
+# and the KL to the reference on the 400 eval prompts). It logs what TRL's `DPOTrainer` logs,
+# by the same names: `rewards/chosen`, `rewards/rejected`, `rewards/margins`,
+# `rewards/accuracies`, `logps/chosen` and `logps/rejected`.
+#
+# The arm `dpo` of the experiment's registry runs it from chapter 5's partial-SFT policy, which
+# is also the frozen reference, on one pass over the RM's 12,800 pairs (200 steps of 64). Its
+# $\beta$ = 1.25 was picked as chapter 8 picked GRPO's: by a short sweep, the value whose KL at
+# the end matches that of chapter 5's rm arm, which learnt from the same pairs through the RM.
+# The next cell hands `train_dpo` your `dpo_loss` if it passes every check (otherwise the
+# package's, and it says which) and runs seed 0: about ten seconds.
+
+# %%
+verdict = run_cases(dpo_loss, get("dpo_loss"))
+loss_fn = dpo_loss if verdict.passed else dpo.dpo_loss
+if verdict.passed:
+    print("Your dpo_loss passes every check: it drives the run.")
+else:
+    print("Your dpo_loss does not pass its checks yet, so the run uses\n"
+          "minirlhf.dpo.dpo_loss. Fix it and run this cell again.")
+_, driven = experiment.run_arm("dpo", policy, rm, 0, None, dcfg,
+                               loss_fn=loss_fn, progress=PROGRESS)
+print(f"DPO, seed 0: accuracy {driven['accuracy'][0]:.3f} -> "
+      f"{driven['accuracy'][-1]:.3f}, KL {driven['kl'][-1]:.3f}")
+last8 = np.mean(driven["loss"][-8:])
+print(f"loss {driven['loss'][0]:.4f} at the first step (log 2 = "
+      f"{np.log(2):.4f}), {last8:.4f} over the last 8")
+
+# %% [markdown]
+# ## DPO beside the other arms
+#
+# Now over chapter 5's five seeds. For DPO the seed only orders the pairs; the pairs are the
+# RM's. Beside the `dpo` arm run two more arms that the rest of the chapter needs (all three
+# about two minutes, stored in `outputs/dpo.json`):
+#
+# - `dpo-near-miss`: DPO on pairs whose rejected answer is a near-miss for half of each batch,
+#   the change of chapter 4's exercise 1;
+# - `sft-chosen`: a control with no preference at all, which trains on the chosen answers only
+#   with SFT's loss (TRL's `loss_type="sft"`), with the same batches, optimizer and steps.
+#
+# Chapter 5's two arms and chapter 8's GRPO arm are read from their stored runs (or made).
+
+# %%
+SEEDS = [0, 1, 2, 3, 4]
+DPO_ARMS = ("dpo", "dpo-near-miss", "sft-chosen")
+CH5 = {"rm": experiment.DEFAULT_BETA["rm"],
+       "verifier": experiment.DEFAULT_BETA["verifier"]}
+GRPO_ARMS = ("grpo-verifier", "grpo-rm", "centred-verifier", "rloo-verifier")
+
+ch5 = stored_experiment(SEEDS, cfg, CH5, {}, progress=PROGRESS)
+grpo = stored_arms(OUTPUTS / "grpo.json", SEEDS, GRPO_ARMS, cfg,
+                   progress=PROGRESS)
+found = stored_arms(OUTPUTS / "dpo.json", SEEDS, DPO_ARMS, cfg,
+                    {("dpo", "0"): driven}, progress=PROGRESS)
+results = {"arms": {**ch5["arms"], **grpo["arms"], **found["arms"]},
+           "run_seconds": {**ch5["run_seconds"], **grpo["run_seconds"],
+                           **found["run_seconds"]}}
+results["settings"] = {"beta": {**CH5, **grpo["settings"]["beta"],
+                                **found["settings"]["beta"]}}
+summary = experiment.summarize(results)
+print("the run your loss drove and the package's seed-0 run agree",
+      "to the last digit" if same_curves(found["arms"]["dpo"]["0"], driven)
+      else "only at the start" if same_curves(
+          found["arms"]["dpo"]["0"], driven, upto=1) else "nowhere")
+
+
+# %% [markdown]
+# The table: each arm's gain in true accuracy over the start, its KL to the reference and the
+# RM's score of its answers at the end, over the five seeds.
+
+# %%
+def pm(mean, half, digits=3, sign=""):
+    """Return 'mean ± half' as text (sign="+" always prints the sign)."""
+    return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
+
+
+MAIN = ("rm", "verifier", "grpo-verifier", "dpo")
+print(f"over seeds {SEEDS[0]}-{SEEDS[-1]} (mean ± 95% interval)")
+print(f"{'arm':<14}{'beta':>5}  {'gain in accuracy':<16}  "
+      f"{'KL at the end':<13}  RM score end")
+for arm in MAIN:
+    s = summary[arm]
+    print(f"{arm:<14}{results['settings']['beta'][arm]:>5g}"
+          f"  {pm(s['gain'], s['gain_ci'], sign='+'):<16}"
+          f"  {pm(s['kl_end'], s['kl_end_ci']):<13}"
+          f"  {pm(s['rm_score_end'], s['rm_score_end_ci'], 2, '+')}")
+
+# %% [markdown]
+# Then the curves, the mean over the seeds with a band for the 95% interval. A point of a PPO
+# or GRPO arm is one iteration of 64 sampled completions; a point of DPO is 8 steps of 64
+# pairs, so each arm's 25 points span its whole run.
+
+# %% tags=["hide-input"]
+COLORS = {arm: experiment.REGISTRY[arm].color for arm in experiment.ARMS}
+PANELS = [("accuracy", "true accuracy (greedy)"),
+          ("kl", "KL to reference (nats/token)")]
+
+
+def band(ax, runs, arm, x):
+    """Draw the mean of runs (seeds, points) with a 95% band."""
+    runs = np.asarray(runs)
+    mean = runs.mean(0)
+    half = np.array([experiment.mean_ci95(c)[1] for c in runs.T])
+    ax.plot(x, mean, color=COLORS[arm], lw=2,
+            label=experiment.LABELS[arm])
+    ax.fill_between(x, mean - half, mean + half, color=COLORS[arm],
+                    alpha=0.2, lw=0)
+
+
+def draw_curves(arms=MAIN, narrow=False):
+    """Return the figure of accuracy and KL for arms, over the seeds."""
+    shape = (2, 1) if narrow else (1, 2)
+    fig, axes = plt.subplots(*shape, figsize=(3.6, 6.2) if narrow
+                             else (6.8, 3.0))
+    for ax, (key, ylabel) in zip(axes, PANELS):
+        for arm in arms:
+            runs = [log[key] for log in results["arms"][arm].values()]
+            band(ax, runs, arm, np.arange(len(runs[0])))
+        ax.set_xlabel("point (PPO, GRPO: iteration of 64 completions;\n"
+                      "DPO: 8 steps of 64 pairs)", fontsize=7)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+show_figure(draw_curves,
+            alt="Two panels over 25 points, mean over five seeds with 95% "
+                "bands: accuracy and KL to the reference, for chapter 5's "
+                "reward-model and verifier arms, chapter 8's GRPO verifier "
+                "arm and the DPO arm.",
+            caption="DPO (dark yellow) learns from the RM's pairs and stays "
+                    "as close to the reference as the reward-model arm "
+                    "(orange), which learnt from the same pairs through the "
+                    "RM.")
+
+# %% [markdown]
+# Trained on the very pairs that gave the RM, at the same distance from the reference, DPO
+# does what the RM arm could not: it raises true accuracy. It stays below the verifier arms,
+# which check every answer the policy writes. The cell tests these readings against the
+# intervals, seed by seed (any pairing of the seeds is valid: each difference has its own
+# interval over the five seeds); a claim that does not hold is printed as such.
+
+# %%
+def per_seed(arm, key, idx=-1):
+    """Return an array over the seeds of log[key][idx] for arm."""
+    return np.array([log[key][idx] for log in results["arms"][arm].values()])
+
+
+def gains(arm):
+    return per_seed(arm, "accuracy") - per_seed(arm, "accuracy", 0)
+
+
+def diff(a, b, values):
+    """Return (mean, half-width) of values(a) - values(b), seed by seed."""
+    return experiment.mean_ci95(values(a) - values(b))
+
+
+def kl_end(arm):
+    return per_seed(arm, "kl")
+
+
+d_rm = diff("dpo", "rm", gains)
+d_ver = diff("dpo", "verifier", gains)
+d_kl = diff("dpo", "rm", kl_end)
+print(f"{'DPO minus another arm, seed by seed':<38}{'mean':>7}"
+      "   95% interval")
+for text, (m, h) in (("gain, minus the rm arm's", d_rm),
+                     ("gain, minus the verifier arm's", d_ver),
+                     ("KL at the end, minus the rm arm's", d_kl)):
+    print(f"{text:<38}{m:>+7.3f}   [{m - h:+.3f}, {m + h:+.3f}]")
+print()
+claims = [
+    ("DPO gains (interval above 0)",
+     summary["dpo"]["gain"] > summary["dpo"]["gain_ci"]),
+    ("DPO gains more than the rm arm (0 outside, below)", d_rm[0] > d_rm[1]),
+    ("DPO gains less than the verifier arm (0 outside)",
+     d_ver[0] + d_ver[1] < 0),
+    ("DPO and the rm arm end at the same KL (0 inside)",
+     abs(d_kl[0]) <= d_kl[1]),
+]
+for text, holds in claims:
+    print(f"{'holds' if holds else 'DOES NOT HOLD':<15}{text}")
+
+# %% [markdown]
+# Where do the answers go? The share of each kind among the greedy answers to the 400 eval
+# prompts at the start and at the end, mean over the five seeds:
+
+# %%
+KINDS = task.KINDS
+
+
+def kinds_table(arms):
+    """Print the share of each kind of answer at the start and the end."""
+    print(f"{'':<16}" + "".join(f"{k:>12}" for k in KINDS))
+    first = results["arms"]["rm"]["0"]["kinds"]
+    print(f"{'start':<16}" + "".join(f"{first[k][0]:>12.3f}" for k in KINDS))
+    for arm in arms:
+        logs = results["arms"][arm].values()
+        end = {k: np.mean([log["kinds"][k][-1] for log in logs])
+               for k in KINDS}
+        print(f"{arm:<16}" + "".join(f"{end[k]:>12.3f}" for k in KINDS))
+
+
+kinds_table(MAIN)
+
+# %% [markdown]
+# DPO turns near-misses into right answers, which the RM arm did not do (chapter 5): the
+# near-miss share falls and the correct share rises by about as much.
+#
+# ## Does DPO inherit the blind spot?
+#
+# The implicit reward $\hat r = \beta \log \pi_\theta / \pi_\text{ref}$ is a reward model, so it
+# can be measured like one: on chapter 4's held-out pairs (the 400 eval prompts, never
+# trained on), how often does it rank the right answer above a random wrong number (pair
+# accuracy), above a near-miss, above an answer whose ones or tens digit is off by one? The RM
+# of chapter 4 beside DPO's implicit reward at the end of each run, mean over the five seeds:
+
+# %%
+rm_rep = reward_model.rm_report(rm)
+ROWS = (("random wrong number (pair accuracy)", "random"),
+        ("any near-miss", "near_miss"),
+        ("ones digit off by one", "ones_off_by_one"),
+        ("tens digit off by one", "tens_off_by_one"),
+        ("wrong number of digits", "wrong_length"))
+
+
+def implicit(arm, kind):
+    """Return (mean, half) over the seeds of the implicit reward's
+    held-out accuracy against wrong answers of kind."""
+    return experiment.mean_ci95([log["implicit_reward"]["accuracy"][kind]
+                                 for log in results["arms"][arm].values()])
+
+
+print(f"{'right answer ranked above a':<37}{'RM':>6}  {'DPO':<14}"
+      f"{'DPO, near-misses':<16}")
+for text, kind in ROWS:
+    print(f"{text:<37}{rm_rep['accuracy'][kind]:>6.3f}  "
+          f"{pm(*implicit('dpo', kind)):<14}"
+          f"{pm(*implicit('dpo-near-miss', kind))}")
+
+# %% [markdown]
+# No: DPO's implicit reward sees much of what the RM missed. It ranks the right answer above a
+# near-miss far more often than the RM does, and above a wrong ones digit more often than
+# chance, where the RM is near a coin flip. Yet its pairs are the RM's pairs, with hardly any
+# near-miss among the rejected answers. Where does it learn the difference?
+#
+# From the *chosen* side, and from what the policy is. The RM scores an answer with a head on
+# top of the network, and nothing ties its score of "45" to its score of "46". The policy is a
+# generator: at each position its probabilities over the 13 tokens sum to one. Raising the
+# probability of the right ones digit lowers that of every other digit at that position,
+# including the near-miss's. So every pair that raises a right answer also ranks it above its
+# near-misses, whether or not a near-miss was ever rejected. The derivation said the implicit
+# reward can be any reward; which one DPO finds depends on this structure, and here it helps.
+#
+# Putting near-misses into the data, chapter 4's remedy for the RM, should then matter less
+# than it did there. The `dpo-near-miss` column says how much the implicit reward changes; the
+# next cell says whether accuracy moves, seed by seed:
+
+# %%
+d_nm = diff("dpo-near-miss", "dpo", gains)
+d_nm_acc = experiment.mean_ci95(
+    np.array([log["implicit_reward"]["near_miss_accuracy"]
+              for log in results["arms"]["dpo-near-miss"].values()])
+    - np.array([log["implicit_reward"]["near_miss_accuracy"]
+                for log in results["arms"]["dpo"].values()]))
+print("near-miss pairs minus the RM's pairs, seed by seed:")
+for text, (m, h) in (("gain in accuracy", d_nm),
+                     ("implicit near-miss accuracy", d_nm_acc)):
+    inside = "0 inside" if abs(m) <= h else "0 outside"
+    print(f"  {text:<28}{m:+.3f} ± {h:.3f}  ({inside} the interval)")
+kinds_table(("dpo", "dpo-near-miss"))
+
+# %% [markdown]
+# ### What in the pairs does the work?
+#
+# If DPO learns mostly from the chosen side, then the chosen answers alone should teach a lot.
+# They are the right sums, so SFT on them is plain supervised learning on gold answers. The
+# control arm `sft-chosen` does exactly that with DPO's batches, optimizer and steps:
+
+# %%
+CONTROL = ("dpo", "sft-chosen")
+print(f"{'arm':<12}{'gain in accuracy':<18}{'KL at the end':<15}"
+      "implicit near-miss acc.")
+for arm in CONTROL:
+    s = summary[arm]
+    print(f"{arm:<12}{pm(s['gain'], s['gain_ci'], sign='+'):<18}"
+          f"{pm(s['kl_end'], s['kl_end_ci']):<15}"
+          f"{pm(*implicit(arm, 'near_miss'))}")
+logs = found["arms"]["dpo"].values()
+acc_pairs = np.mean([np.mean(log["rewards/accuracies"][-25:])
+                     for log in logs])
+margins = np.array([log["rewards/margins"][-25:] for log in logs])
+weight = np.mean(1 / (1 + np.exp(margins)))  # sigmoid(-margin)
+print(f"\nDPO's last 25 steps: {acc_pairs:.3f} of the training pairs "
+      "ranked right;\nsigmoid(-margin) at a batch's mean margin, the "
+      f"weight of a pair in the\ngradient: {weight:.3f} (0.5 at the start)")
+
+# %% [markdown]
+# The control gains more than DPO, and moves further from the reference. On this world the
+# chosen half of the pairs is worth more than the comparison. Two reasons, both visible above:
+#
+# - **The chosen answers are perfect.** Chapter 4's pairs put the right sum against a random
+#   number. Human preference data compares two imperfect answers, where SFT on the chosen one
+#   would also copy its flaws; here it copies the truth.
+# - **DPO stops pushing once the pairs are ranked.** The gradient of $-\log\sigma(m)$ with
+#   respect to the margin is $-\sigma(-m)$ (chapter 4): a pair ranked right by a wide margin
+#   adds almost nothing. A random wrong number is easy to rank, so nearly every training pair
+#   is ranked right early on and its weight shrinks (the last line above, at the mean margin),
+#   while SFT keeps pulling the right answers up at the same rate.
+#
+# So read the comparison fairly: DPO beat the RM arm because it learns from the same pairs
+# without a reward model's bottleneck, and a generator's structure turned those pairs into a
+# sharper reward. It does not show that DPO is the best way to use pairs whose chosen side is
+# already the right answer.
+
+# %% [markdown]
+# ## DPO's known behaviours
+#
+# ### The chosen answers' log-probs can fall
+#
+# DPO raises the *gap* between the chosen and the rejected log-ratios. Nothing in the loss says
+# the chosen answer's own probability must rise: the loss falls just as well when both fall
+# and the rejected one falls faster. Pal et al. {cite}`pal2024smaug` show that this happens,
+# and most on pairs whose two answers differ in few tokens, such as a right sum and a
+# near-miss. TRL logs `logps/chosen` and `logps/rejected` per batch to watch for it; our runs
+# also measure, at every evaluation, the policy's mean log-prob of the right answer, of a
+# near-miss and of a random wrong number on the 400 held-out prompts: the same answers each
+# time, so the curves carry no batch noise.
+#
+# The next cell runs DPO at four more values of $\beta$, seed 0 (about thirty seconds, stored
+# in `outputs/dpo_beta.json`). The slider below it shows each run: accuracy and KL on the
+# left; on the right, how far each held-out log-prob has moved from its start.
+
+# %%
+BETAS = [0.1, 0.3, 0.5, 1.25, 3.0]
+OTHER_BETAS = [b for b in BETAS if b != experiment.DEFAULT_BETA["dpo"]]
+HELD = {"heldout/logps_correct": ("right answer", "#009E73"),
+        "heldout/logps_near_miss": ("near-miss", "#E69F00"),
+        "heldout/logps_random": ("random wrong number", "#CC79A7")}
+KEEP = ("steps", "accuracy", "kl", *HELD)
+
+
+def run_betas():
+    """Return {'runs': {beta: log}}: the dpo arm at other betas, seed 0."""
+    runs = {}
+    for b in OTHER_BETAS:
+        _, log = experiment.run_arm("dpo", policy, rm, 0, b, dcfg,
+                                    progress=PROGRESS)
+        runs[f"{b:g}"] = {k: log[k] for k in KEEP}
+    return {"runs": runs}
+
+
+swept = load_or_run(OUTPUTS / "dpo_beta.json",
+                    {"betas": OTHER_BETAS, "seed": 0}, {}, run_betas)["runs"]
+swept[f"{experiment.DEFAULT_BETA['dpo']:g}"] = {
+    k: found["arms"]["dpo"]["0"][k] for k in KEEP}
+print("seed 0; log-prob of the right answers to the held-out prompts")
+print(f"{'beta':>5}{'accuracy':>9}{'KL':>7}{'start':>8}{'best':>14}"
+      f"{'end':>7}   random wrong, end")
+for b in BETAS:
+    run = swept[f"{b:g}"]
+    right = np.array(run["heldout/logps_correct"])
+    best = right.argmax()
+    print(f"{b:>5g}{run['accuracy'][-1]:>9.3f}{run['kl'][-1]:>7.3f}"
+          f"{right[0]:>8.2f}{right[best]:>7.2f} @ {run['steps'][best]:<3}"
+          f"{right[-1]:>8.2f}   {run['heldout/logps_random'][-1]:>7.2f}")
+low = swept["0.1"]["heldout/logps_correct"]
+print(f"\n{'holds' if low[-1] < low[0] else 'DOES NOT HOLD':<15}"
+      "at beta 0.1 the right answers end less likely than at first")
+kept = all(swept[f"{b:g}"]["heldout/logps_correct"][-1]
+           > swept[f"{b:g}"]["heldout/logps_correct"][0] for b in BETAS[1:])
+print(f"{'holds' if kept else 'DOES NOT HOLD':<15}"
+      "at every larger beta they end more likely")
+
+# %% tags=["hide-input"]
+def draw_beta(beta, narrow=False):
+    """Return the figure of one DPO run at beta, seed 0."""
+    run = swept[f"{beta:g}"]
+    fig, axes = plt.subplots(2, 1, figsize=(3.6, 6.4)) if narrow else \
+        plt.subplots(1, 2, figsize=(6.8, 3.0))
+    ax = axes[0]
+    ax.plot(run["steps"], run["accuracy"], color="#0072B2", lw=2)
+    ax.set_ylim(0.25, 0.65)
+    ax.set_ylabel("true accuracy (greedy, solid)", fontsize=8)
+    twin = ax.twinx()
+    twin.plot(run["steps"], run["kl"], color="#D55E00", lw=2, ls="--")
+    twin.set_ylim(0, 0.3)
+    twin.set_ylabel("KL to reference (dashed)", fontsize=8)
+    ax = axes[1]
+    for key, (label, color) in HELD.items():
+        moved = np.array(run[key]) - run[key][0]
+        ax.plot(run["steps"], moved, color=color, lw=2, label=label)
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_ylim(-5, 0.5)
+    ax.set_ylabel("held-out log-prob minus its start", fontsize=8)
+    ax.legend(fontsize=7, frameon=False, loc="lower left")
+    for a in (axes[0], axes[1], twin):
+        a.tick_params(labelsize=7)
+    for a in axes:
+        a.set_xlabel("DPO step", fontsize=8)
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+explore(draw_beta, {"beta": BETAS},
+        default={"beta": experiment.DEFAULT_BETA["dpo"]},
+        labels={"beta": "DPO's beta"},
+        alt="One DPO run at beta = {beta}, seed 0: accuracy and KL to the "
+            "reference over 200 steps, and how far the log-probs of the "
+            "right answers, of near-misses and of random wrong numbers "
+            "to the held-out prompts moved from their start.",
+        caption="The smaller beta, the further the policy moves: the KL "
+                "grows and the wrong answers' log-probs plunge. At beta "
+                "0.1 the right answers, after an early rise, lose what "
+                "they gained.")
+
+# %% [markdown]
+# Read the table and the slider together:
+#
+# - **$\beta$ is the leash.** The KL at the end falls steadily as $\beta$ grows, as the
+#   derivation says it should, and the wrong answers fall less far.
+# - **At small $\beta$ the chosen answers lose probability.** At $\beta$ = 0.1, the paper's and
+#   TRL's default, the right answers first gain, then give it all back while the wrong
+#   answers keep falling: the loss is lowered by pushing the wrong answers down, not the
+#   right ones up. Accuracy follows the right answers' log-prob, up early and back down. At
+#   larger $\beta$ the right answers end more likely than they started. On this world the
+#   effect is small, a few hundredths of a nat in this run.
+# - **Accuracy is best in the middle.** Too small a $\beta$ and the policy wanders; too large
+#   and it barely moves.
+#
+# Are the near-miss pairs, whose answers differ in one token, more prone to it, as Pal et al.
+# found? Over the five seeds at the arm's $\beta$, the held-out log-prob of the right answers
+# at the end minus the start:
+
+# %%
+print(f"{'arm':<15}{'right answers':<17}{'near-misses':<17}random wrong")
+for arm in DPO_ARMS:
+    logs = list(results["arms"][arm].values())
+    moved = [experiment.mean_ci95([log[key][-1] - log[key][0]
+                                   for log in logs]) for key in HELD]
+    print(f"{arm:<15}"
+          + "".join(f"{pm(m, h, 2, '+'):<17}" for m, h in moved).rstrip())
+
+# %% [markdown]
+# No: at $\beta$ = 1.25 the right answers gain about as much with near-misses among the
+# rejected answers as without, and the near-misses themselves fall further. With a leash this
+# strong the effect does not appear; Pal et al. found it in large models trained further from
+# their reference.
+#
+# ### Over-training on a small pair set
+#
+# DPO has no fresh data: it goes round the same pairs. With few pairs, the loss on those pairs
+# can be driven down long after it stops teaching anything that carries to other prompts. The
+# next cell trains the `dpo` arm on only the first 128 of the RM's pairs (2 batches), for the
+# same 200 steps: 100 passes. Seeds 0 to 2, about twenty seconds, stored in
+# `outputs/dpo_small.json`.
+
+# %%
+SMALL = 128
+SMALL_SEEDS = [0, 1, 2]
+
+
+def run_small():
+    """Return {'runs': {seed: log}}: the dpo arm on SMALL pairs."""
+    small_cfg = dpo.DPOConfig(n_pairs=SMALL)
+    runs = {}
+    for s in SMALL_SEEDS:
+        _, log = experiment.run_arm("dpo", policy, rm, s, None, small_cfg,
+                                    progress=PROGRESS)
+        runs[str(s)] = {k: log[k] for k in (*KEEP, "rewards/accuracies",
+                                            "implicit_reward")}
+    return {"runs": runs}
+
+
+small = load_or_run(OUTPUTS / "dpo_small.json",
+                    {"n_pairs": SMALL, "seeds": SMALL_SEEDS}, {},
+                    run_small)["runs"]
+acc = np.array([run["accuracy"] for run in small.values()])  # (seeds, 26)
+steps = small["0"]["steps"]
+top = acc.mean(0).argmax()
+full = {k: per_seed("dpo", "accuracy", i)[:3].mean()
+        for k, i in (("top", top), ("end", -1))}
+print(f"on {SMALL} pairs, mean over seeds {SMALL_SEEDS}:")
+print(f"  accuracy {acc[:, 0].mean():.3f} at the start, best "
+      f"{acc.mean(0)[top]:.3f} at step {steps[top]}, {acc[:, -1].mean():.3f}"
+      " at the end")
+train = np.mean([np.mean(run["rewards/accuracies"][-25:])
+                 for run in small.values()])
+held = np.mean([run["implicit_reward"]["pair_accuracy"]
+                for run in small.values()])
+print(f"  training pairs ranked right, last 25 steps: {train:.3f}")
+print(f"  held-out pair accuracy of the implicit reward: {held:.3f}")
+print(f"on all 12,800 pairs, the same seeds: {full['top']:.3f} at step "
+      f"{steps[top]}, {full['end']:.3f} at the end")
+print("the small set's run ends below its own best by "
+      f"{acc.mean(0)[top] - acc[:, -1].mean():.3f}")
+
+# %% [markdown]
+# On 128 pairs the policy learns something at first, then goes on fitting those pairs (every
+# one ranked right) and its accuracy on other prompts falls back, to about where it started.
+# The held-out implicit reward tells the same story in its own terms: it ranks fewer held-out
+# pairs right than the runs on all the pairs do (about 0.99 in the table above). The usual
+# guards are the ones of supervised learning: more pairs, fewer passes (TRL's default is 3
+# epochs), and a held-out set of pairs to stop on.
+#
+# ## Every method of the book
+#
+# The closing table: every method of the book on this world, from the same partial-SFT start,
+# measured by the same evaluation over the same five seeds. "Needs" is what the method needs
+# from the world besides the start; "samples" is how many answers the policy wrote during
+# training, each scored by the RM or the verifier.
+
+# %%
+ALL = ("rm", "verifier", "grpo-verifier", "dpo", "dpo-near-miss",
+       "sft-chosen")
+NEEDS = {"rm": ("12,800 pairs -> RM", 1600),
+         "verifier": ("a checker of answers", 1600),
+         "grpo-verifier": ("a checker of answers", 1600),
+         "dpo": ("12,800 pairs", 0),
+         "dpo-near-miss": ("12,800 pairs, half near", 0),
+         "sft-chosen": ("12,800 right answers", 0)}
+print(f"{'arm':<14}{'needs':<25}{'samples':>7}  {'gain':<15}KL at the end")
+for arm in ALL:
+    s = summary[arm]
+    needs, samples = NEEDS[arm]
+    print(f"{arm:<14}{needs:<25}{samples:>7}  "
+          f"{pm(s['gain'], s['gain_ci'], sign='+'):<15}"
+          f"{pm(s['kl_end'], s['kl_end_ci'])}")
+
+# %% [markdown]
+# The wall time of each run, as measured when it was made (this output changes from machine to
+# machine, so the notebook checks do not compare it). The RM's own training, which the rm arm
+# needs first, is not counted. DPO samples nothing, yet here a run of it takes longer than a
+# PPO run: its 200 optimizer steps each run 128 answers forwards and backwards, against
+# PPO's 50 steps on 64 answers (two per iteration), and sampling 64 answers of at most four
+# tokens is cheap. Every run also spends part of its time in its 26 evaluations.
+
+# %% tags=["nbval-ignore-output"]
+for arm in ALL:
+    secs = list(results["run_seconds"][arm].values())
+    print(f"{arm:<14} {np.mean(secs):4.1f} s a run (mean of {len(secs)})")
+ratio = (np.mean(list(results["run_seconds"]["dpo"].values()))
+         / np.mean(list(results["run_seconds"]["rm"].values())))
+print(f"a DPO run takes {ratio:.1f} times a PPO run of the rm arm")
+
+
+# %% tags=["hide-input"]
+def draw_methods(narrow=False):
+    """Return the figure of each arm's gain against its KL at the end."""
+    fig, ax = plt.subplots(figsize=(3.6, 4.2) if narrow else (6.4, 3.6))
+    for arm in ALL:
+        s = summary[arm]
+        ax.errorbar(s["kl_end"], s["gain"], xerr=s["kl_end_ci"],
+                    yerr=s["gain_ci"], fmt="o", ms=6, capsize=3,
+                    color=COLORS[arm], label=experiment.LABELS[arm])
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_xlabel("KL to the reference at the end (nats/token)", fontsize=8)
+    ax.set_ylabel("gain in true accuracy", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    if narrow:
+        ax.legend(fontsize=7, frameon=False, loc="upper center",
+                  bbox_to_anchor=(0.45, -0.2), ncol=2)
+    else:
+        ax.legend(fontsize=7, frameon=False, loc="center left",
+                  bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+show_figure(draw_methods,
+            alt="Gain in true accuracy against the KL to the reference at "
+                "the end, with 95% intervals over five seeds, for the "
+                "reward-model, verifier, GRPO verifier, DPO, DPO on "
+                "near-miss pairs and SFT-on-chosen arms.",
+            caption="Up is better; right is further from the reference. "
+                    "Each point is an arm, with its 95% intervals over "
+                    "five seeds.")
+
+# %% [markdown]
+# What each method needs from the world, and what it cannot see:
+#
+# - **PPO with a reward model** needs pairs and a second network trained on them, then
+#   samples and scores. It sees only what the RM sees: here the RM's blind spot capped it, and
+#   it gained nothing.
+# - **PPO or GRPO with a verifier** needs a program that checks answers, and samples. It sees
+#   every answer the policy actually writes and judges it by the truth: the largest gains here.
+#   Most tasks have no such checker.
+# - **DPO** needs only pairs: no reward network, no sampling, a run as fast as supervised
+#   learning. It cannot see anything outside its pairs, and never sees its own answers; what
+#   it learns from them depends on the policy's structure as much as on the pairs, which here
+#   helped it past the RM's blind spot.
+# - **SFT on the chosen answers** needs answers good enough to copy. Here they were perfect, so
+#   it gained most of all; with real preference data the chosen answer is only the better of
+#   two.
+#
+# ## What the chapter says
+#
+# - **DPO is the RLHF objective solved for the policy.** With the optimum of chapter 2's
+#   objective put into chapter 4's Bradley-Terry model, the reward model drops out, and the
+#   loss is chapter 4's on the implicit reward $\beta \log \pi_\theta / \pi_\text{ref}$.
+# - **On the RM's own pairs, DPO beats PPO with the RM**, at the same distance from the
+#   reference, and stays below the arms paid by the verifier.
+# - **It does not inherit the RM's blind spot**: its implicit reward ranks near-misses much
+#   better than the RM. The structure of a generator, not the data, makes the difference, and
+#   adding near-misses to the data changes little.
+# - **A control keeps it honest.** SFT on the chosen answers alone gains more here: these
+#   pairs' chosen side is the truth, and DPO's weight on a pair fades once it is ranked.
+# - **Its known behaviours show up at toy scale**: chosen log-probs that fall at small
+#   $\beta$, a leash that $\beta$ sets, and over-fitting on a small pair set.
+#
+# ## Summary
+#
+# You can now:
+#
+# - derive DPO's loss from the KL-regularised objective and the Bradley-Terry model, and say
+#   why the prompt's term cancels;
+# - write the loss (your `dpo_loss`) and drive a DPO run with it;
+# - measure an implicit reward like a reward model, and explain why a generator's implicit
+#   reward can see what a scalar head misses;
+# - read `logps/chosen` and `logps/rejected`, and choose $\beta$ by the KL it allows;
+# - say what each method of the book needs from the world, and what it cannot see.
+#
+# ## Exercises
+#
+# Each exercise has a worked answer under it. Try the exercise first.
+#
+# **1. The RM's implicit twin.** The RM of chapter 4 and DPO's implicit reward were fitted to
+# the same pairs with the same loss. Name two differences between the two models that could
+# explain why one sees near-misses and the other does not, and say which one the chapter's
+# evidence supports.
+#
+# <details class="answer">
+# <summary>Worked answer: the RM's implicit twin</summary>
+#
+# The first difference is the start: the RM began from random weights (chapter 4), the
+# implicit reward from the partial-SFT policy, which already knows a lot about sums. The
+# second is the form: a scalar head on top of the network, against a sum of log-probs from a
+# softmax over tokens, where raising one digit lowers the others. The control points to both
+# working together: SFT on the chosen answers alone, which never sees a rejected answer,
+# already gives an implicit reward that ranks near-misses well (its row in the cell below), so
+# the pairs' rejected side is not where that skill comes from. Telling the start from the form
+# apart would need an RM initialised from the SFT policy, the usual practice at scale
+# (InstructGPT's RM starts from an SFT model {cite}`ouyang2022instructgpt`), which this book
+# does not train.
+#
+# </details>
+
+# %% tags=["hide-input"]
+print(f"{'arm':<12}{'implicit reward: pair acc.':<28}near-miss acc.")
+for arm in ("dpo", "sft-chosen"):
+    print(f"{arm:<12}{pm(*implicit(arm, 'random')):<28}"
+          f"{pm(*implicit(arm, 'near_miss'))}")
+print(f"{'the RM':<12}{rm_rep['pair_accuracy']:<28.3f}"
+      f"{rm_rep['near_miss_accuracy']:.3f}")
+
+# %% [markdown]
+# **2. Which $\beta$?** Without the verifier, how would you choose DPO's $\beta$ for a new task?
+# Use the sweep above.
+#
+# <details class="answer">
+# <summary>Worked answer: which beta?</summary>
+#
+# Not by the loss on the training pairs, which keeps falling as $\beta$ shrinks and the
+# policy moves further. Two signals need held-out pairs but no verifier. The KL to the
+# reference says how far the policy moved: pick the largest move you trust, as chapter 8 and
+# this chapter did by matching the rm arm's KL. And the held-out log-prob of the chosen
+# answers warns when a run starts to lower the loss by pushing everything down: once it falls
+# back from its best, stop, or raise $\beta$. The cell below prints, for each $\beta$ of the
+# sweep, how far the right answers' held-out log-prob and the accuracy each fell back from
+# their best by the end: read the two columns side by side.
+#
+# </details>
+
+# %% tags=["hide-input"]
+print(f"{'beta':>5}  {'log-prob, best - end':>20}  "
+      f"{'accuracy, best - end':>20}")
+for b in BETAS:
+    run = swept[f"{b:g}"]
+    right = run["heldout/logps_correct"]
+    print(f"{b:>5g}  {max(right) - right[-1]:>20.3f}  "
+          f"{max(run['accuracy']) - run['accuracy'][-1]:>20.3f}")
