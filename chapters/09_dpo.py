@@ -130,8 +130,8 @@ print(f"DPO: {dcfg.steps} steps of {dcfg.batch_size} pairs, Adam at "
 # - Return the loss to minimise, a 0-d torch tensor that can be backpropagated (no `.item()`):
 #   the mean over the pairs of $-\log \sigma\big(\beta\,[(\pi_c - \text{ref}_c) - (\pi_r -
 #   \text{ref}_r)]\big)$. It must stay finite however large the margin.
-# - 0.1 is the default $\beta$ of the paper's experiments and of TRL's `DPOConfig`
-#   (`trl/trainer/dpo_config.py`). Do not change the inputs in place.
+# - 0.1 is the $\beta$ the paper uses unless it says otherwise, and the default of TRL's
+#   `DPOConfig` (`trl/trainer/dpo_config.py`). Do not change the inputs in place.
 #
 # **Examples.** When the policy is the reference, every log-ratio is 0 and the loss is
 # $\log 2 = 0.6931$, whatever $\beta$: the first step of every DPO run. With policy log-probs
@@ -373,7 +373,7 @@ print()
 claims = [
     ("DPO gains (interval above 0)",
      summary["dpo"]["gain"] > summary["dpo"]["gain_ci"]),
-    ("DPO gains more than the rm arm (0 outside, below)", d_rm[0] > d_rm[1]),
+    ("DPO gains more than the rm arm (0 outside)", d_rm[0] > d_rm[1]),
     ("DPO gains less than the verifier arm (0 outside)",
      d_ver[0] + d_ver[1] < 0),
     ("DPO and the rm arm end at the same KL (0 inside)",
@@ -645,9 +645,9 @@ for arm in DPO_ARMS:
 
 # %% [markdown]
 # No: at $\beta$ = 1.25 the right answers gain about as much with near-misses among the
-# rejected answers as without, and the near-misses themselves fall further. With a leash this
-# strong the effect does not appear; Pal et al. found it in large models trained further from
-# their reference.
+# rejected answers as without, and the near-misses themselves fall further. With this leash
+# and this network the effect does not appear; Pal et al. report it for large language
+# models on real preference data.
 #
 # ### Over-training on a small pair set
 #
@@ -748,24 +748,28 @@ print(f"a DPO run takes {ratio:.1f} times a PPO run of the rm arm")
 
 # %% tags=["hide-input"]
 def draw_methods(narrow=False):
-    """Return the figure of each arm's gain against its KL at the end."""
-    fig, ax = plt.subplots(figsize=(3.6, 4.2) if narrow else (6.4, 3.6))
+    """Return the figure of each arm's gain against its KL at the end,
+    each point named beside it."""
+    fig, ax = plt.subplots(figsize=(3.6, 4.0) if narrow else (6.4, 3.8))
     for arm in ALL:
         s = summary[arm]
         ax.errorbar(s["kl_end"], s["gain"], xerr=s["kl_end_ci"],
                     yerr=s["gain_ci"], fmt="o", ms=6, capsize=3,
-                    color=COLORS[arm], label=experiment.LABELS[arm])
+                    color=COLORS[arm])
+        # names left of the points on the right edge, right of the others;
+        # the GRPO arm's below its point, clear of the verifier arm's
+        right = s["kl_end"] > 0.12
+        below = arm == "grpo-verifier"
+        ax.annotate(arm, (s["kl_end"], s["gain"]), fontsize=7,
+                    color=COLORS[arm], textcoords="offset points",
+                    xytext=(-8 if right else 8, -12 if below else 3),
+                    ha="right" if right else "left")
     ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_xlim(0, 0.16)
     ax.set_xlabel("KL to the reference at the end (nats/token)", fontsize=8)
     ax.set_ylabel("gain in true accuracy", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
-    if narrow:
-        ax.legend(fontsize=7, frameon=False, loc="upper center",
-                  bbox_to_anchor=(0.45, -0.2), ncol=2)
-    else:
-        ax.legend(fontsize=7, frameon=False, loc="center left",
-                  bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     return fig
 
@@ -776,8 +780,8 @@ show_figure(draw_methods,
                 "reward-model, verifier, GRPO verifier, DPO, DPO on "
                 "near-miss pairs and SFT-on-chosen arms.",
             caption="Up is better; right is further from the reference. "
-                    "Each point is an arm, with its 95% intervals over "
-                    "five seeds.")
+                    "Each point is an arm, named beside it, with its 95% "
+                    "intervals over five seeds.")
 
 # %% [markdown]
 # What each method needs from the world, and what it cannot see:
