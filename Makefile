@@ -40,13 +40,14 @@ book-strict: book
 
 # Every page of _toc.yml in headless Chromium (tests/browser): nothing loads from another host,
 # images, math, dropdowns, sliders and the 'next' link work; full-page screenshots at desktop
-# and phone width go to _build/screenshots/. Installs Debian's chromium when it is missing
-# (apt-get needs root, as in CI).
+# and phone width go to _build/screenshots/. Two processes share the pages, one per core (each
+# with its own Chromium and server); the summary lists them in the book's order. Installs
+# Debian's chromium when it is missing (apt-get needs root, as in CI).
 browser: book
 	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq chromium fonts-dejavu-core fonts-liberation; } \
 		|| { echo "Chromium is missing: apt-get install chromium (as root)"; exit 1; }
-	MINIRLHF_BROWSER=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
+	MINIRLHF_BROWSER=1 $(PY) -m pytest -q -n 2 --dist load -p no:cacheprovider tests/browser
 	@echo "Screenshots: $(CURDIR)/_build/screenshots/ (summary.txt lists the pages checked)."
 
 unit: $(STAMP)

@@ -194,12 +194,12 @@ for name, comp in (("chosen", chosen[:1]), ("rejected", rejected[:1])):
 #
 # ## Your loss drives a DPO run
 #
-# `minirlhf.dpo.train_dpo` is the whole loop, about forty lines: shuffle the pairs; for each
-# batch, the policy's sequence log-probs of both answers in one forward pass; your loss; one
-# Adam step; and every 8 steps the same evaluation as every PPO arm (accuracy, the RM's score
-# and the KL to the reference on the 400 eval prompts). It logs what TRL's `DPOTrainer` logs,
-# by the same names: `rewards/chosen`, `rewards/rejected`, `rewards/margins`,
-# `rewards/accuracies`, `logps/chosen` and `logps/rejected`.
+# `minirlhf.dpo.train_dpo` is the whole loop, short enough to read at a sitting: shuffle the
+# pairs; for each batch, the policy's sequence log-probs of both answers in one forward pass;
+# your loss; one Adam step; and every 8 steps the same evaluation as every PPO arm (accuracy,
+# the RM's score and the KL to the reference on the 400 eval prompts). It logs what TRL's
+# `DPOTrainer` logs, by the same names: `rewards/chosen`, `rewards/rejected`,
+# `rewards/margins`, `rewards/accuracies`, `logps/chosen` and `logps/rejected`.
 #
 # The arm `dpo` of the experiment's registry runs it from chapter 5's partial-SFT policy, which
 # is also the frozen reference, on one pass over the RM's 12,800 pairs (200 steps of 64). Its
@@ -236,25 +236,20 @@ print(f"loss {driven['loss'][0]:.4f} at the first step (log 2 = "
 # - `sft-chosen`: a control with no preference at all, which trains on the chosen answers only
 #   with SFT's loss (TRL's `loss_type="sft"`), with the same batches, optimizer and steps.
 #
-# Chapter 5's two arms and chapter 8's GRPO arm are read from their stored runs (or made).
+# Chapter 5's two arms are read from their stored runs (or made).
 
 # %%
 SEEDS = [0, 1, 2, 3, 4]
 DPO_ARMS = ("dpo", "dpo-near-miss", "sft-chosen")
 CH5 = {"rm": experiment.DEFAULT_BETA["rm"],
        "verifier": experiment.DEFAULT_BETA["verifier"]}
-GRPO_ARMS = ("grpo-verifier", "grpo-rm", "centred-verifier", "rloo-verifier")
 
 ch5 = stored_experiment(SEEDS, cfg, CH5, {}, progress=PROGRESS)
-grpo = stored_arms(OUTPUTS / "grpo.json", SEEDS, GRPO_ARMS, cfg,
-                   progress=PROGRESS)
 found = stored_arms(OUTPUTS / "dpo.json", SEEDS, DPO_ARMS, cfg,
                     {("dpo", "0"): driven}, progress=PROGRESS)
-results = {"arms": {**ch5["arms"], **grpo["arms"], **found["arms"]},
-           "run_seconds": {**ch5["run_seconds"], **grpo["run_seconds"],
-                           **found["run_seconds"]}}
-results["settings"] = {"beta": {**CH5, **grpo["settings"]["beta"],
-                                **found["settings"]["beta"]}}
+results = {"arms": {**ch5["arms"], **found["arms"]},
+           "run_seconds": {**ch5["run_seconds"], **found["run_seconds"]},
+           "settings": {"beta": {**CH5, **found["settings"]["beta"]}}}
 summary = experiment.summarize(results)
 print("the run your loss drove and the package's seed-0 run agree",
       "to the last digit" if same_curves(found["arms"]["dpo"]["0"], driven)
@@ -272,7 +267,7 @@ def pm(mean, half, digits=3, sign=""):
     return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
 
 
-MAIN = ("rm", "verifier", "grpo-verifier", "dpo")
+MAIN = ("rm", "verifier", "dpo")
 print(f"over seeds {SEEDS[0]}-{SEEDS[-1]} (mean ± 95% interval)")
 print(f"{'arm':<14}{'beta':>5}  {'gain in accuracy':<16}  "
       f"{'KL at the end':<13}  RM score end")
@@ -285,8 +280,8 @@ for arm in MAIN:
 
 # %% [markdown]
 # Then the curves, the mean over the seeds with a band for the 95% interval. A point of a PPO
-# or GRPO arm is one iteration of 64 sampled completions; a point of DPO is 8 steps of 64
-# pairs, so each arm's 25 points span its whole run.
+# arm is one iteration of 64 sampled completions; a point of DPO is 8 steps of 64 pairs, so
+# each arm's 25 points span its whole run.
 
 # %% tags=["hide-input"]
 COLORS = {arm: experiment.REGISTRY[arm].color for arm in experiment.ARMS}
@@ -314,7 +309,7 @@ def draw_curves(arms=MAIN, narrow=False):
         for arm in arms:
             runs = [log[key] for log in results["arms"][arm].values()]
             band(ax, runs, arm, np.arange(len(runs[0])))
-        ax.set_xlabel("point (PPO, GRPO: iteration of 64 completions;\n"
+        ax.set_xlabel("point (PPO: iteration of 64 completions;\n"
                       "DPO: 8 steps of 64 pairs)", fontsize=7)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(labelsize=7)
@@ -327,8 +322,7 @@ def draw_curves(arms=MAIN, narrow=False):
 show_figure(draw_curves,
             alt="Two panels over 25 points, mean over five seeds with 95% "
                 "bands: accuracy and KL to the reference, for chapter 5's "
-                "reward-model and verifier arms, chapter 8's GRPO verifier "
-                "arm and the DPO arm.",
+                "reward-model and verifier arms and the DPO arm.",
             caption="DPO (dark yellow) learns from the RM's pairs and stays "
                     "as close to the reference as the reward-model arm "
                     "(orange), which learnt from the same pairs through the "
@@ -336,8 +330,8 @@ show_figure(draw_curves,
 
 # %% [markdown]
 # Trained on the very pairs that gave the RM, at the same distance from the reference, DPO
-# does what the RM arm could not: it raises true accuracy. It stays below the verifier arms,
-# which check every answer the policy writes. The cell tests these readings against the
+# does what the RM arm could not: it raises true accuracy. It stays below the verifier arm,
+# which checks every answer the policy writes. The cell tests these readings against the
 # intervals, seed by seed (any pairing of the seeds is valid: each difference has its own
 # interval over the five seeds); a claim that does not hold is printed as such.
 
@@ -708,11 +702,19 @@ print("the small set's run ends below its own best by "
 # ## Every method of the book
 #
 # The closing table: every method of the book on this world, from the same partial-SFT start,
-# measured by the same evaluation over the same five seeds. "Needs" is what the method needs
-# from the world besides the start; "samples" is how many answers the policy wrote during
-# training, each scored by the RM or the verifier.
+# measured by the same evaluation over the same five seeds. Chapter 8's GRPO arms join the
+# others here, read from their stored runs (or made, about a minute). "Needs" is what the
+# method needs from the world besides the start; "samples" is how many answers the policy
+# wrote during training, each scored by the RM or the verifier.
 
 # %%
+GRPO_ARMS = ("grpo-verifier", "grpo-rm", "centred-verifier", "rloo-verifier")
+grpo = stored_arms(OUTPUTS / "grpo.json", SEEDS, GRPO_ARMS, cfg,
+                   progress=PROGRESS)
+results["arms"].update(grpo["arms"])
+results["run_seconds"].update(grpo["run_seconds"])
+results["settings"]["beta"].update(grpo["settings"]["beta"])
+summary = experiment.summarize(results)
 ALL = ("rm", "verifier", "grpo-verifier", "dpo", "dpo-near-miss",
        "sft-chosen")
 NEEDS = {"rm": ("12,800 pairs -> RM", 1600),

@@ -33,6 +33,7 @@ Chapter 9 builds DPO and measures it against the other methods of the book.
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -273,13 +274,44 @@ def _record_eval(log: dict, step: int, ev: dict, policy: TinyGPT, heldout) -> No
             log[key].append(sequence_logps(policy, prompts, completions).double().mean().item())
 
 
+# The reference's sequence log-probs of every pair, kept for the next run on the same pairs
+# with the same reference (a chapter runs many): {(weights digest, pairs key): (chosen, rejected)}.
+_REFERENCE_LOGPS: dict = {}
+_REFERENCE_LOGPS_KEPT = 4
+
+
+def _weights_digest(model: TinyGPT) -> str:
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+@torch.no_grad()
+def _reference_logps(reference: TinyGPT, prompts, chosen, rejected, pairs_key) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the reference's sequence log-probs (N,) of the chosen and the rejected answers,
+    computed once in chunks of 1,024 pairs (which keep the memory of one pass small) and kept
+    for the next run with the same reference weights and the same pairs: the same numbers,
+    bit for bit, as computing them again."""
+    key = (_weights_digest(reference), pairs_key, len(prompts))
+    if key not in _REFERENCE_LOGPS:
+        n = len(prompts)
+        found = tuple(torch.cat([sequence_logps(reference, prompts[i:i + 1024], answers[i:i + 1024])
+                                 for i in range(0, n, 1024)]) for answers in (chosen, rejected))
+        while len(_REFERENCE_LOGPS) >= _REFERENCE_LOGPS_KEPT:
+            _REFERENCE_LOGPS.pop(next(iter(_REFERENCE_LOGPS)))
+        _REFERENCE_LOGPS[key] = found
+    return _REFERENCE_LOGPS[key]
+
+
 def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = None,
               rm: TinyGPT | None = None, evalset: EvalSet | None = None, progress: bool = True,
               loss_fn: Callable | None = None, desc: str = "DPO") -> tuple[TinyGPT, dict]:
     """Return (trained copy of ``policy``, log); the inputs are not changed.
 
     ``reference`` is frozen (read without gradients; its log-probs of every pair are computed
-    once, before the first step). ``loss_fn`` replaces :func:`dpo_loss` (same signature and
+    once, before the first step, and kept for the next run with the same reference and pairs). ``loss_fn`` replaces :func:`dpo_loss` (same signature and
     outputs), so a learner's function can drive the run. ``rm`` (optional) only logs the RM's
     score of the greedy answers, as in the PPO arms.
 
@@ -301,17 +333,15 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
     policy = copy.deepcopy(policy).train().requires_grad_(True)
     reference.eval()
     prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)  # (N, 6), (N, 4) x 2
+    ref_chosen, ref_rejected = _reference_logps(reference, prompts, chosen, rejected,
+                                                (cfg.near_miss_share, repr(cfg.rm_config)))  # (N,) each
     if cfg.n_pairs is not None:
         if cfg.n_pairs > len(prompts):
             raise ValueError(f"n_pairs must be at most the {len(prompts)} pairs there are, got {cfg.n_pairs}")
-        prompts, chosen, rejected = prompts[:cfg.n_pairs], chosen[:cfg.n_pairs], rejected[:cfg.n_pairs]
+        keep = slice(0, cfg.n_pairs)
+        prompts, chosen, rejected = prompts[keep], chosen[keep], rejected[keep]
+        ref_chosen, ref_rejected = ref_chosen[keep], ref_rejected[keep]
     n = len(prompts)
-    with torch.no_grad():  # the reference never changes: its log-probs once, for every pair
-        # in chunks of 1,024 pairs, which keep the memory of one pass small
-        ref_chosen = torch.cat([sequence_logps(reference, prompts[i:i + 1024], chosen[i:i + 1024])
-                                for i in range(0, n, 1024)])  # (N,)
-        ref_rejected = torch.cat([sequence_logps(reference, prompts[i:i + 1024], rejected[i:i + 1024])
-                                  for i in range(0, n, 1024)])  # (N,)
     g = make_generator(cfg.seed)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     cache = {}  # the frozen models' eval outputs, as in ppo_train

@@ -1,5 +1,7 @@
 """DPO: the loss by hand, the sequence log-probs and their mask, the pairs, and a tiny run."""
 
+import copy
+import dataclasses
 import math
 
 import pytest
@@ -260,3 +262,20 @@ def test_the_sft_control_is_the_cross_entropy_of_the_chosen_tokens(small, evalse
         dpo.train_dpo(small, small, cfg, evalset=evalset, progress=False, loss_fn=dpo.dpo_loss)
     with pytest.raises(ValueError, match="loss_type must be one of"):
         dpo.DPOConfig(loss_type="ipo")
+
+
+def test_the_reference_log_probs_are_kept_per_reference_and_pairs_and_change_nothing(small, evalset):
+    dpo._REFERENCE_LOGPS.clear()
+    cfg = dpo.DPOConfig(**{**TINY, "steps": 3, "eval_every": 3})
+    first = dpo.train_dpo(small, small, cfg, evalset=evalset, progress=False)[1]
+    assert len(dpo._REFERENCE_LOGPS) == 1
+    again = dpo.train_dpo(small, small, cfg, evalset=evalset, progress=False)[1]
+    assert len(dpo._REFERENCE_LOGPS) == 1 and again["loss"] == first["loss"]
+    dpo._REFERENCE_LOGPS.clear()  # computed afresh: the same numbers, bit for bit
+    assert dpo.train_dpo(small, small, cfg, evalset=evalset, progress=False)[1]["loss"] == first["loss"]
+    other = copy.deepcopy(small)
+    with torch.no_grad():
+        next(other.parameters()).add_(0.01)  # another reference: its own log-probs
+    dpo.train_dpo(other, other, cfg, evalset=evalset, progress=False)
+    dpo.train_dpo(small, small, dataclasses.replace(cfg, near_miss_share=0.5), evalset=evalset, progress=False)
+    assert len(dpo._REFERENCE_LOGPS) == 3

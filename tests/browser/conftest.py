@@ -39,14 +39,46 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+# The run may spread over processes (`make browser` runs two, with pytest-xdist): each page's
+# report travels to the main process in its test's user_properties, under this name, and the
+# main process alone empties the screenshot folder before the run and writes the summary after.
+PAGE_REPORT = "page_report"
+_CONFIG = None  # this process's pytest config, for the hook that keeps the page reports
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config):
+    global _CONFIG
+    _CONFIG = config
     config.stash[_REPORTS] = []
+    if not _is_worker(config) and _asked(config):
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        for old in SHOTS.glob("*.png"):
+            old.unlink()
 
 
-@pytest.fixture(scope="session")
-def reports(pytestconfig) -> list:
-    """The page reports of this run, for the summary at the end."""
-    return pytestconfig.stash[_REPORTS]
+def pytest_runtest_logreport(report):
+    """Keep the page report a test sends in its user_properties (in whichever process ran it)."""
+    if report.when != "call":
+        return
+    for name, value in report.user_properties:
+        if name == PAGE_REPORT:
+            _CONFIG.stash[_REPORTS].append(value)
+
+
+@pytest.fixture
+def report_page(request):
+    """Call with a page's PageReport: it joins the summary printed at the end of the run."""
+
+    def send(index: int, report) -> None:
+        request.node.user_properties.append(
+            (PAGE_REPORT, {"index": index, "line": report.summary(), "requests": report.requests,
+                           "checks": report.checks}))
+
+    return send
 
 
 @pytest.fixture(scope="session")
@@ -71,25 +103,26 @@ def book_url():
 
 @pytest.fixture(scope="session")
 def shots() -> Path:
-    """The screenshot folder, emptied of the last run's pictures."""
+    """The screenshot folder (emptied of the last run's pictures when the run began)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    for old in SHOTS.glob("*.png"):
-        old.unlink()
     return SHOTS
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    """One line per page checked; the same lines go to _build/screenshots/summary.txt."""
-    found = config.stash.get(_REPORTS, [])
+    """One line per page checked, in the order of the book; the same lines go to
+    _build/screenshots/summary.txt."""
+    if _is_worker(config):
+        return
+    found = sorted(config.stash.get(_REPORTS, []), key=lambda r: r["index"])
     if not found:
         return
-    lines = [report.summary() for report in found]
+    lines = [report["line"] for report in found]
     terminalreporter.section("pages checked in Chromium")
     for line in lines:
         terminalreporter.write_line(line)
     terminalreporter.write_line(
-        f"{len(found)} pages, {sum(r.requests for r in found)} requests,"
-        f" {sum(r.checks for r in found)} checks passed; screenshots in {SHOTS}")
+        f"{len(found)} pages, {sum(r['requests'] for r in found)} requests,"
+        f" {sum(r['checks'] for r in found)} checks passed; screenshots in {SHOTS}")
     if SHOTS.is_dir():
         (SHOTS / "summary.txt").write_text(
             time.strftime("%Y-%m-%d %H:%M\n") + "\n".join(lines) + "\n", encoding="utf-8")

@@ -18,14 +18,14 @@ PAGES = toc_pages(ROOT / "_toc.yml")
 
 
 @pytest.mark.parametrize("index", range(len(PAGES)), ids=PAGES)
-def test_page(index, book_url, chromium_context, shots, reports):
+def test_page(index, book_url, chromium_context, shots, report_page):
     page = PAGES[index]
     next_page = PAGES[index + 1] if index + 1 < len(PAGES) else None
     built = HTML / f"{page}.html"
     assert built.exists(), f"{page}: listed in _toc.yml but not built ({built} is missing)"
 
     report = check_page(chromium_context, book_url, page, next_page, shots)
-    reports.append(report)
+    report_page(index, report)
     assert not report.problems, (f"{page}: {len(report.problems)} problem(s):\n  - "
                                  + "\n  - ".join(report.problems))
 
