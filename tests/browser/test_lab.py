@@ -100,6 +100,10 @@ def test_chapter_1_worked_in_jupyterlab(lab, chromium_context):
         page.goto(f"{url}/lab/tree/{NOTEBOOK}")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
         page.wait_for_timeout(3000)  # the kernel starts, the markdown renders
+        try:  # on a busy machine (the page tests run beside this one) MyST may take longer
+            page.wait_for_selector("aside.myst-admonition-tip", timeout=60_000)
+        except Exception:
+            pass  # the assertion below says what is missing
 
         assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, \
             "the notebook shows unsaved changes as soon as it opens"
