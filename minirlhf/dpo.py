@@ -44,7 +44,7 @@ from . import task
 from .model import TinyGPT, completion_logprobs, completion_mask, make_generator
 from .ppo import EvalSet, evaluate
 from .progress import progress_bar
-from .reward_model import HELDOUT_SEED, RMConfig, preference_batch
+from .reward_model import HELDOUT_SEED, RMConfig, margins_report, preference_batch
 
 __all__ = [
     "DPOConfig", "dpo_loss", "implicit_rewards", "sequence_logps", "preference_pairs", "implicit_reward_margins",
@@ -231,14 +231,8 @@ def implicit_reward_report(policy: TinyGPT, reference: TinyGPT, beta: float) -> 
 
     Defined in chapter 9.
     """
-    margins = {kind: implicit_reward_margins(policy, reference, beta, kind) for kind in task.WRONG_KINDS}
-    acc = {kind: (m > 0).double().mean().item() for kind, m in margins.items()}
-    return {
-        "pair_accuracy": acc["random"],
-        "near_miss_accuracy": acc["near_miss"],
-        "margin": {kind: m.double().mean().item() for kind, m in margins.items()},
-        "accuracy": acc,
-    }
+    return margins_report({kind: implicit_reward_margins(policy, reference, beta, kind)
+                           for kind in task.WRONG_KINDS})
 
 
 # What the evaluations log besides :func:`minirlhf.ppo.evaluate`'s measures: the policy's mean

@@ -22,7 +22,7 @@ from .progress import progress_bar
 
 __all__ = [
     "RMConfig", "bradley_terry_loss", "preference_batch", "train_reward_model",
-    "pair_margins", "margin_by_offset", "rm_report", "HELDOUT_SEED",
+    "pair_margins", "margin_by_offset", "rm_report", "margins_report", "HELDOUT_SEED",
 ]
 
 HELDOUT_SEED = 7  # draws the wrong answers of the held-out pairs (on the eval prompts)
@@ -147,7 +147,17 @@ def rm_report(rm: TinyGPT) -> dict:
 
     Defined in chapter 4.
     """
-    margins = {kind: pair_margins(rm, kind) for kind in task.WRONG_KINDS}
+    return margins_report({kind: pair_margins(rm, kind) for kind in task.WRONG_KINDS})
+
+
+def margins_report(margins: dict) -> dict:
+    """Return the layout of :func:`rm_report` from ``{kind: margins (N,)}``, one margin
+    r(correct) - r(wrong answer of that kind) per held-out pair: the share ranked right and
+    the mean margin per kind, and the pair and near-miss accuracy. Chapter 9 reads DPO's
+    implicit reward with it too.
+
+    Defined in chapter 4.
+    """
     acc = {kind: (m > 0).double().mean().item() for kind, m in margins.items()}
     return {
         "pair_accuracy": acc["random"],
