@@ -305,8 +305,9 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
     """Return (trained copy of ``policy``, log); the inputs are not changed.
 
     ``reference`` is frozen (read without gradients; its log-probs of every pair are computed
-    once, before the first step, and kept for the next run with the same reference and pairs). ``loss_fn`` replaces :func:`dpo_loss` (same signature and
-    outputs), so a learner's function can drive the run. ``rm`` (optional) only logs the RM's
+    once, before the first step, and kept for the next run with the same reference and pairs).
+    ``loss_fn`` replaces :func:`dpo_loss` (same signature; it returns the loss alone), so a
+    learner's function can drive the run. ``rm`` (optional) only logs the RM's
     score of the greedy answers, as in the PPO arms.
 
     The log holds, per evaluation (every ``config.eval_every`` steps, index 0 = before
