@@ -10,7 +10,7 @@ JB := $(VENV)/bin/jupyter-book
 export OMP_NUM_THREADS := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv book test unit nbval-solutions nbval-notebooks book-strict browser lab notebooks bench check clean
+.PHONY: help venv trl-extra book test unit nbval-solutions nbval-notebooks book-strict browser lab notebooks bench check trl clean
 
 help:
 	@echo "make book       install into .venv if needed, execute the chapters, render _build/html"
@@ -22,6 +22,7 @@ help:
 	@echo "make notebooks  regenerate notebooks/ and solutions/ from chapters/"
 	@echo "make check      grade every learner notebook against the solutions"
 	@echo "make bench      time the training pipeline; writes outputs/bench.json"
+	@echo "make trl        install the TRL extra; run TRL's trainers beside ours (book/trl/)"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +32,15 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# The optional TRL bridge (minirlhf.hf, minirlhf.trl_run): the extra "trl" of pyproject.toml.
+# The book does not need it; the unit tests do (they run the bridge, two processes included).
+TRL_STAMP := $(VENV)/.installed-trl
+$(TRL_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[trl]" || $(PY) -m pip install --quiet -e ".[trl]"
+	@touch $(TRL_STAMP)
+
+trl-extra: $(TRL_STAMP)
 
 book: $(STAMP)
 	MINIRLHF_BUILDING_BOOK=1 $(JB) build . -W -n --keep-going
@@ -50,8 +60,9 @@ browser: book
 	MINIRLHF_BROWSER=1 $(PY) -m pytest -q -n 2 --dist load -p no:cacheprovider tests/browser
 	@echo "Screenshots: $(CURDIR)/_build/screenshots/ (summary.txt lists the pages checked)."
 
-unit: $(STAMP)
-	$(PY) -m pytest -q tests
+# MINIRLHF_REQUIRE_TRL=1: the bridge's tests fail, rather than skip, when the extra is missing.
+unit: $(TRL_STAMP)
+	MINIRLHF_REQUIRE_TRL=1 $(PY) -m pytest -q tests
 
 # The notebooks run two at a time, one per core (pytest-xdist; each notebook stays whole in one
 # worker, its cells in order). Chapters that read another chapter's stored runs make them
@@ -79,6 +90,16 @@ bench: $(STAMP)
 # Exits non-zero unless every exercise of every notebook passes.
 check: $(STAMP)
 	$(PY) -m minirlhf.course.grader notebooks/[0-9][0-9]_*.ipynb
+
+# TRL's GRPO, RLOO and PPO trainers beside our arms, 5 seeds, with a profile: the results the
+# page "From toy to real" reads (about 4 minutes).
+# The book's execution cache keys a page on its code, not on the file it reads: forget the
+# page's cached run, so that the next `make book` shows the new results.
+trl: $(TRL_STAMP)
+	$(PY) -m minirlhf.trl_run --compare --profile --seeds 5 --out book/trl
+	@test ! -d _build/.jupyter_cache || $(PY) -c 'from jupyter_cache import get_cache; \
+		c = get_cache("_build/.jupyter_cache"); \
+		[c.remove_cache(r.pk) for r in c.list_cache_records() if r.uri.endswith("book/toy-to-real.md")]'
 
 clean:
 	rm -rf _build outputs

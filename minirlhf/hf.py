@@ -86,7 +86,10 @@ def tokenizer():
     """Return a ``PreTrainedTokenizerFast`` for the 13 characters, plus ``<pad>`` (id 13).
 
     One token per character, ids as :data:`minirlhf.task.VOCAB`; left padding (prompts are
-    padded on the left for generation); no beginning- or end-of-text token.
+    padded on the left for generation). ``<pad>`` is also the end-of-text token: TRL's
+    trainers need one (GRPO and RLOO compare every completion token with it), and the policy,
+    with 13 outputs, can never write it, so generation always writes 4 tokens. TRL's PPO
+    trainer is told that `;` ends an answer by its own ``stop_token_id``.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
@@ -96,7 +99,7 @@ def tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = _transformers().PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=PAD_TOKEN, padding_side="left",
+        tokenizer_object=tok, pad_token=PAD_TOKEN, eos_token=PAD_TOKEN, padding_side="left",
         model_max_length=task.CONTEXT_LEN,
     )
     return fast

@@ -120,7 +120,7 @@ def test_tokenizer_ids_are_ours():
     assert tok(text)["input_ids"] == task.encode(text)
     assert tok.decode(task.encode("99+99=198;")) == "99+99=198;"
     assert tok.decode([1, 2, 12, hf.PAD_ID], skip_special_tokens=True) == "12;"
-    assert len(tok) == 14 and tok.eos_token is None and tok.bos_token is None
+    assert len(tok) == 14 and tok.eos_token_id == hf.PAD_ID and tok.bos_token is None
     batch = tok(["7+5=", "23+45="], padding=True, return_tensors="pt")
     assert batch["input_ids"][0].tolist() == [hf.PAD_ID, hf.PAD_ID] + task.encode("7+5=")
     assert batch["attention_mask"][0].tolist() == [0, 0, 1, 1, 1, 1]

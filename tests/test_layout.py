@@ -10,7 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "minirlhf"
 ENGINE = sorted(p for p in PACKAGE.glob("*.py"))
-ENTRY_POINTS = {"bench.py", "experiment.py"}  # may choose the thread count, in their main()
+ENTRY_POINTS = {"bench.py", "experiment.py", "trl_run.py"}  # may choose the thread count, in their main()
 
 
 def imported_modules(path):

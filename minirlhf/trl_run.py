@@ -1,0 +1,683 @@
+"""The experiment run by TRL's own trainers, next to ours, measured by the same code.
+
+    python -m minirlhf.trl_run --arm grpo-verifier --seeds 1
+    python -m minirlhf.trl_run --compare --seeds 5              # ours and TRL's, every arm
+    accelerate launch --config_file configs/cpu_two_processes.yaml -m minirlhf.trl_run \\
+        --arm grpo-verifier --iterations 3
+
+Needs the optional extra (``pip install -e ".[trl]"``): TRL 1.12.0, the last release with
+the PPO trainer. Each TRL arm starts from the book's partial-SFT policy and reward model,
+converted exactly to Hugging Face models (:mod:`minirlhf.hf`); nothing is downloaded. After
+every iteration the policy is converted back and measured by our
+:func:`~minirlhf.ppo.evaluate` (accuracy, RM score and exact per-token KL to the start, on the
+400 eval prompts), so ours and TRL's are judged by the same code.
+
+============  ============================================  =================================
+TRL arm       TRL trainer                                   our arm (:data:`~minirlhf.experiment.REGISTRY`)
+============  ============================================  =================================
+grpo-verifier ``GRPOTrainer``, the verifier as reward func  grpo-verifier (chapter 8)
+grpo-rm       ``GRPOTrainer``, the converted RM             grpo-rm (chapter 8)
+rloo-verifier ``RLOOTrainer``, the verifier                 rloo-verifier (chapter 8)
+rm            ``trl.experimental.ppo.PPOTrainer``, the RM,  rm (chapter 5)
+              a value model
+============  ============================================  =================================
+
+The settings come from our :class:`~minirlhf.ppo.PPOConfig` through one mapping,
+:func:`trl_settings`, which the book prints. The module can be imported without TRL (the
+mapping and the summaries need only the standard library); running a trainer needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import paths, task
+from .experiment import REGISTRY, arm_config, mean_ci95, run_arm
+from .model import generate, make_generator, reward_scores
+from .ppo import EvalSet, PPOConfig, evaluate
+
+__all__ = [
+    "TRL_VERSION", "TRLArm", "TRL_ARMS", "trl_settings", "kl_coef_for", "run_trl_arm", "compare",
+    "side_by_side", "format_side_by_side", "plot_side_by_side", "side_by_side_figure", "PROFILE_STAGES", "profile_stages",
+    "format_profile", "main",
+]
+
+TRL_VERSION = "1.12.0"  # pinned in pyproject.toml's extra "trl"
+# Nothing may reach the network: the models, tokenizer and data are made here.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "WANDB_DISABLED": "true", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1",
+           "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+
+
+@dataclass(frozen=True)
+class TRLArm:
+    """One arm run by TRL: which trainer, which reward, and our arm it is set like."""
+
+    trainer: str  # "grpo", "rloo" or "ppo"
+    reward: str  # "verifier" or "rm"
+    ours: str  # the arm of minirlhf.experiment.REGISTRY with the same budget and settings
+
+
+TRL_ARMS = {
+    "grpo-verifier": TRLArm("grpo", "verifier", "grpo-verifier"),
+    "grpo-rm": TRLArm("grpo", "rm", "grpo-rm"),
+    "rloo-verifier": TRLArm("rloo", "verifier", "rloo-verifier"),
+    "rm": TRLArm("ppo", "rm", "rm"),
+}
+
+
+# ----------------------------------------------------------------------------- the mapping
+
+
+def kl_coef_for(beta: float, score_std: float) -> float:
+    """Return TRL PPO's ``kl_coef`` for our ``beta``: ``beta * score_std``.
+
+    Our beta weighs the KL against a score standardised in each batch; TRL's ``kl_coef``
+    weighs it against the raw score. Multiplying by the raw scores' standard deviation (of a
+    batch sampled from the starting policy) puts the two on the same scale; the clip at
+    +-3 and TRL's whitening of the advantages make that approximate.
+    """
+    return float(beta) * float(score_std)
+
+
+def trl_settings(arm: str, seed: int = 0, n_processes: int = 1, config: PPOConfig | None = None,
+                 beta: float | None = None, score_std: float | None = None) -> dict:
+    """Return the keyword arguments of the TRL config (``GRPOConfig``, ``RLOOConfig`` or
+    ``PPOConfig``) that run ``arm`` with the settings and budget of our arm.
+
+    ``config`` (default: our recipe) and ``beta`` (default: our arm's) are ours; the arm's own
+    settings are set over ``config`` as :func:`minirlhf.experiment.arm_config` does. The global
+    batch stays ``config.batch_size`` on any number of processes. ``score_std`` (PPO only) is
+    the raw RM scores' standard deviation, for :func:`kl_coef_for`. Every TRL name below was
+    read in TRL 1.12.0's ``trl/trainer/grpo_config.py``, ``rloo_config.py`` and
+    ``trl/experimental/ppo/ppo_config.py``.
+    """
+    spec = _check_trl_arm(arm)
+    cfg = arm_config(spec.ours, config or PPOConfig(), seed)
+    beta = REGISTRY[spec.ours].beta if beta is None else float(beta)
+    if cfg.batch_size % n_processes or (cfg.batch_size // n_processes) % cfg.group_size:
+        raise ValueError(f"n_processes ({n_processes}) must split the batch of {cfg.batch_size} into whole groups "
+                         f"of {cfg.group_size}")
+    common = {
+        # no files, no network, no progress bars of its own, CPU and float32 throughout
+        "report_to": "none", "save_strategy": "no", "logging_steps": 1, "disable_tqdm": True,
+        "log_level": "error", "use_cpu": True, "bf16": False, "fp16": False,
+        "gradient_checkpointing": False, "ddp_find_unused_parameters": False, "seed": seed, "data_seed": seed,
+        # the optimizer: AdamW without weight decay is our Adam; linear decay to 0 is anneal_lr
+        "learning_rate": cfg.lr, "weight_decay": 0.0,
+        "lr_scheduler_type": "linear" if cfg.anneal_lr else "constant", "warmup_steps": 0,
+        # one optimizer step takes the whole batch, split over the processes
+        "per_device_train_batch_size": cfg.batch_size // n_processes, "gradient_accumulation_steps": 1,
+        "temperature": cfg.temperature,
+    }
+    if spec.trainer in ("grpo", "rloo"):
+        group = {
+            "num_generations": cfg.group_size, "max_completion_length": task.COMPLETION_LEN,
+            "top_p": 1.0, "top_k": 0, "beta": beta, "epsilon": cfg.epsilon,
+            # each rollout batch serves updates_per_batch optimizer steps: max_steps counts steps
+            "num_iterations": cfg.updates_per_batch, "max_steps": cfg.iterations * cfg.updates_per_batch,
+            "max_grad_norm": cfg.max_grad_norm, "remove_unused_columns": False,
+        }
+        if spec.trainer == "grpo":
+            scale = {"group": "group", "group-centred": "none"}[cfg.advantages]
+            group.update(scale_rewards=scale, loss_type="dapo")
+        else:
+            group.update(normalize_advantages=False)
+        return {**common, **group}
+    if score_std is None:
+        raise ValueError("score_std is needed for TRL's PPO: kl_coef = beta * score_std")
+    return {
+        **common,
+        "total_episodes": cfg.batch_size * cfg.iterations, "num_mini_batches": 1,
+        "local_rollout_forward_batch_size": cfg.batch_size // n_processes,
+        "num_ppo_epochs": cfg.updates_per_batch, "response_length": task.COMPLETION_LEN,
+        "stop_token_id": task.SEMI, "missing_eos_penalty": None,
+        "kl_coef": kl_coef_for(beta, score_std), "kl_estimator": "k1", "cliprange": cfg.epsilon,
+        "num_sample_generations": 0,
+    }
+
+
+def _check_trl_arm(arm: str) -> TRLArm:
+    if arm not in TRL_ARMS:
+        raise ValueError(f"arm must be one of {tuple(TRL_ARMS)}, got {arm!r}")
+    return TRL_ARMS[arm]
+
+
+# ----------------------------------------------------------------------------- running TRL
+
+
+def _offline() -> None:
+    for key, value in OFFLINE.items():
+        os.environ.setdefault(key, value)
+
+
+def _import_trl():
+    _offline()
+    try:
+        import trl
+    except ImportError:
+        raise ImportError('minirlhf.trl_run needs the optional extra: pip install -e ".[trl]"') from None
+    if trl.__version__ != TRL_VERSION:
+        raise ImportError(f"minirlhf.trl_run was written for TRL {TRL_VERSION}, found {trl.__version__}: "
+                          f'pip install -e ".[trl]"')
+    return trl
+
+
+def _prompt_text(pairs) -> list[str]:
+    return [task.format_prompt(a, b).rjust(task.PROMPT_LEN, ";") for a, b in pairs.tolist()]
+
+
+def _completion_ids(completions: list[str]) -> torch.Tensor:
+    # TRL hands reward functions the decoded text; ours are always 4 characters (no early end).
+    return torch.tensor([task.encode(c[:task.COMPLETION_LEN].ljust(task.COMPLETION_LEN, ";"))
+                         for c in completions], dtype=torch.long)
+
+
+def _reward_funcs(spec: TRLArm, rm_hf):
+    from . import hf
+
+    def reward_funcs_call(prompts, completions, a, b):
+        if spec.reward == "verifier":
+            pairs = torch.tensor([a, b], dtype=torch.long).T
+            return task.batch_verify(pairs, _completion_ids(completions)).tolist()
+        # GRPOTrainer could take the RM itself, but it reads the score at the last of the 4
+        # tokens (trl/trainer/grpo_trainer.py, _calculate_rewards); this reads it at the first
+        # `;`, as ours does.
+        ids = torch.tensor([task.encode(p) for p in prompts], dtype=torch.long)
+        return hf.hf_reward_scores(rm_hf, ids, _completion_ids(completions)).tolist()
+
+    def reward(prompts, completions, a, b, **_):
+        return reward_funcs_call(prompts, completions, a, b)
+
+    reward.__name__ = spec.reward  # TRL logs it as rewards/<name>/mean
+    return reward
+
+
+@torch.no_grad()
+def _score_std(policy, rm, cfg: PPOConfig, seed: int) -> float:
+    # The raw RM scores' spread over one batch sampled from the start policy (our rollout's draw).
+    g = make_generator(seed)
+    pairs = task.sample_pairs(cfg.batch_size, g, task.train_pairs())
+    prompts = task.encode_prompts(pairs)
+    completions = generate(policy, prompts, cfg.temperature, generator=g)
+    return reward_scores(rm, prompts, completions).double().std().item()
+
+
+class _Evaluator:
+    """Converts TRL's policy back after every iteration and measures it with our evaluate."""
+
+    def __init__(self, reference, rm, evalset, temperature, every):
+        self.reference, self.rm, self.evalset, self.t, self.every = reference, rm, evalset, temperature, every
+        self.log = {"accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS}}
+        self.cache = {}
+
+    def measure(self, hf_policy) -> dict:
+        from . import hf
+
+        was_training = hf_policy.training
+        ev = evaluate(hf.hf_to_policy(hf_policy), self.reference, self.rm, self.evalset, self.t, self.cache)
+        hf_policy.train(was_training)
+        for key in ("accuracy", "rm_score", "kl"):
+            self.log[key].append(ev[key])
+        for k in task.KINDS:
+            self.log["kinds"][k].append(ev["kinds"][k])
+        return ev
+
+
+def _callback(evaluator: _Evaluator, get_policy, bar):
+    from transformers import TrainerCallback
+
+    class EvalEachIteration(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % evaluator.every == 0:
+                ev = evaluator.measure(get_policy())
+                bar.update(1)
+                bar.set_postfix_str(f"acc {ev['accuracy']:.3f} kl {ev['kl']:.3f}")
+            return control
+
+    return EvalEachIteration()
+
+
+# TRL's per-step logs kept in the results, under TRL's own names.
+TRL_LOGGED = {
+    "grpo": ("reward", "kl", "entropy", "clip_ratio/region_mean", "frac_reward_zero_std"),
+    "rloo": ("reward", "kl", "entropy", "clip_ratio/region_mean", "frac_reward_zero_std"),
+    "ppo": ("objective/scores", "objective/kl", "objective/entropy", "policy/clipfrac_avg",
+            "policy/approxkl_avg", "loss/value_avg", "val/num_eos_tokens"),
+}
+
+
+def run_trl_arm(arm: str, policy, rm, seed: int, config: PPOConfig | None = None, beta: float | None = None,
+                evalset: EvalSet | None = None, progress: bool = True, profile: str | None = None,
+                freeze_gc: bool = True) -> dict:
+    """Train ``arm`` (a name of :data:`TRL_ARMS`) with TRL's trainer from ``policy`` (our
+    TinyGPT, also the reference) and return its log, laid out like ours: ``accuracy``,
+    ``rm_score``, ``kl``, ``kinds`` per iteration (index 0 before training), TRL's own
+    per-step metrics of :data:`TRL_LOGGED` under ``trl_log``, ``settings`` (the TRL config's
+    keyword arguments), ``seconds`` (the whole call: conversion, the trainer's set-up, training
+    and our evaluation, as our runs are timed), ``train_seconds`` (``trainer.train()`` alone)
+    and ``n_processes``.
+
+    Under ``accelerate launch`` every process trains its share; each returns the same log.
+    ``profile`` names a file for a cProfile of the whole run. ``freeze_gc=False`` leaves out
+    the ``gc.freeze()`` below, to time TRL's PPO as shipped (the results are the same).
+    """
+    trl = _import_trl()
+    from transformers.utils import logging as hf_logging
+
+    called = time.perf_counter()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # it tells of every token id it aligns; errors still show
+    hf_logging.disable_progress_bar()  # one bar, ours, per run
+    try:
+        return _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, freeze_gc, called)
+    finally:  # as they were: the caller's choice
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, freeze_gc, called) -> dict:
+    from datasets import Dataset
+    from transformers import PrinterCallback, set_seed
+
+    from . import hf
+    from .progress import progress_bar
+
+    spec = _check_trl_arm(arm)
+    cfg = arm_config(spec.ours, config or PPOConfig(), seed)
+    evalset = evalset or EvalSet()
+    n_processes = int(os.environ.get("WORLD_SIZE", "1"))
+    score_std = _score_std(policy, rm, cfg, seed) if spec.trainer == "ppo" else None
+    kwargs = trl_settings(arm, seed, n_processes, config, beta, score_std)
+    pool = task.train_pairs()
+    rm_hf = hf.rm_to_hf(rm)
+    tok = hf.tokenizer()
+    evaluator = _Evaluator(policy, rm, evalset, cfg.temperature, 1 if spec.trainer == "ppo" else cfg.updates_per_batch)
+    bar = progress_bar(total=cfg.iterations, desc=f"TRL {arm}, seed {seed}", enabled=progress)
+    with tempfile.TemporaryDirectory(prefix="minirlhf-trl-") as tmp, warnings.catch_warnings():
+        # TRL sets gradient_checkpointing, which transformers 5 renames; we turn it off.
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
+        set_seed(seed)  # TRL's PPO seeds torch only, and shuffles its minibatches with numpy
+        if spec.trainer == "ppo":
+            start = hf.policy_to_hf(policy)
+            # TRL stops a batch's generation once every answer has its `;` and fills the
+            # answers that ended sooner with the generation's pad: `;`, as ours continue.
+            start.generation_config.pad_token_id = task.SEMI
+            dataset = Dataset.from_dict({"input_ids": task.encode_prompts(pool).tolist()})
+            value = hf.rm_to_hf(rm)  # a value model initialised from the RM, as TRL's example script
+            from trl.experimental.ppo import PPOConfig as TRLPPOConfig, PPOTrainer
+
+            args = TRLPPOConfig(output_dir=tmp, **kwargs)
+            trainer = PPOTrainer(
+                args=args, processing_class=tok, model=start, ref_model=hf.policy_to_hf(policy),
+                reward_model=rm_hf, value_model=value, train_dataset=dataset)
+            get_policy = lambda: trainer.accelerator.unwrap_model(trainer.model).policy  # noqa: E731
+        else:
+            # GRPO and RLOO load their reference from the policy's folder (trl/trainer/utils.py,
+            # create_model_from_path), so the start goes through one, offline.
+            from transformers import AutoModelForCausalLM
+
+            hf.policy_to_hf(policy).save_pretrained(Path(tmp) / "start")
+            start = AutoModelForCausalLM.from_pretrained(Path(tmp) / "start", local_files_only=True)
+            a, b = pool.T.tolist()
+            dataset = Dataset.from_dict({"prompt": _prompt_text(pool), "a": a, "b": b})
+            Config = trl.GRPOConfig if spec.trainer == "grpo" else trl.RLOOConfig
+            Trainer = trl.GRPOTrainer if spec.trainer == "grpo" else trl.RLOOTrainer
+            trainer = Trainer(model=start, reward_funcs=_reward_funcs(spec, rm_hf),
+                              args=Config(output_dir=tmp, **kwargs), train_dataset=dataset, processing_class=tok)
+            get_policy = lambda: trainer.accelerator.unwrap_model(trainer.model)  # noqa: E731
+        trainer.remove_callback(PrinterCallback)
+        evaluator.measure(get_policy())
+        trainer.add_callback(_callback(evaluator, get_policy, bar))
+        # Python's collector walks every object the imports made; TRL's PPO calls it twice a
+        # batch (trl/experimental/ppo/ppo_trainer.py, train). Freezing what exists now leaves
+        # it only the run's own objects: the same results, a third of the time.
+        gc.collect()
+        if freeze_gc:
+            gc.freeze()
+        began = time.perf_counter()
+        try:
+            if profile:
+                import cProfile
+
+                cProfile.runctx("trainer.train()", globals(), {"trainer": trainer}, profile)
+            else:
+                trainer.train()
+        finally:
+            gc.unfreeze()
+        train_seconds = time.perf_counter() - began
+    bar.close()
+    if len(evaluator.log["accuracy"]) != cfg.iterations + 1:
+        raise RuntimeError(f"TRL ran {len(evaluator.log['accuracy']) - 1} iterations, expected {cfg.iterations}")
+    keys = TRL_LOGGED[spec.trainer]
+    rows = [row for row in trainer.state.log_history if keys[0] in row]
+    trl_log = {key: [float(row[key]) for row in rows if key in row] for key in keys}
+    return {**evaluator.log, "trl_log": trl_log, "settings": dict(kwargs),
+            "seconds": time.perf_counter() - called, "train_seconds": train_seconds, "n_processes": n_processes}
+
+
+# ----------------------------------------------------------------------------- where the time goes
+
+# (label, file the function is defined in (its path's end), function name), by trainer: one
+# iteration's stages, measured by cProfile's cumulative time. Rows marked "of which" are inside
+# the row above them; the others do not overlap.
+PROFILE_STAGES = {
+    "grpo": (
+        ("rollout: sample, score, old and ref. log-probs", "grpo_trainer.py", "_generate_and_score_completions"),
+        ("  of which sampling (generate)", "generation/utils.py", "generate"),
+        ("  of which the reward function", "trl_run.py", "reward_funcs_call"),
+        ("loss: forward pass with gradient", "grpo_trainer.py", "compute_loss"),
+        ("backward pass", "torch/_tensor.py", "backward"),
+        ("gradient clipping", "torch/nn/utils/clip_grad.py", "clip_grad_norm_"),
+        ("optimizer step", "torch/optim/optimizer.py", "wrapper"),
+        ("our evaluation (not TRL's work)", "trl_run.py", "measure"),
+    ),
+    "ppo": (
+        ("sampling (generate)", "generation/utils.py", "generate"),
+        ("policy, reference and value forward", "ppo_trainer.py", "forward"),
+        ("reward model and value reads", "experimental/utils.py", "get_reward"),
+        ("backward pass", "torch/_tensor.py", "backward"),
+        ("optimizer step", "torch/optim/optimizer.py", "wrapper"),
+        ("garbage collection (gc.collect)", "~", "<built-in method gc.collect>"),
+        ("our evaluation (not TRL's work)", "trl_run.py", "measure"),
+    ),
+}
+PROFILE_STAGES["rloo"] = tuple((label.replace("grpo", "rloo"), f.replace("grpo_", "rloo_"), fn)
+                               for label, f, fn in PROFILE_STAGES["grpo"])
+
+
+def profile_stages(stats_file, trainer: str, iterations: int) -> dict:
+    """Return {stage: seconds per iteration} from a cProfile of ``trainer.train()``: the stages
+    of :data:`PROFILE_STAGES`, ``"total"`` (``train`` itself) and ``"rest"`` (total minus the
+    stages that do not overlap)."""
+    import pstats
+
+    stats = pstats.Stats(str(stats_file)).stats
+    def cumulative(path_end, name):
+        # the outermost of the functions of that name (nested calls are inside its time)
+        return max((v[3] for (f, _, fn), v in stats.items()
+                    if fn == name and f.replace("\\", "/").endswith(path_end)), default=0.0)
+    total = max(v[3] for (f, _, fn), v in stats.items() if fn == "train" and "trainer" in f)
+    out = {label: cumulative(f, fn) / iterations for label, f, fn in PROFILE_STAGES[trainer]}
+    out["total"] = total / iterations
+    out["rest"] = out["total"] - sum(v for label, v in out.items() if not label.startswith(" ") and label != "total")
+    return out
+
+
+# ----------------------------------------------------------------------------- side by side
+
+
+def compare(arms=tuple(TRL_ARMS), seeds=3, iterations: int = 25, progress: bool = True,
+            ours: bool = True, profile: bool = False) -> dict:
+    """Return TRL's runs of ``arms`` for ``seeds`` (a count or a list), and with ``ours`` our
+    runs of the same arms, seed for seed, in this one process.
+
+    ``{"settings", "ours": {arm: {seed: log}}, "trl": {arm: {seed: log}}, "seconds": {"ours"|"trl":
+    {arm: {seed: s}}}, "versions"}``, and with ``profile`` also ``"profile": {arm: stages}``
+    (:func:`profile_stages` of an extra run of the first seed, after the timed ones). Our runs
+    are :func:`minirlhf.experiment.run_arm` with the arm's registry settings; each side's
+    ``seconds`` is the whole call, set-up and evaluation included.
+    """
+    from .store import load_rm, load_sft
+
+    seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    for arm in arms:
+        _check_trl_arm(arm)
+    policy, _ = load_sft(progress=progress)
+    rm, _ = load_rm(progress=progress)
+    cfg = replace(PPOConfig(), iterations=iterations)
+    evalset = EvalSet()
+    out = {"settings": {"arms": list(arms), "seeds": seeds, "iterations": iterations, "ppo": asdict(cfg),
+                        "ours": {arm: TRL_ARMS[arm].ours for arm in arms}},
+           "ours": {arm: {} for arm in arms}, "trl": {arm: {} for arm in arms},
+           "seconds": {"ours": {arm: {} for arm in arms}, "trl": {arm: {} for arm in arms}},
+           "versions": _versions()}
+    for seed in seeds:
+        for arm in arms:
+            if ours:
+                began = time.perf_counter()
+                _, log = run_arm(TRL_ARMS[arm].ours, policy, rm, seed, None, cfg, evalset, progress=progress)
+                out["seconds"]["ours"][arm][str(seed)] = time.perf_counter() - began
+                out["ours"][arm][str(seed)] = {k: log[k] for k in ("accuracy", "rm_score", "kl", "kinds")}
+            log = run_trl_arm(arm, policy, rm, seed, cfg, evalset=evalset, progress=progress)
+            out["seconds"]["trl"][arm][str(seed)] = log["seconds"]
+            out["trl"][arm][str(seed)] = log
+    if profile:
+        out["profile"] = {}
+        with tempfile.TemporaryDirectory(prefix="minirlhf-profile-") as tmp:
+            for arm in arms:
+                path = Path(tmp) / f"{arm}.prof"
+                run_trl_arm(arm, policy, rm, seeds[0], cfg, evalset=evalset, progress=progress, profile=str(path))
+                out["profile"][arm] = profile_stages(path, TRL_ARMS[arm].trainer, iterations)
+                if TRL_ARMS[arm].trainer == "ppo":  # and TRL's PPO as shipped, without gc.freeze()
+                    shipped = run_trl_arm(arm, policy, rm, seeds[0], cfg, evalset=evalset, progress=progress,
+                                          freeze_gc=False)
+                    frozen = out["trl"][arm][str(seeds[0])]
+                    out["gc"] = {"arm": arm, "seed": seeds[0], "train_seconds_frozen": frozen["train_seconds"],
+                                 "train_seconds_shipped": shipped["train_seconds"],
+                                 "collections": 2 * iterations,
+                                 "same_results": all(shipped[k] == frozen[k] for k in ("accuracy", "kl", "trl_log"))}
+    return out
+
+
+def format_profile(results: dict) -> str:
+    """Return the profile of each arm's TRL run as text: milliseconds per iteration by stage,
+    then what ``gc.freeze()`` saves TRL's PPO."""
+    lines = []
+    for arm, stages in results.get("profile", {}).items():
+        lines.append(f"TRL {TRL_ARMS[arm].trainer.upper()} ({arm}), ms per iteration, under the profiler:")
+        lines += [f"  {label:<50} {ms * 1000:7.1f}" for label, ms in stages.items()]
+    if "gc" in results:
+        g = results["gc"]
+        per_call = (g["train_seconds_shipped"] - g["train_seconds_frozen"]) / g["collections"]
+        lines.append(f"TRL PPO ({g['arm']}, seed {g['seed']}), training alone: {g['train_seconds_shipped']:.1f} s "
+                     f"as shipped,")
+        lines.append(f"  {g['train_seconds_frozen']:.1f} s after gc.freeze() "
+                     f"(x{g['train_seconds_shipped'] / g['train_seconds_frozen']:.1f} faster); "
+                     f"{per_call:.2f} s saved per gc.collect()")
+        lines.append(f"  same results either way: {'yes' if g['same_results'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def _versions() -> dict:
+    import accelerate
+    import transformers
+    import trl
+
+    return {"torch": torch.__version__.split("+")[0], "trl": trl.__version__,
+            "transformers": transformers.__version__, "accelerate": accelerate.__version__}
+
+
+def side_by_side(results: dict) -> dict:
+    """Return per arm and side (``"ours"``, ``"trl"``): gain in accuracy, KL at the end and wall
+    time per run (mean and 95% half-width over seeds), plus the paired differences of gain and
+    KL (TRL minus ours, seed by seed) and the ratio of mean wall times (TRL / ours)."""
+    out = {}
+    for arm in results["settings"]["arms"]:
+        row = {}
+        for side in ("ours", "trl"):
+            logs = results[side][arm]
+            if not logs:
+                continue
+            seeds = list(logs)
+            row[side] = {
+                "gain": mean_ci95([logs[s]["accuracy"][-1] - logs[s]["accuracy"][0] for s in seeds]),
+                "kl_end": mean_ci95([logs[s]["kl"][-1] for s in seeds]),
+                "rm_score_end": mean_ci95([logs[s]["rm_score"][-1] for s in seeds]),
+                "seconds": mean_ci95([results["seconds"][side][arm][s] for s in seeds]),
+                "n_seeds": len(seeds),
+            }
+        if "ours" in row and "trl" in row:
+            ours, theirs = results["ours"][arm], results["trl"][arm]
+            common = [s for s in ours if s in theirs]
+            gain = lambda log: log["accuracy"][-1] - log["accuracy"][0]  # noqa: E731
+            row["gain_diff"] = mean_ci95([gain(theirs[s]) - gain(ours[s]) for s in common])
+            row["kl_diff"] = mean_ci95([theirs[s]["kl"][-1] - ours[s]["kl"][-1] for s in common])
+            row["time_ratio"] = row["trl"]["seconds"][0] / row["ours"]["seconds"][0]
+        out[arm] = row
+    return out
+
+
+def _pm(pair, digits=3) -> str:
+    mean, half = pair
+    return f"{mean:+.{digits}f}" if math.isnan(half) else f"{mean:+.{digits}f} ± {half:.{digits}f}"
+
+
+def format_side_by_side(results: dict) -> str:
+    """Return the side-by-side table as text (mean ± 95% interval over seeds), 77 characters wide."""
+    s = side_by_side(results)
+    lines = [f"{'arm':<14} {'trainer':<8} {'gain in accuracy':>17} {'KL at the end':>15} {'s/run':>6}"]
+    for arm, row in s.items():
+        trainer = TRL_ARMS[arm].trainer.upper()
+        for side, name in (("ours", "ours"), ("trl", f"TRL {trainer}")):
+            if side in row:
+                r = row[side]
+                lines.append(f"{arm:<14} {name:<8} {_pm(r['gain']):>17} {_pm(r['kl_end'])[1:]:>15} "
+                             f"{r['seconds'][0]:>6.1f}")
+        if "time_ratio" in row:
+            lines.append(f"  TRL - ours: gain {_pm(row['gain_diff'])}, KL {_pm(row['kl_diff'])}, "
+                         f"time x{row['time_ratio']:.1f}")
+    n = len(results["settings"]["seeds"])
+    lines.append(f"(mean ± 95% interval over {n} seed{'s' if n > 1 else ''}; gain and KL on the")
+    lines.append(" 400 eval prompts, by our evaluate; s/run: seconds a run, set-up included)")
+    return "\n".join(lines)
+
+
+def plot_side_by_side(results: dict, key: str = "accuracy", axes=None):
+    """Draw ours and TRL's ``key`` per iteration, one panel per arm (mean over seeds, band = 95%
+    interval); return the axes."""
+    import matplotlib.pyplot as plt
+
+    from .palette import ARM_COLORS
+
+    arms = results["settings"]["arms"]
+    if axes is None:
+        _, axes = plt.subplots(1, len(arms), figsize=(3.2 * len(arms), 3.0), sharey=True, squeeze=False)
+        axes = axes[0]
+    labels = {"accuracy": "accuracy (greedy, 400 prompts)", "kl": "KL to reference (nats/token)",
+              "rm_score": "mean RM score"}
+    for ax, arm in zip(axes, arms):
+        for side, color, ls in (("ours", REGISTRY[TRL_ARMS[arm].ours].color, "-"),
+                                ("trl", ARM_COLORS.get("trl", "0.2"), "--")):
+            logs = results[side][arm]
+            if not logs:
+                continue
+            runs = np.array([log[key] for log in logs.values()])
+            x = np.arange(runs.shape[1])
+            mean = runs.mean(0)
+            name = "ours" if side == "ours" else f"TRL {TRL_ARMS[arm].trainer.upper()}"
+            ax.plot(x, mean, color=color, ls=ls, lw=2, label=name)
+            if len(runs) > 1:
+                half = np.array([mean_ci95(runs[:, i])[1] for i in range(runs.shape[1])])
+                ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, lw=0)
+        ax.set_title(arm)
+        ax.set_xlabel("iteration (64 completions)")
+        ax.grid(alpha=0.3)
+        ax.legend(frameon=False, fontsize=8)
+    axes[0].set_ylabel(labels.get(key, key))
+    return axes
+
+
+FIGURE_TITLES = {"accuracy": "Accuracy: ours and TRL's, from the same start",
+                 "kl": "KL to the start: ours and TRL's, by the same code"}
+
+
+def side_by_side_figure(results: dict, key: str = "accuracy"):
+    """Return a figure of ours and TRL's ``key`` (``"accuracy"`` or ``"kl"``), one panel per arm,
+    two panels a row (it stays legible on a phone)."""
+    import matplotlib.pyplot as plt
+
+    arms = results["settings"]["arms"]
+    rows = (len(arms) + 1) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(6.4, 2.7 * rows + 0.4), sharey=True, squeeze=False)
+    plot_side_by_side(results, key, axes=axes.ravel()[:len(arms)])
+    for ax in axes.ravel()[len(arms):]:
+        ax.set_visible(False)
+    for ax in axes[:, 1]:
+        ax.set_ylabel("")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(axes[0, 0].get_ylabel())
+    for ax in axes[:-1].ravel():
+        ax.set_xlabel("")
+    fig.suptitle(FIGURE_TITLES.get(key, key))
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def main(argv=None) -> int:
+    parser = _Parser(prog="python -m minirlhf.trl_run", description=__doc__.split("\n\n")[2],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arm", choices=tuple(TRL_ARMS), action="append",
+                        help="a TRL arm (repeat for several; default: every arm with --compare, else grpo-verifier)")
+    parser.add_argument("--seeds", type=_positive_int, default=1, help="seeds 0..n-1 (default 1)")
+    parser.add_argument("--iterations", type=_positive_int, default=25, help="rollout batches (default 25)")
+    parser.add_argument("--compare", action="store_true", help="also run our arm, seed for seed, in the same "
+                        "process, for the side-by-side table")
+    parser.add_argument("--profile", action="store_true", help="profile one more run of the first seed of each "
+                        "arm and print where TRL's time goes")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for trl_results.json, trl_accuracy.png and trl_kl.png (default: outputs/trl)")
+    args = parser.parse_args(argv)
+    arms = tuple(dict.fromkeys(args.arm or (TRL_ARMS if args.compare else ("grpo-verifier",))))
+    try:
+        _import_trl()
+    except ImportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    torch.set_num_threads(1)
+    main_process = os.environ.get("RANK", "0") == "0"  # under accelerate, one process reports
+    results = compare(arms, args.seeds, args.iterations, progress=main_process, ours=args.compare,
+                      profile=args.profile)
+    if not main_process:
+        return 0
+    out = args.out or paths.OUTPUTS / "trl"
+    out.mkdir(parents=True, exist_ok=True)
+    paths.write_atomic(out / "trl_results.json", json.dumps(results, indent=1))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    for key in ("accuracy", "kl"):
+        side_by_side_figure(results, key).savefig(out / f"trl_{key}.png", dpi=120)
+    print(format_side_by_side(results))
+    if args.profile:
+        print(format_profile(results))
+    print(f"processes: {os.environ.get('WORLD_SIZE', '1')}; results: {out / 'trl_results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

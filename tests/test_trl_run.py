@@ -1,0 +1,164 @@
+"""The TRL bridge: the mapping of our settings to TRL's (no TRL needed), the stored
+side-by-side results reproduced by a fresh run, and the two-process launch."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minirlhf import trl_run
+from minirlhf.paths import ROOT
+from minirlhf.ppo import PPOConfig
+
+STORED = ROOT / "book" / "trl" / "trl_results.json"
+NEEDS_TRL = os.environ.get("MINIRLHF_REQUIRE_TRL") == "1"
+
+
+def _trl():
+    if not NEEDS_TRL:
+        pytest.importorskip("trl", reason='the TRL bridge needs pip install -e ".[trl]"')
+
+
+# ----------------------------------------------------------------------------- the mapping
+
+
+def test_grpo_settings_are_ours():
+    s = trl_run.trl_settings("grpo-verifier", seed=3)
+    assert s["num_generations"] == 8 and s["per_device_train_batch_size"] == 64
+    assert s["num_iterations"] == 2 and s["max_steps"] == 50  # 25 rollouts of 2 optimizer steps
+    assert s["beta"] == 0.12 and s["epsilon"] == 0.2 and s["temperature"] == 0.7
+    assert s["learning_rate"] == 2e-4 and s["lr_scheduler_type"] == "linear" and s["weight_decay"] == 0.0
+    assert s["max_grad_norm"] == 0.5 and s["scale_rewards"] == "group" and s["loss_type"] == "dapo"
+    assert s["max_completion_length"] == 4 and s["seed"] == 3 and s["report_to"] == "none"
+    assert trl_run.trl_settings("grpo-rm")["beta"] == 1.5
+
+
+def test_rloo_settings():
+    s = trl_run.trl_settings("rloo-verifier")
+    assert s["num_generations"] == 8 and s["normalize_advantages"] is False
+    assert "scale_rewards" not in s and "loss_type" not in s
+
+
+def test_ppo_settings_and_kl_coef():
+    with pytest.raises(ValueError, match="score_std"):
+        trl_run.trl_settings("rm")
+    s = trl_run.trl_settings("rm", score_std=2.0)
+    assert s["kl_coef"] == pytest.approx(1.0)  # our beta 0.5 times the raw scores' spread
+    assert s["total_episodes"] == 64 * 25 and s["num_ppo_epochs"] == 2 and s["num_mini_batches"] == 1
+    assert s["stop_token_id"] == 12 and s["response_length"] == 4 and s["cliprange"] == 0.2
+    assert s["kl_estimator"] == "k1" and s["missing_eos_penalty"] is None
+    assert trl_run.kl_coef_for(0.5, 3.0) == pytest.approx(1.5)
+
+
+def test_processes_share_the_batch():
+    assert trl_run.trl_settings("grpo-verifier", n_processes=2)["per_device_train_batch_size"] == 32
+    assert trl_run.trl_settings("rm", n_processes=2, score_std=1.0)["local_rollout_forward_batch_size"] == 32
+    with pytest.raises(ValueError, match="whole groups"):
+        trl_run.trl_settings("grpo-verifier", n_processes=16)  # 4 completions a process: half a group
+    with pytest.raises(ValueError, match="arm must be one of"):
+        trl_run.trl_settings("verifier")
+
+
+def test_settings_follow_our_config():
+    s = trl_run.trl_settings("grpo-verifier", config=PPOConfig(iterations=3, anneal_lr=False), beta=0.3)
+    assert s["max_steps"] == 6 and s["lr_scheduler_type"] == "constant" and s["beta"] == 0.3
+
+
+# ----------------------------------------------------------------------------- stored results
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return json.loads(STORED.read_text())
+
+
+def test_stored_results_cover_every_arm(stored):
+    assert stored["settings"]["arms"] == list(trl_run.TRL_ARMS)
+    assert len(stored["settings"]["seeds"]) >= 3
+    assert stored["versions"]["trl"] == trl_run.TRL_VERSION
+    for arm in trl_run.TRL_ARMS:
+        for side in ("ours", "trl"):
+            assert set(stored[side][arm]) == {str(s) for s in stored["settings"]["seeds"]}
+            for log in stored[side][arm].values():
+                assert len(log["accuracy"]) == stored["settings"]["iterations"] + 1
+
+
+def test_stored_settings_are_todays_mapping(stored):
+    # A change of the mapping that was not rerun fails here.
+    for arm in ("grpo-verifier", "grpo-rm", "rloo-verifier"):
+        for seed, log in stored["trl"][arm].items():
+            assert log["settings"] == trl_run.trl_settings(arm, int(seed))
+    for seed, log in stored["trl"]["rm"].items():
+        kl_coef = log["settings"]["kl_coef"]
+        assert log["settings"] == trl_run.trl_settings("rm", int(seed), score_std=kl_coef / 0.5)
+
+
+def test_side_by_side_table(stored):
+    s = trl_run.side_by_side(stored)
+    table = trl_run.format_side_by_side(stored)
+    for arm in trl_run.TRL_ARMS:
+        assert s[arm]["ours"]["n_seeds"] == s[arm]["trl"]["n_seeds"] >= 3
+        assert s[arm]["time_ratio"] > 0
+        assert arm in table
+    assert "TRL PPO" in table and "TRL GRPO" in table and "TRL RLOO" in table
+
+
+@pytest.fixture(scope="module")
+def starts():
+    from minirlhf.store import load_rm, load_sft
+
+    return load_sft(progress=False)[0], load_rm(progress=False)[0]
+
+
+@pytest.mark.parametrize("arm", ["grpo-verifier", "rm"])
+def test_a_fresh_run_reproduces_the_stored_one(stored, starts, arm):
+    _trl()
+    policy, rm = starts
+    log = trl_run.run_trl_arm(arm, policy, rm, 0, progress=False)
+    want = stored["trl"][arm]["0"]
+    assert log["settings"] == want["settings"]
+    assert log["accuracy"] == want["accuracy"]
+    assert log["kinds"] == want["kinds"]
+    assert log["kl"] == pytest.approx(want["kl"], rel=1e-9, abs=1e-12)
+    assert log["rm_score"] == pytest.approx(want["rm_score"], rel=1e-9, abs=1e-12)
+    assert log["trl_log"] == want["trl_log"]
+
+
+def test_missing_trl_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "trl", None)  # import trl now raises ImportError
+    assert trl_run.main(["--arm", "grpo-verifier"]) == 1
+    assert 'pip install -e ".[trl]"' in capsys.readouterr().err
+
+
+def test_bad_command_line_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        trl_run.main(["--arm", "dpo"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice" in err and "--help" in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- two processes
+
+
+def test_two_process_launch(tmp_path):
+    _trl()
+    out = tmp_path / "two"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(Path(sys.executable).parent / "accelerate"), "launch",
+           "--config_file", str(ROOT / "configs" / "cpu_two_processes.yaml"),
+           "-m", "minirlhf.trl_run", "--arm", "grpo-verifier", "--arm", "rm", "--iterations", "3", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "processes: 2" in done.stdout
+    results = json.loads((out / "trl_results.json").read_text())
+    for arm in ("grpo-verifier", "rm"):
+        log = results["trl"][arm]["0"]
+        assert log["n_processes"] == 2 and len(log["accuracy"]) == 4
+        assert log["settings"]["per_device_train_batch_size"] == 32
+        assert all(0.0 <= a <= 1.0 for a in log["accuracy"])
+    # every process trains the whole group of each of its prompts; the logged batch is global
+    assert len(results["trl"]["grpo-verifier"]["0"]["trl_log"]["reward"]) == 3
