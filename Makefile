@@ -94,12 +94,14 @@ check: $(STAMP)
 # TRL's GRPO, RLOO and PPO trainers beside our arms, 5 seeds, with a profile: the results the
 # page "From toy to real" reads (about 4 minutes).
 # The book's execution cache keys a page on its code, not on the file it reads: forget the
-# page's cached run, so that the next `make book` shows the new results.
+# page's cached run and mark the page changed, so that the next `make book` shows the new
+# results.
 trl: $(TRL_STAMP)
 	$(PY) -m minirlhf.trl_run --compare --profile --seeds 5 --out book/trl
 	@test ! -d _build/.jupyter_cache || $(PY) -c 'from jupyter_cache import get_cache; \
 		c = get_cache("_build/.jupyter_cache"); \
 		[c.remove_cache(r.pk) for r in c.list_cache_records() if r.uri.endswith("book/toy-to-real.md")]'
+	@touch book/toy-to-real.md
 
 clean:
 	rm -rf _build outputs

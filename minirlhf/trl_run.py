@@ -50,7 +50,7 @@ from .model import generate, make_generator, reward_scores
 from .ppo import EvalSet, PPOConfig, evaluate
 
 __all__ = [
-    "TRL_VERSION", "TRLArm", "TRL_ARMS", "trl_settings", "kl_coef_for", "run_trl_arm", "compare",
+    "TRL_VERSION", "TRLArm", "TRL_ARMS", "PPO_NAMES", "HOUSEKEEPING", "ppo_names_html", "trl_settings", "kl_coef_for", "run_trl_arm", "compare",
     "side_by_side", "format_side_by_side", "plot_side_by_side", "side_by_side_figure", "PROFILE_STAGES", "profile_stages",
     "format_profile", "main",
 ]
@@ -80,6 +80,63 @@ TRL_ARMS = {
 
 
 # ----------------------------------------------------------------------------- the mapping
+
+
+# Our PPOConfig's settings and the fields of TRL's PPOConfig (trl/experimental/ppo/ppo_config.py,
+# 1.12.0) that carry them, with what the page says of each: (ours, TRL's fields, note). The
+# page "From toy to real" prints this table, and a test checks that trl_settings("rm") sets
+# exactly the TRL fields named here (besides the run's housekeeping, HOUSEKEEPING).
+PPO_NAMES = (
+    ("iterations", ("total_episodes",), "num_total_batches = total_episodes / batch_size"),
+    ("batch_size", ("per_device_train_batch_size", "gradient_accumulation_steps",
+                    "local_rollout_forward_batch_size"),
+     "batch_size = per-device batch x accumulation x processes"),
+    ("temperature", ("temperature",), "default 0.7; TRL samples at temperature + 1e-7"),
+    ("lr", ("learning_rate",), "default 3e-6"),
+    ("anneal_lr", ("lr_scheduler_type", "warmup_steps"), "linear: one step per batch, as ours"),
+    ("epsilon", ("cliprange",), "default 0.2"),
+    ("updates_per_batch", ("num_ppo_epochs", "num_mini_batches"), "epochs x minibatches"),
+    ("seed", ("seed", "data_seed"), ""),
+    ("beta of ppo_train", ("kl_coef", "kl_estimator"),
+     "default 0.05, in other units: kl_coef_for; k1 in the reward, as ours"),
+    ("the 4-token answer, read up to its end mark", ("response_length", "stop_token_id", "missing_eos_penalty"),
+     "stop_token_id 12, our end mark: what follows it becomes pad, masked out"),
+    ("adv_clip, adv_eps", (), "none: raw scores, whitened advantages"),
+    ("kl_clamp", (), "none"),
+    ("max_grad_norm", (), "none in the PPO loop"),
+    ("kl_target, kl_horizon", (), "none (TRL 0.11: target, horizon)"),
+    ("kl_placement", (), "none: always the reward"),
+)
+# Settings of a TRL run that carry none of ours: no files, no network, no bars of its own,
+# CPU and float32, no optimizer decay (ours has none), no sample printouts.
+HOUSEKEEPING = ("report_to", "save_strategy", "logging_steps", "disable_tqdm", "log_level", "use_cpu", "bf16",
+                "fp16", "gradient_checkpointing", "ddp_find_unused_parameters", "weight_decay",
+                "num_sample_generations")
+
+
+def ppo_names_html() -> str:
+    """Return :data:`PPO_NAMES` as an HTML table, for the book."""
+    import html
+
+    def code(text):
+        return f"<code>{html.escape(text)}</code>"
+
+    rows = []
+    for ours, fields, note in PPO_NAMES:
+        theirs = ", ".join(code(f) for f in fields) if fields else "none"
+        note = html.escape(note)
+        parts = [part.strip() for part in ours.split(",")]
+        names = all(part.isidentifier() for part in parts)  # setting names, else a phrase
+        ours_cell = ", ".join(code(part) for part in parts) if names else html.escape(ours)
+        if note and fields:
+            theirs += f"<br>{note}"
+        elif note:
+            theirs = note
+        rows.append(f"<tr><td>{ours_cell}</td><td>{theirs}</td></tr>")
+    head = "<tr><th>ours</th><th>TRL's PPO trainer</th></tr>"
+    # long field names may break anywhere, so that the table fits a phone's width
+    style = "<style>.trl-names code { overflow-wrap: anywhere; }</style>"
+    return f'{style}<table class="table trl-names"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def kl_coef_for(beta: float, score_std: float) -> float:

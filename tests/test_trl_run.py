@@ -53,6 +53,18 @@ def test_ppo_settings_and_kl_coef():
     assert trl_run.kl_coef_for(0.5, 3.0) == pytest.approx(1.5)
 
 
+def test_the_page_table_is_the_mapping():
+    # Every field trl_settings gives TRL's PPO carries one of ours (PPO_NAMES) or is housekeeping,
+    # and every field the table names is set: the page's table cannot drift from the code.
+    named = {f for _, fields, _ in trl_run.PPO_NAMES for f in fields}
+    keys = set(trl_run.trl_settings("rm", score_std=1.0))
+    assert keys - set(trl_run.HOUSEKEEPING) == named
+    assert set(trl_run.HOUSEKEEPING) <= keys
+    html = trl_run.ppo_names_html()
+    assert html.count("<tr>") == len(trl_run.PPO_NAMES) + 1
+    assert "<code>kl_coef</code>" in html and "<code>updates_per_batch</code>" in html
+
+
 def test_processes_share_the_batch():
     assert trl_run.trl_settings("grpo-verifier", n_processes=2)["per_device_train_batch_size"] == 32
     assert trl_run.trl_settings("rm", n_processes=2, score_std=1.0)["local_rollout_forward_batch_size"] == 32
