@@ -4,7 +4,9 @@ Each stage runs in a fresh Python process with one torch thread, so that its wal
 peak memory (maximum resident set size) are its own. Wall time is measured inside the
 process, after the imports; the process start is not counted. Models are trained into a
 temporary folder, so the stages never reuse (or disturb) the models in ``outputs/models``.
-Prints a table and writes ``outputs/bench.json``.
+Prints a table and writes ``outputs/bench.json``. The two TRL stages run only when the
+optional extra is installed (``pip install -e ".[trl]"``); they import TRL before the clock
+starts, since importing it takes longer than the run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from . import paths
 
-__all__ = ["STAGES", "ORDER", "MEMORY_BUDGET_MB", "run_stage", "judge", "format_table", "main"]
+__all__ = ["STAGES", "TRL_STAGES", "ORDER", "MEMORY_BUDGET_MB", "run_stage", "judge", "format_table", "main"]
 
 # The DPO stage took 6.7 to 7.2 s (five runs on 2 cores); its budget is twice that, rounded up.
 DPO_BUDGET = 15.0
@@ -33,10 +35,14 @@ STAGES = {
     "five_seeds_both_arms": ("both PPO arms, 5 seeds, 25 iterations each", 60.0),
     "one_seed_grpo_arms": ("both GRPO arms (8 prompts x 8), one seed, 25 iterations", 10.0),
     "one_seed_dpo_arm": ("the DPO arm, one seed, 200 steps of 64 pairs with the eval", DPO_BUDGET),
+    # TRL's trainers on the same work (minirlhf.trl_run); a run took 3 to 5 s, set-up included.
+    "trl_grpo_verifier": ("TRL's GRPOTrainer, grpo-verifier, one seed, 25 iterations with our eval", 10.0),
+    "trl_ppo_rm": ("TRL's PPO trainer, the rm arm, one seed, 25 batches with our eval", 10.0),
 }
+TRL_STAGES = {"trl_grpo_verifier": "grpo-verifier", "trl_ppo_rm": "rm"}  # stage -> TRL arm
 # The stages run in this order; "pipeline" starts from scratch in a folder of its own.
 ORDER = ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms", "one_seed_grpo_arms", "one_seed_dpo_arm",
-         "pipeline")
+         "trl_grpo_verifier", "trl_ppo_rm", "pipeline")
 MEMORY_BUDGET_MB = 1536.0
 
 
@@ -58,10 +64,24 @@ def _work(stage: str) -> None:
         run_experiment(seeds=1, progress=False, arms=("grpo-verifier", "grpo-rm"))
     if stage == "one_seed_dpo_arm":
         run_experiment(seeds=1, progress=False, arms=("dpo",))
+    if stage in TRL_STAGES:
+        from .trl_run import run_trl_arm
+
+        run_trl_arm(TRL_STAGES[stage], load_sft(progress=False)[0], load_rm(progress=False)[0], 0, progress=False)
+
+
+def _has_trl() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("trl") is not None
 
 
 def _child(stage: str) -> None:
     # Runs in the child process: time the stage and report it as one JSON line.
+    if stage in TRL_STAGES:
+        from .trl_run import _import_trl
+
+        _import_trl()
     start = time.perf_counter()
     _work(stage)
     seconds = time.perf_counter() - start
@@ -116,6 +136,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="minirlhf-bench-") as tmp:
         fresh = Path(tmp) / "fresh"  # nothing trained yet: SFT and RM from scratch
         for stage in ORDER:  # the arms reuse the models trained just before
+            if stage in TRL_STAGES and not _has_trl():
+                print(f"skipping {stage}: it needs the optional extra (pip install -e \".[trl]\")")
+                continue
             rows.append(run_stage(stage, Path(tmp) / "pipeline" if stage == "pipeline" else fresh))
     ok = judge(rows)
     print(format_table(rows))

@@ -18,7 +18,7 @@ def test_within_budget_only_when_every_stage_is():
 
 
 def test_the_table_shows_each_stage_its_budget_and_what_is_over():
-    judged = rows([9.54, 12.0, 21.23, 12.5, 4.0, 15.0])
+    judged = rows([9.54, 12.0, 21.23, 12.5, 4.0, 15.0, 5.0, 6.0])
     bench.judge(judged)
     lines = bench.format_table(judged).splitlines()
     assert lines[0].split() == ["stage", "wall", "time", "budget", "peak", "memory", "what"]
@@ -61,3 +61,17 @@ def test_the_dpo_stage_runs_the_dpo_arm_for_one_seed_within_a_measured_budget(mo
     what, budget = bench.STAGES["one_seed_dpo_arm"]
     assert budget == bench.DPO_BUDGET and "DPO" in what
     assert bench.ORDER.index("one_seed_dpo_arm") < bench.ORDER.index("pipeline")
+
+
+def test_the_trl_stages_run_trl_arms(monkeypatch):
+    from minirlhf import store, trl_run
+
+    calls = []
+    monkeypatch.setattr(store, "load_sft", lambda progress: ("policy", {}))
+    monkeypatch.setattr(store, "load_rm", lambda progress: ("rm", {}))
+    monkeypatch.setattr(trl_run, "run_trl_arm", lambda *a, **kw: calls.append((a, kw)))
+    for stage, arm in bench.TRL_STAGES.items():
+        bench._work(stage)
+        assert calls[-1] == ((arm, "policy", "rm", 0), {"progress": False})
+        assert "TRL" in bench.STAGES[stage][0] and bench.ORDER.index(stage) < bench.ORDER.index("pipeline")
+    assert set(trl_run.TRL_ARMS) >= set(bench.TRL_STAGES.values())
