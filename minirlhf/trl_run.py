@@ -655,24 +655,28 @@ FIGURE_TITLES = {"accuracy": "Accuracy: ours and TRL's, from the same start",
                  "kl": "KL to the start: ours and TRL's, by the same code"}
 
 
-def side_by_side_figure(results: dict, key: str = "accuracy"):
-    """Return a figure of ours and TRL's ``key`` (``"accuracy"`` or ``"kl"``), one panel per arm,
-    two panels a row (it stays legible on a phone)."""
+def side_by_side_figure(results: dict, key: str = "accuracy", narrow: bool = False):
+    """Return a figure of ours and TRL's ``key`` (``"accuracy"`` or ``"kl"``), one panel per arm:
+    two panels a row, or with ``narrow`` one (for a phone's width)."""
     import matplotlib.pyplot as plt
 
     arms = results["settings"]["arms"]
-    rows = (len(arms) + 1) // 2
-    fig, axes = plt.subplots(rows, 2, figsize=(6.4, 2.7 * rows + 0.4), sharey=True, squeeze=False)
+    cols = 1 if narrow else 2
+    rows = (len(arms) + cols - 1) // cols
+    size = (3.6, 2.3 * rows + 0.5) if narrow else (6.4, 2.7 * rows + 0.4)
+    fig, axes = plt.subplots(rows, cols, figsize=size, sharey=True, squeeze=False)
     plot_side_by_side(results, key, axes=axes.ravel()[:len(arms)])
     for ax in axes.ravel()[len(arms):]:
         ax.set_visible(False)
-    for ax in axes[:, 1]:
-        ax.set_ylabel("")
-    for ax in axes[:, 0]:
-        ax.set_ylabel(axes[0, 0].get_ylabel())
+    label = axes[0, 0].get_ylabel()
+    if narrow:  # a short label fits the panel's height
+        label = {"accuracy": "accuracy", "kl": "KL (nats/token)"}.get(key, label)
+    for ax in axes.ravel():
+        ax.set_ylabel(label if ax in axes[:, 0] else "")
     for ax in axes[:-1].ravel():
         ax.set_xlabel("")
-    fig.suptitle(FIGURE_TITLES.get(key, key))
+    title = FIGURE_TITLES.get(key, key)
+    fig.suptitle(title.replace(": ", ":\n") if narrow else title, fontsize=10 if narrow else 12)
     fig.tight_layout()
     return fig
 
