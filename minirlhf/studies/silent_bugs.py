@@ -1,0 +1,395 @@
+"""Silent bugs: runs that train without an error and are quietly wrong, and how they show.
+
+Each :class:`Bug` is one function of the engine, copied here with one line changed, the way
+such bugs are shipped: a KL term that carries no gradient, k1 used as a loss, a completion mask
+that is missing or that treats the end mark as padding, a ratio taken against the reference,
+sampling temperature left out of the log-probs, DPO's rejected log-ratio the wrong way round.
+:func:`planted` swaps the copy in for the length of a run and puts the engine's function back
+after, so a buggy run is the engine's own ``ppo_train`` (or ``train_dpo``) with that one
+function replaced. :func:`one_line_diff` shows that the copy differs from the engine's
+function by exactly that line; a test checks it for every bug.
+
+Each bug names the metrics that give it away (its *tells*), among those every run logs under
+TRL's names. :func:`tell_table` measures how far each tell moves from the correct run, seed by
+seed.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+import inspect
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..experiment import mean_ci95, run_arm
+from ..ppo import PPOConfig, ppo_token_loss
+from ..task import SEMI
+
+__all__ = ["Bug", "BUGS", "planted", "one_line_diff", "run_bug", "tell_value", "tell_table", "CHECKS",
+           "run_checks", "check_mask", "check_logprobs", "check_ratio", "check_leash_gradient",
+           "check_dpo_gradient"]
+
+
+# ----------------------------------------------------------------------------- the copies
+# Each is the engine's function of the same name (the module is named in BUGS), copied
+# whole, with one line changed. Docstrings and comments are left out of the comparison.
+
+
+def k3_loss_term_no_grad(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
+                         kl_clamp: float = 10.0) -> torch.Tensor:
+    d = (ref_logp - new_logp.detach()).clamp(-kl_clamp, kl_clamp)
+    return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
+
+
+def k3_loss_term_k1(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
+                    kl_clamp: float = 10.0) -> torch.Tensor:
+    d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)
+    return ((new_logp - ref_logp) * mask).sum() / mask.sum()
+
+
+def completion_mask_missing(completions: torch.Tensor) -> torch.Tensor:
+    is_end = (completions == SEMI).long()
+    ends_before = torch.cumsum(is_end, dim=1) - is_end
+    return torch.ones_like(ends_before).float()
+
+
+def completion_mask_pad_is_end(completions: torch.Tensor) -> torch.Tensor:
+    is_end = (completions == SEMI).long()
+    ends_before = torch.cumsum(is_end, dim=1) - is_end
+    return (completions != SEMI).float()
+
+
+def grpo_token_loss_ratio_to_reference(new_logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
+                                       advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2,
+                                       beta: float = 0.04, kl_clamp: float = 10.0) -> torch.Tensor:
+    from ..ppo import k3_loss_term
+
+    return (ppo_token_loss(new_logp, ref_logp, advantages, mask, epsilon)
+            + beta * k3_loss_term(new_logp, ref_logp, mask, kl_clamp))
+
+
+def logprobs_from_logits_no_temperature(logits: torch.Tensor, tokens: torch.Tensor,
+                                        temperature: float = 1.0) -> torch.Tensor:
+    logp = F.log_softmax(logits, dim=-1)
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def dpo_loss_rejected_flipped(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+                              ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
+                              beta: float) -> torch.Tensor:
+    named = {"policy_chosen_logps": policy_chosen_logps, "policy_rejected_logps": policy_rejected_logps,
+             "ref_chosen_logps": ref_chosen_logps, "ref_rejected_logps": ref_rejected_logps}
+    for name, x in named.items():
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.numel() < 1:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a non-empty 1-D tensor (B,) of sequence log-probs, got {shape}")
+        if x.shape != policy_chosen_logps.shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, policy_chosen_logps "
+                             f"{tuple(policy_chosen_logps.shape)}: one number per pair in each")
+    if not (isinstance(beta, (int, float)) and beta > 0):
+        raise ValueError(f"beta must be a number > 0, got {beta!r}")
+    chosen_logratios = policy_chosen_logps - ref_chosen_logps
+    rejected_logratios = ref_rejected_logps - policy_rejected_logps
+    return -F.logsigmoid(beta * (chosen_logratios - rejected_logratios)).mean()
+
+
+# ----------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One planted bug: the engine function it replaces, the run it spoils, and its tells."""
+
+    title: str  # a few words
+    what: str  # one sentence: what the line does wrong
+    module: str  # where the engine's function lives (and is looked up at run time)
+    name: str  # the engine function's name
+    copy: Callable  # the copy with one line changed
+    arm: str  # the arm of minirlhf.experiment.REGISTRY it is planted in
+    tells: tuple  # the logged metrics that give it away, most telling first
+    reduce: str = "mean"  # how a run's curve of a tell becomes one number: "mean", "first" or "end"
+
+
+BUGS = {
+    "kl-no-grad": Bug(
+        "the KL term carries no gradient", "the policy's log-probs are detached inside GRPO's k3 "
+        "term, as if it were computed under no_grad: the loss shows the leash, the gradient never feels it",
+        "minirlhf.ppo", "k3_loss_term", k3_loss_term_no_grad, "grpo-verifier", ("kl", "objective/kl")),
+    "k1-loss": Bug(
+        "k1 as the loss term", "GRPO's leash is the mean of k1 = log pi - log ref over sampled tokens; "
+        "its expected gradient is zero, so the leash pulls nowhere on average",
+        "minirlhf.ppo", "k3_loss_term", k3_loss_term_k1, "grpo-verifier", ("kl", "objective/kl")),
+    "no-mask": Bug(
+        "the completion mask is missing", "every one of the 4 tokens is trained and counted, also those "
+        "after the answer's end mark",
+        "minirlhf.ppo", "completion_mask", completion_mask_missing, "verifier",
+        ("val/completion_length", "objective/entropy")),
+    "pad-is-end": Bug(
+        "the end mark is taken for padding", "the mask is `token != pad` with pad equal to the end mark `;`: "
+        "the end mark itself is never trained, and tokens after it are",
+        "minirlhf.ppo", "completion_mask", completion_mask_pad_is_end, "verifier",
+        ("val/completion_length", "objective/kl")),
+    "ratio-to-reference": Bug(
+        "the ratio is taken against the reference", "the clipped ratio compares the policy with the frozen "
+        "reference instead of the policy that sampled the batch, so the clip stops every token that has "
+        "moved 20% from the start",
+        "minirlhf.ppo", "grpo_token_loss", grpo_token_loss_ratio_to_reference, "grpo-verifier",
+        ("accuracy", "kl")),
+    "no-temperature": Bug(
+        "the log-probs leave out the temperature", "completions are sampled at temperature 0.7, but the "
+        "ratio, the leash and the logged KL use log-probs at temperature 1",
+        "minirlhf.ppo", "logprobs_from_logits", logprobs_from_logits_no_temperature, "verifier",
+        ("objective/kl", "kl")),
+    "dpo-rejected-flipped": Bug(
+        "DPO's rejected log-ratio is the wrong way round", "ref - policy instead of policy - ref for the "
+        "rejected answer: the loss now rewards raising the rejected answer too",
+        "minirlhf.dpo", "dpo_loss", dpo_loss_rejected_flipped, "dpo", ("logps/rejected", "rewards/accuracies")),
+}
+
+
+@contextmanager
+def planted(bug: Bug):
+    """Within the ``with`` block, the engine looks up ``bug.copy`` in place of its own function."""
+    module = importlib.import_module(bug.module)
+    original = getattr(module, bug.name)
+    setattr(module, bug.name, bug.copy)
+    try:
+        yield
+    finally:
+        setattr(module, bug.name, original)
+
+
+def _code_lines(fn) -> list[str]:
+    # The function's code without its name, docstring and comments, one statement a line.
+    tree = ast.parse(inspect.getsource(fn).strip())
+    func = tree.body[0]
+    func.name = "f"
+    body = func.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        func.body = body[1:]
+    # a local import in the copy (to reach a name the engine's module has) is not a change
+    func.body = [n for n in func.body if not isinstance(n, ast.ImportFrom)]
+    return ast.unparse(func).splitlines()
+
+
+def one_line_diff(bug: Bug) -> tuple[str, str]:
+    """Return (the engine's line, the copy's line): the one line in which they differ.
+
+    Raises ValueError when they differ in more or fewer lines than one."""
+    engine = getattr(importlib.import_module(bug.module), bug.name)
+    a, b = _code_lines(engine), _code_lines(bug.copy)
+    diff = [d for d in difflib.ndiff(a, b) if d[:1] in "+-"]
+    removed = [d[2:] for d in diff if d.startswith("-")]
+    added = [d[2:] for d in diff if d.startswith("+")]
+    if len(removed) != 1 or len(added) != 1:
+        raise ValueError(f"{bug.name}: the copy differs in {len(removed)} line(s) removed and {len(added)} added")
+    return removed[0].strip(), added[0].strip()
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def run_bug(bug: Bug | None, arm: str, policy, rm, seed: int, evalset=None, progress: bool = False,
+            config=None) -> dict:
+    """Return the log of one run of ``arm`` from ``policy`` with ``bug`` planted (None: the correct
+    run). ``config`` (default: the recipe) is a PPOConfig, or a DPOConfig for a DPO arm."""
+    cfg = config or PPOConfig()
+    if bug is None:
+        return run_arm(arm, policy, rm, seed, None, cfg, evalset, progress=progress)[1]
+    with planted(bug):
+        return run_arm(arm, policy, rm, seed, None, cfg, evalset, progress=progress)[1]
+
+
+def tell_value(log: dict, metric: str, reduce: str = "mean") -> float:
+    """Return one number for ``metric`` of a run's log: its mean over the run, first or last value."""
+    values = np.asarray(log[metric], dtype=float)
+    if metric in ("accuracy", "rm_score", "kl") and reduce == "mean":
+        values = values[1:]  # the start is the same for every run
+    return float({"mean": values.mean(), "first": values[0], "end": values[-1]}[reduce])
+
+
+def tell_table(runs: dict, bugs=None) -> dict:
+    """Return per bug and tell: the correct and the buggy run's value (mean and 95% half-width over
+    seeds), the paired difference, and whether it separates them (the difference's interval
+    excludes 0). ``runs`` is ``{"correct": {arm: {seed: log}}, bug_name: {seed: log}}``."""
+    out = {}
+    for name in bugs or [b for b in BUGS if b in runs]:
+        bug = BUGS[name]
+        rows = {}
+        for metric in bug.tells:
+            seeds = sorted(runs[name])
+            good = [tell_value(runs["correct"][bug.arm][s], metric, bug.reduce) for s in seeds]
+            bad = [tell_value(runs[name][s], metric, bug.reduce) for s in seeds]
+            diff = mean_ci95([b - g for b, g in zip(bad, good)])
+            rows[metric] = {"correct": mean_ci95(good), "buggy": mean_ci95(bad), "difference": diff,
+                            "separates": bool(abs(diff[0]) > diff[1])}
+        out[name] = rows
+    return out
+
+
+# ----------------------------------------------------------------------------- checks before training
+# Each reads the engine's functions through their modules at call time, so under planted(bug)
+# it checks the buggy one. They need no training: a few forward and backward passes.
+
+
+def _sample(policy, n: int = 64, seed: int = 0, temperature: float = 0.7):
+    from .. import task
+    from ..model import generate, make_generator
+
+    g = make_generator(seed)
+    pairs = task.sample_pairs(n, g)
+    prompts = task.encode_prompts(pairs)
+    return pairs, prompts, generate(policy, prompts, temperature, generator=g)
+
+
+def _nudged(policy, scale: float = 0.3, seed: int = 1):
+    # A copy of the policy moved a little away from it (its head's weights), standing in for the
+    # policy after a few updates, so that policy and reference differ.
+    import copy
+
+    moved = copy.deepcopy(policy)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        moved.head.weight.add_(scale * torch.randn(moved.head.weight.shape, generator=g))
+    return moved
+
+
+def check_mask(policy, temperature: float = 0.7) -> tuple[bool, str]:
+    """The completion mask keeps each answer up to and including its first `;`, judged from the
+    text. Returns (passed, four answers with the masked tokens shown as `.`)."""
+    from .. import ppo, task
+
+    _, _, completions = _sample(policy, temperature=temperature)
+    mask = ppo.completion_mask(completions)
+    shown, ok = [], True
+    for row, keep in zip(completions.tolist(), mask.tolist()):
+        text = task.decode(row)
+        end = text.find(";")
+        want = [1.0] * (len(text) if end < 0 else end + 1) + [0.0] * (len(text) - (len(text) if end < 0 else end + 1))
+        ok &= keep == want
+        if len(shown) < 4:
+            shown.append("".join(ch if k else "." for ch, k in zip(text, keep)))
+    return ok, "  ".join(f"{task.decode(r)} -> {s}" for r, s in zip(completions[:4].tolist(), shown))
+
+
+def check_logprobs(policy, temperature: float = 0.7) -> tuple[bool, str]:
+    """The log-probs the loss uses are those of the distribution the tokens were sampled from
+    (softmax of the logits over the temperature)."""
+    from .. import ppo
+    from ..model import completion_logits
+
+    _, prompts, completions = _sample(policy, temperature=temperature)
+    with torch.no_grad():
+        logits = completion_logits(policy, prompts, completions)
+        used = ppo.logprobs_from_logits(logits, completions, temperature)
+        sampler = torch.log_softmax(logits / temperature, -1).gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+    gap = (used - sampler).abs().max().item()
+    return gap < 1e-5, f"largest gap to the sampler's log-probs: {gap:.3g} nats"
+
+
+def check_ratio(policy, temperature: float = 0.7) -> tuple[bool, str]:
+    """On the first update of a batch, before any step, the ratio is exactly 1, even when the
+    policy has moved from the reference: the clipped loss equals minus the mean advantage."""
+    from .. import ppo
+    from ..model import completion_logits
+
+    reference, moved = policy, _nudged(policy)
+    _, prompts, completions = _sample(moved, temperature=temperature)
+    mask = ppo.completion_mask(completions)
+    with torch.no_grad():
+        old = ppo.logprobs_from_logits(completion_logits(moved, prompts, completions), completions, temperature)
+        ref = ppo.logprobs_from_logits(completion_logits(reference, prompts, completions), completions, temperature)
+    adv = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2)) * mask
+    loss = ppo.grpo_token_loss(old, old, ref, adv, mask, 0.2, 0.0).item()
+    want = -((adv * mask).sum() / mask.sum()).item()
+    return abs(loss - want) < 1e-6, f"loss {loss:+.4f}, minus the mean advantage {want:+.4f}"
+
+
+def check_leash_gradient(policy, temperature: float = 0.7) -> tuple[bool, str]:
+    """The leash term's expected gradient is the gradient of the exact KL: cosine above 0.99,
+    and a size within a factor 2.
+
+    No sampling noise: every one of the 13 first tokens of each of 64 prompts is given to the
+    leash term, weighted by its probability under the policy (as the mask's weight), so the
+    term is its own expectation. A k3 loss term, differentiated through the policy's log-probs
+    only, then has the gradient of KL(reference || policy) exactly, which is the KL compared
+    (summed over the vocabulary at the first answer position). The policy is first moved a
+    little from the reference."""
+    from .. import ppo, task
+    from ..model import completion_logits, exact_kl
+
+    reference, moved = policy, _nudged(policy)
+    _, prompts, _ = _sample(moved, temperature=temperature)
+    V = len(task.VOCAB)
+    prompts = prompts.repeat_interleave(V, dim=0)  # (64 * 13, 6): each prompt with every first token
+    completions = torch.full((len(prompts), task.COMPLETION_LEN), task.SEMI)
+    completions[:, 0] = torch.arange(V).repeat(len(prompts) // V)
+    with torch.no_grad():
+        ref_logits = completion_logits(reference, prompts, completions)
+        ref = torch.log_softmax(ref_logits / temperature, -1).gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+        probs = torch.softmax(completion_logits(moved, prompts, completions)[:, 0] / temperature, -1)
+    weight = torch.zeros(completions.shape)
+    weight[:, 0] = probs.gather(-1, completions[:, :1]).squeeze(-1)  # pi(first token)
+
+    def grad(loss_of):
+        moved.zero_grad(set_to_none=True)
+        loss = loss_of()
+        if not loss.requires_grad:  # the term reaches no weight: no gradient at all
+            return torch.zeros(moved.head.weight.numel())
+        loss.backward()
+        return moved.head.weight.grad.flatten().clone()
+
+    def leash():
+        new = ppo.logprobs_from_logits(completion_logits(moved, prompts, completions), completions, temperature)
+        return ppo.k3_loss_term(new, ref, weight)
+
+    def exact():
+        logits = completion_logits(moved, prompts[::V], completions[::V])[:, 0]
+        return exact_kl(ref_logits[::V, 0], logits, temperature).mean()
+
+    a, b = grad(leash), grad(exact)
+    if a.norm() == 0:
+        return False, "the leash term has no gradient"
+    cosine = (a @ b / (a.norm() * b.norm())).item()
+    size = (a.norm() / b.norm()).item()
+    return cosine > 0.99 and 0.5 < size < 2.0, \
+        f"cosine with the exact KL's gradient {cosine:+.3f}, size {size:.3g} times its size"
+
+
+def check_dpo_gradient() -> tuple[bool, str]:
+    """At the start (policy = reference), DPO's loss is log 2, and its gradient raises the
+    chosen answer's log-prob and lowers the rejected one's."""
+    from .. import dpo
+
+    logps = torch.tensor([-3.0, -5.0], requires_grad=True)  # chosen, rejected
+    loss = dpo.dpo_loss(logps[:1], logps[1:], logps[:1].detach(), logps[1:].detach(), 1.0)
+    loss.backward()
+    down_chosen, down_rejected = logps.grad.tolist()  # a step goes against the gradient
+    ok = abs(loss.item() - float(np.log(2))) < 1e-6 and down_chosen < 0 < down_rejected
+    return ok, f"loss {loss.item():.4f} (log 2 = 0.6931); d loss / d chosen {down_chosen:+.3f}, " \
+               f"d loss / d rejected {down_rejected:+.3f}"
+
+
+CHECKS = {
+    "mask": check_mask,
+    "log-probs": check_logprobs,
+    "ratio": check_ratio,
+    "leash gradient": check_leash_gradient,
+    "DPO gradient": lambda policy: check_dpo_gradient(),
+}
+"""The checks before training, by name: each takes the starting policy, returns (passed, what it saw)."""
+
+
+def run_checks(policy, bug: Bug | None = None) -> dict:
+    """Return {check: (passed, what it saw)} for the engine, or with ``bug`` planted."""
+    if bug is None:
+        return {name: check(policy) for name, check in CHECKS.items()}
+    with planted(bug):
+        return {name: check(policy) for name, check in CHECKS.items()}

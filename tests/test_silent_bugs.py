@@ -1,0 +1,131 @@
+"""The planted bugs: each is one line away from the engine, planting it reaches the engine's
+run and is undone after, and the checks before training catch every one."""
+
+import inspect
+import importlib
+
+import pytest
+import torch
+
+from minirlhf import dpo, ppo
+from minirlhf.dpo import DPOConfig
+from minirlhf.ppo import PPOConfig
+from minirlhf.store import load_sft
+from minirlhf.studies import silent_bugs as sb
+from minirlhf.task import SEMI
+
+# What each bug's one changed line becomes (the engine's line, then the copy's), by bug.
+CHANGED = {
+    "kl-no-grad": ("new_logp)", "new_logp.detach())"),
+    "k1-loss": ("torch.exp(d) - d - 1", "new_logp - ref_logp"),
+    "no-mask": ("(ends_before == 0)", "torch.ones_like(ends_before)"),
+    "pad-is-end": ("(ends_before == 0)", "(completions != SEMI)"),
+    "ratio-to-reference": ("ppo_token_loss(new_logp, old_logp", "ppo_token_loss(new_logp, ref_logp"),
+    "no-temperature": ("logits / temperature", "log_softmax(logits, dim=-1)"),
+    "dpo-rejected-flipped": ("policy_rejected_logps - ref_rejected_logps",
+                             "ref_rejected_logps - policy_rejected_logps"),
+}
+
+
+@pytest.mark.parametrize("name", list(sb.BUGS))
+def test_each_bug_is_one_line_of_the_engine(name):
+    bug = sb.BUGS[name]
+    engine_line, copy_line = sb.one_line_diff(bug)
+    want_engine, want_copy = CHANGED[name]
+    assert want_engine in engine_line and want_copy in copy_line
+    engine = getattr(importlib.import_module(bug.module), bug.name)
+    assert inspect.signature(engine) == inspect.signature(bug.copy)
+
+
+def test_one_line_diff_refuses_a_copy_two_lines_away():
+    def completion_mask(completions: torch.Tensor) -> torch.Tensor:
+        is_end = (completions == SEMI).long()
+        ends_before = torch.cumsum(is_end, dim=1)
+        return torch.ones_like(ends_before).float()
+
+    bug = sb.Bug("t", "t", "minirlhf.ppo", "completion_mask", completion_mask, "verifier", ("kl",))
+    with pytest.raises(ValueError, match="differs in 2 line"):
+        sb.one_line_diff(bug)
+
+
+def test_planting_swaps_the_function_and_puts_it_back():
+    original = ppo.completion_mask
+    bug = sb.BUGS["no-mask"]
+    with sb.planted(bug):
+        assert ppo.completion_mask is bug.copy
+    assert ppo.completion_mask is original
+    with pytest.raises(RuntimeError):
+        with sb.planted(sb.BUGS["dpo-rejected-flipped"]):
+            raise RuntimeError("a run that fails")
+    assert dpo.dpo_loss.__module__ == "minirlhf.dpo" and dpo.dpo_loss.__name__ == "dpo_loss"
+
+
+@pytest.fixture(scope="module")
+def sft():
+    return load_sft(progress=False)[0]
+
+
+@pytest.mark.parametrize("name", ["no-mask", "ratio-to-reference", "kl-no-grad"])
+def test_a_planted_bug_reaches_the_engine_run(tiny, sft, name):
+    # From the partial-SFT policy (an untrained one earns no reward, and nothing moves).
+    _, rm, evalset = tiny
+    policy, bug = sft, sb.BUGS[name]
+    cfg = PPOConfig(iterations=3)
+    good = sb.run_bug(None, bug.arm, policy, rm, 0, evalset, config=cfg)
+    bad = sb.run_bug(bug, bug.arm, policy, rm, 0, evalset, config=cfg)
+    assert good["accuracy"][0] == bad["accuracy"][0]  # the same start
+    assert good["objective/entropy"] != bad["objective/entropy"] or good["kl"] != bad["kl"]
+    again = sb.run_bug(None, bug.arm, policy, rm, 0, evalset, config=cfg)
+    assert again["kl"] == good["kl"]  # the engine is whole again
+
+
+def test_a_planted_dpo_bug_reaches_the_dpo_run(tiny):
+    policy, rm, evalset = tiny
+    bug = sb.BUGS["dpo-rejected-flipped"]
+    cfg = DPOConfig(steps=8, eval_every=4)
+    good = sb.run_bug(None, "dpo", policy, rm, 0, evalset, config=cfg)
+    bad = sb.run_bug(bug, "dpo", policy, rm, 0, evalset, config=cfg)
+    assert bad["rewards/accuracies"] != good["rewards/accuracies"]
+
+
+# Which checks before training each bug fails (every other check passes).
+CAUGHT = {
+    None: set(),
+    "kl-no-grad": {"leash gradient"},
+    "k1-loss": {"leash gradient"},
+    "no-mask": {"mask"},
+    "pad-is-end": {"mask"},
+    "ratio-to-reference": {"ratio"},
+    "no-temperature": {"log-probs", "leash gradient"},
+    "dpo-rejected-flipped": {"DPO gradient"},
+}
+
+
+@pytest.mark.parametrize("name", list(CAUGHT))
+def test_the_checks_before_training_catch_every_bug(sft, name):
+    results = sb.run_checks(sft, None if name is None else sb.BUGS[name])
+    assert set(results) == set(sb.CHECKS)
+    failed = {check for check, (passed, _) in results.items() if not passed}
+    assert failed == CAUGHT[name], {check: seen for check, (_, seen) in results.items()}
+    assert set(CAUGHT) - {None} == set(sb.BUGS)
+
+
+def test_the_mask_check_shows_the_mask_as_characters(sft):
+    _, shown = sb.check_mask(sft)
+    with sb.planted(sb.BUGS["pad-is-end"]):
+        _, shown_bad = sb.check_mask(sft)
+    assert shown.count("->") == 4 and ";." in shown  # "44;; -> 44;.": the end mark kept
+    assert ";" not in shown_bad.split("->")[1].split()[0]  # the end mark eaten
+
+
+def test_tell_table_separates_by_paired_differences():
+    def log(kl):
+        return {"kl": [0.0] + kl, "objective/kl": kl}
+
+    runs = {"correct": {"grpo-verifier": {0: log([0.1, 0.1]), 1: log([0.1, 0.12]), 2: log([0.1, 0.11])}},
+            "kl-no-grad": {0: log([0.2, 0.2]), 1: log([0.2, 0.22]), 2: log([0.2, 0.21])}}
+    row = sb.tell_table(runs)["kl-no-grad"]["kl"]
+    assert row["difference"][0] == pytest.approx(0.1) and row["separates"]
+    assert row["correct"][0] == pytest.approx((0.1 + 0.11 + 0.105) / 3)
+    same = {"correct": runs["correct"], "kl-no-grad": runs["correct"]["grpo-verifier"]}
+    assert not sb.tell_table(same)["kl-no-grad"]["kl"]["separates"]
