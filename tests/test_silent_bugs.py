@@ -129,3 +129,50 @@ def test_tell_table_separates_by_paired_differences():
     assert row["correct"][0] == pytest.approx((0.1 + 0.11 + 0.105) / 3)
     same = {"correct": runs["correct"], "kl-no-grad": runs["correct"]["grpo-verifier"]}
     assert not sb.tell_table(same)["kl-no-grad"]["kl"]["separates"]
+
+
+def test_study_runs_every_bug_and_each_arm_once_per_seed(monkeypatch):
+    calls = []
+
+    def fake_run(bug, arm, policy, rm, seed, evalset=None, progress=False, config=None):
+        calls.append((None if bug is None else bug.name, arm, seed))
+        keys = sb.DASHBOARD[sb._trainer(arm)]
+        return {k: [float(seed)] * 3 for k in keys} | {"unused": [0.0]}
+
+    monkeypatch.setattr(sb, "run_bug", fake_run)
+    runs = sb.study(seeds=(0, 1), policy="p", rm="r")
+    assert set(runs) == {"correct", *sb.BUGS}
+    assert set(runs["correct"]) == {"verifier", "grpo-verifier", "dpo"}
+    assert all(set(runs[name]) == {"0", "1"} for name in sb.BUGS)
+    assert "unused" not in runs["no-mask"]["0"] and "val/completion_length" in runs["no-mask"]["0"]
+    assert len(calls) == 2 * (3 + len(sb.BUGS))
+
+
+def test_stored_bug_runs_are_reused(monkeypatch, tmp_path):
+    from minirlhf.course import runs as stored
+
+    made = []
+    monkeypatch.setattr(sb, "study", lambda seeds, progress=False: made.append(seeds) or {"correct": {}})
+    path = tmp_path / "bugs.json"
+    first = stored.stored_bug_runs(path, seeds=(0,))
+    second = stored.stored_bug_runs(path, seeds=(0,))
+    assert first == second and len(made) == 1
+    stored.stored_bug_runs(path, seeds=(0, 1))  # other seeds: run again
+    assert len(made) == 2
+
+
+def test_the_dashboard_titles_the_tells_in_bold():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def log(v):
+        return {k: [v, v + 1.0, v + 2.0] for k in sb.DASHBOARD["ppo"]}
+
+    runs = {"correct": {"verifier": {"0": log(0.0), "1": log(0.5)}}, "no-mask": {"0": log(1.0), "1": log(1.5)}}
+    axes = sb.plot_dashboard(runs, "no-mask")
+    titles = {ax.get_title(): ax.title.get_fontweight() for ax in axes if ax.get_visible()}
+    assert set(titles) == set(sb.DASHBOARD["ppo"])
+    assert titles["val/completion_length"] == "bold" and titles["accuracy"] == "normal"
+    plt.close("all")

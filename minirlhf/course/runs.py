@@ -19,7 +19,7 @@ from ..store import code_fingerprint
 from ..studies.robustness import gain
 
 __all__ = ["same_curves", "load_or_run", "stored_experiment", "stored_arms", "stored_starts",
-           "weights_digest", "stored_runs"]
+           "weights_digest", "stored_runs", "stored_bug_runs"]
 
 
 def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
@@ -88,6 +88,26 @@ def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bo
         return experiment.run_experiment(list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress)
 
     return load_or_run(Path(path), settings, starts or {}, run)
+
+
+def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False) -> dict:
+    """Return :func:`minirlhf.studies.silent_bugs.study` over ``seeds`` under ``"runs"``:
+    every planted bug's run and the correct run of its arm.
+
+    Stored at ``path`` and read back through :func:`load_or_run`; the key also holds a digest
+    of the study's own source, so that a changed bug is run again.
+    """
+    import inspect
+
+    from ..dpo import DPOConfig
+    from ..ppo import PPOConfig
+    from ..studies import silent_bugs
+
+    source = hashlib.sha256(inspect.getsource(silent_bugs).encode()).hexdigest()[:16]
+    settings = {"seeds": [int(s) for s in seeds], "bugs": list(silent_bugs.BUGS), "ppo": asdict(PPOConfig()),
+                "dpo": asdict(DPOConfig()), "study": source}
+    return load_or_run(Path(path), settings, {},
+                       lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress)})
 
 
 def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: bool = False) -> dict:
