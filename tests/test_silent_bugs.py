@@ -176,3 +176,24 @@ def test_the_dashboard_titles_the_tells_in_bold():
     assert set(titles) == set(sb.DASHBOARD["ppo"])
     assert titles["val/completion_length"] == "bold" and titles["accuracy"] == "normal"
     plt.close("all")
+
+
+def test_band_check_plants_the_fix_and_judges_each_tell(monkeypatch):
+    seen = []
+
+    def fake_run(bug, arm, policy, rm, seed, evalset=None, progress=False, config=None):
+        seen.append((bug.copy, arm, seed))
+        return {"val/completion_length": [3.5, 3.5], "objective/entropy": [0.5, 0.5 + 0.01 * seed]}
+
+    def good(v):
+        return {"val/completion_length": [3.5, 3.5], "objective/entropy": [0.5, v]}
+
+    runs = {"correct": {"verifier": {"0": good(0.5), "1": good(0.51), "2": good(0.52)}}}
+    monkeypatch.setattr(sb, "run_bug", fake_run)
+    fix = lambda completions: completions  # noqa: E731  (never called: run_bug is faked)
+    result = sb.band_check("no-mask", fix, runs, policy="p", rm="r")
+    assert [s for *_, s in seen] == [0, 1, 2] and all(c is fix and a == "verifier" for c, a, _ in seen)
+    assert result["passed"] and result["val/completion_length"]["inside"]
+    runs["correct"]["verifier"] = {k: {**v, "objective/entropy": [0.9, 0.9]} for k, v in
+                                   runs["correct"]["verifier"].items()}
+    assert not sb.band_check("no-mask", fix, runs, policy="p", rm="r")["passed"]

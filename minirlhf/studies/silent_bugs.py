@@ -36,7 +36,7 @@ from ..task import SEMI
 
 __all__ = ["Bug", "BUGS", "planted", "one_line_diff", "run_bug", "tell_value", "tell_table", "CHECKS",
            "run_checks", "check_mask", "check_logprobs", "check_ratio", "check_leash_gradient",
-           "check_dpo_gradient", "DASHBOARD", "study", "plot_dashboard"]
+           "check_dpo_gradient", "DASHBOARD", "study", "plot_dashboard", "band_check"]
 
 
 # ----------------------------------------------------------------------------- the copies
@@ -472,3 +472,32 @@ def plot_dashboard(runs: dict, name: str, metrics=None, axes=None):
         ax.set_visible(False)
     axes[0].legend(frameon=False, fontsize=8)
     return axes
+
+
+def band_check(name: str, fn: Callable, runs: dict, progress: bool = False, policy=None, rm=None,
+               evalset=None) -> dict:
+    """Run a learner's fix of bug ``name`` in the engine and say whether it lands in the band.
+
+    ``fn`` replaces the engine's function as the bug's copy did, for each seed of the stored
+    ``runs`` (:func:`study`'s layout). Returns per tell: the fixed runs' value (mean over
+    seeds), the correct runs' band (mean ± 95% half-width) and ``inside``; and ``passed``,
+    True when every tell is inside.
+    """
+    import dataclasses
+
+    from ..store import load_rm, load_sft
+
+    bug = BUGS[name]
+    fixed_bug = dataclasses.replace(bug, copy=fn)
+    policy = policy if policy is not None else load_sft(progress=progress)[0]
+    rm = rm if rm is not None else load_rm(progress=progress)[0]
+    correct = runs["correct"][bug.arm]
+    fixed = {seed: run_bug(fixed_bug, bug.arm, policy, rm, int(seed), evalset, progress=progress)
+             for seed in correct}
+    out = {}
+    for metric in bug.tells:
+        band = mean_ci95([tell_value(correct[s], metric, bug.reduce) for s in correct])
+        value = float(np.mean([tell_value(fixed[s], metric, bug.reduce) for s in correct]))
+        out[metric] = {"fixed": value, "band": band, "inside": abs(value - band[0]) <= band[1]}
+    out["passed"] = all(row["inside"] for row in out.values())
+    return out
