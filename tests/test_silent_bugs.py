@@ -197,3 +197,15 @@ def test_band_check_plants_the_fix_and_judges_each_tell(monkeypatch):
     runs["correct"]["verifier"] = {k: {**v, "objective/entropy": [0.9, 0.9]} for k, v in
                                    runs["correct"]["verifier"].items()}
     assert not sb.band_check("no-mask", fix, runs, policy="p", rm="r")["passed"]
+
+
+def test_first_departure_needs_three_points_out_of_the_band():
+    def logs(values_by_seed):
+        return {str(s): {"kl": v} for s, v in enumerate(values_by_seed)}
+
+    correct = [[0.0, 0.1, 0.1, 0.1, 0.1, 0.1], [0.0, 0.1, 0.12, 0.1, 0.1, 0.1], [0.0, 0.1, 0.11, 0.1, 0.1, 0.1]]
+    runs = {"correct": {"grpo-verifier": logs(correct)}}
+    runs["kl-no-grad"] = logs([[0.0, 0.5, 0.1, 0.5, 0.5, 0.5]] * 3)  # one blip at 1, then out from 3
+    assert sb.first_departure(runs, "kl-no-grad", "kl") == 3
+    runs["kl-no-grad"] = logs(correct)
+    assert sb.first_departure(runs, "kl-no-grad", "kl") is None

@@ -36,7 +36,7 @@ from ..task import SEMI
 
 __all__ = ["Bug", "BUGS", "planted", "one_line_diff", "run_bug", "tell_value", "tell_table", "CHECKS",
            "run_checks", "check_mask", "check_logprobs", "check_ratio", "check_leash_gradient",
-           "check_dpo_gradient", "DASHBOARD", "study", "plot_dashboard", "band_check"]
+           "check_dpo_gradient", "DASHBOARD", "study", "plot_dashboard", "band_check", "first_departure"]
 
 
 # ----------------------------------------------------------------------------- the copies
@@ -501,3 +501,21 @@ def band_check(name: str, fn: Callable, runs: dict, progress: bool = False, poli
         out[metric] = {"fixed": value, "band": band, "inside": abs(value - band[0]) <= band[1]}
     out["passed"] = all(row["inside"] for row in out.values())
     return out
+
+
+def first_departure(runs: dict, name: str, metric: str) -> int | None:
+    """Return the first point of ``metric``'s curve (an iteration, or a DPO evaluation) at which
+    the buggy run's mean over seeds leaves the correct run's 95% band and stays out for the
+    next two points as well; None if it never does. For the checklist: which panel moves first."""
+    bug = BUGS[name]
+    good = np.array([log[metric] for log in runs["correct"][bug.arm].values()], dtype=float)
+    bad = np.array([log[metric] for log in runs[name].values()], dtype=float).mean(0)
+    n = min(good.shape[1], len(bad))
+    out = []
+    for i in range(n):
+        mean, half = mean_ci95(good[:, i])
+        out.append(abs(bad[i] - mean) > (0.0 if np.isnan(half) else half))
+    for i in range(n - 2):
+        if out[i] and out[i + 1] and out[i + 2]:
+            return i
+    return None
