@@ -217,6 +217,9 @@ def test_check_does_nothing_while_the_grader_runs_the_notebook(monkeypatch, caps
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_randomized_inputs_are_valid_for_the_reference(name):
     ex = EXERCISES[name]
+    if not ex.cases[0].kwargs:  # a function of no inputs (chapter 10's tells): nothing to draw
+        assert ex.n_random == 0 and ex.random_kwargs(np.random.default_rng(0)) == {}
+        return
     assert ex.random_kwargs is not None and ex.n_random >= 20
     rng = np.random.default_rng(0)
     for _ in range(200):

@@ -700,7 +700,9 @@ class ExpectTell(Expect):
     def __init__(self, slips=()):
         self._named(None, None, slips)
 
-    def diagnose(self, got, expected: Tell) -> tuple[str, str] | None:
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
+        if not isinstance(expected, Tell):  # another answer, (metric, reason): the same metric, any reason
+            expected = Tell((expected[0],), ((),), (expected[0],))
         if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(x, str) for x in got)):
             missing = _MISSING_RETURN if got is None else ""
             return "type", f"the answer is {_a(got)}, expected a pair of strings: (metric, reason){missing}"

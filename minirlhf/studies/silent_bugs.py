@@ -442,10 +442,12 @@ def study(seeds=(0, 1, 2), bugs=None, progress: bool = False, evalset=None, poli
     return out
 
 
-def plot_dashboard(runs: dict, name: str, metrics=None, axes=None):
+def plot_dashboard(runs: dict, name: str, metrics=None, axes=None, label: str | None = None,
+                   narrow: bool = False, bold: bool = True):
     """Draw a bug's run beside the correct one, one panel per metric (default: the arm's
-    :data:`DASHBOARD`), mean over seeds with a 95% band; its tells are titled in bold. Return
-    the axes."""
+    :data:`DASHBOARD`), mean over seeds with a 95% band; with ``bold``, its tells are titled
+    in bold. ``label`` names the buggy run in the legend (default: the bug's name); ``narrow``
+    draws two panels a row instead of four. Return the axes."""
     import matplotlib.pyplot as plt
 
     from ..palette import GRAY, ORANGE
@@ -453,20 +455,22 @@ def plot_dashboard(runs: dict, name: str, metrics=None, axes=None):
     bug = BUGS[name]
     metrics = list(metrics or DASHBOARD[_trainer(bug.arm)])
     if axes is None:
-        cols = 4 if len(metrics) > 3 else len(metrics)
+        cols = min(2 if narrow else 4, len(metrics))
         rows = (len(metrics) + cols - 1) // cols
-        _, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.4 * rows), squeeze=False)
+        size = (3.6, 1.9 * rows) if narrow else (2.0 * cols, 2.3 * rows)
+        _, axes = plt.subplots(rows, cols, figsize=size, squeeze=False)
     axes = list(np.ravel(axes))
     for ax, metric in zip(axes, metrics):
-        for label, logs, color in (("correct", runs["correct"][bug.arm], GRAY), (name, runs[name], ORANGE)):
+        for who, logs, color in (("correct", runs["correct"][bug.arm], GRAY), (label or name, runs[name], ORANGE)):
             curves = np.array([log[metric] for log in logs.values()], dtype=float)
             x = np.arange(curves.shape[1])
             mean = curves.mean(0)
-            ax.plot(x, mean, color=color, lw=2, label=label)
+            ax.plot(x, mean, color=color, lw=2, label=who)
             if len(curves) > 1:
                 half = np.array([mean_ci95(curves[:, i])[1] for i in range(curves.shape[1])])
                 ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, lw=0)
-        ax.set_title(metric, fontsize=9, fontweight="bold" if metric in bug.tells else "normal")
+        ax.set_title(metric, fontsize=9, fontweight="bold" if bold and metric in bug.tells else "normal")
+        ax.tick_params(labelsize=7 if narrow else 8)
         ax.grid(alpha=0.3)
     for ax in axes[len(metrics):]:
         ax.set_visible(False)
