@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from . import paths, task
-from .experiment import REGISTRY, arm_config, mean_ci95, run_arm
+from .experiment import REGISTRY, _Parser, _positive_int, arm_config, mean_ci95, run_arm
 from .model import generate, make_generator, reward_scores
 from .ppo import EvalSet, PPOConfig, evaluate
 
@@ -682,21 +682,6 @@ def side_by_side_figure(results: dict, key: str = "accuracy", narrow: bool = Fal
 
 
 # ----------------------------------------------------------------------------- command line
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
 
 
 def main(argv=None) -> int:
