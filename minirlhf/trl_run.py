@@ -55,6 +55,7 @@ __all__ = [
     "format_profile", "main",
 ]
 
+TRL_COLOR = "0.2"  # TRL's curves: dark gray, dashed, beside the arm's own color
 TRL_VERSION = "1.12.0"  # pinned in pyproject.toml's extra "trl"
 # Nothing may reach the network: the models, tokenizer and data are made here.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -453,7 +454,7 @@ PROFILE_STAGES = {
         ("our evaluation (not TRL's work)", "trl_run.py", "measure"),
     ),
 }
-PROFILE_STAGES["rloo"] = tuple((label.replace("grpo", "rloo"), f.replace("grpo_", "rloo_"), fn)
+PROFILE_STAGES["rloo"] = tuple((label, f.replace("grpo_trainer.py", "rloo_trainer.py"), fn)
                                for label, f, fn in PROFILE_STAGES["grpo"])
 
 
@@ -621,8 +622,6 @@ def plot_side_by_side(results: dict, key: str = "accuracy", axes=None):
     interval); return the axes."""
     import matplotlib.pyplot as plt
 
-    from .palette import ARM_COLORS
-
     arms = results["settings"]["arms"]
     if axes is None:
         _, axes = plt.subplots(1, len(arms), figsize=(3.2 * len(arms), 3.0), sharey=True, squeeze=False)
@@ -631,7 +630,7 @@ def plot_side_by_side(results: dict, key: str = "accuracy", axes=None):
               "rm_score": "mean RM score"}
     for ax, arm in zip(axes, arms):
         for side, color, ls in (("ours", REGISTRY[TRL_ARMS[arm].ours].color, "-"),
-                                ("trl", ARM_COLORS.get("trl", "0.2"), "--")):
+                                ("trl", TRL_COLOR, "--")):
             logs = results[side][arm]
             if not logs:
                 continue

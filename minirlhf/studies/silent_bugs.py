@@ -116,7 +116,6 @@ class Bug:
     copy: Callable  # the copy with one line changed
     arm: str  # the arm of minirlhf.experiment.REGISTRY it is planted in
     tells: tuple  # the logged metrics that give it away, most telling first
-    reduce: str = "mean"  # how a run's curve of a tell becomes one number: "mean", "first" or "end"
 
 
 BUGS = {
@@ -209,12 +208,13 @@ def run_bug(bug: Bug | None, arm: str, policy, rm, seed: int, evalset=None, prog
         return run_arm(arm, policy, rm, seed, None, cfg, evalset, progress=progress)[1]
 
 
-def tell_value(log: dict, metric: str, reduce: str = "mean") -> float:
-    """Return one number for ``metric`` of a run's log: its mean over the run, first or last value."""
+def tell_value(log: dict, metric: str) -> float:
+    """Return one number for ``metric`` of a run's log: its mean over the run (for the
+    evaluation's curves, after the start, which is the same for every run)."""
     values = np.asarray(log[metric], dtype=float)
-    if metric in ("accuracy", "rm_score", "kl") and reduce == "mean":
-        values = values[1:]  # the start is the same for every run
-    return float({"mean": values.mean(), "first": values[0], "end": values[-1]}[reduce])
+    if metric in ("accuracy", "rm_score", "kl"):
+        values = values[1:]
+    return float(values.mean())
 
 
 def tell_table(runs: dict, bugs=None) -> dict:
@@ -227,8 +227,8 @@ def tell_table(runs: dict, bugs=None) -> dict:
         rows = {}
         for metric in bug.tells:
             seeds = sorted(runs[name])
-            good = [tell_value(runs["correct"][bug.arm][s], metric, bug.reduce) for s in seeds]
-            bad = [tell_value(runs[name][s], metric, bug.reduce) for s in seeds]
+            good = [tell_value(runs["correct"][bug.arm][s], metric) for s in seeds]
+            bad = [tell_value(runs[name][s], metric) for s in seeds]
             diff = mean_ci95([b - g for b, g in zip(bad, good)])
             rows[metric] = {"correct": mean_ci95(good), "buggy": mean_ci95(bad), "difference": diff,
                             "separates": bool(abs(diff[0]) > diff[1])}
@@ -500,8 +500,8 @@ def band_check(name: str, fn: Callable, runs: dict, progress: bool = False, poli
              for seed in correct}
     out = {}
     for metric in bug.tells:
-        band = mean_ci95([tell_value(correct[s], metric, bug.reduce) for s in correct])
-        value = float(np.mean([tell_value(fixed[s], metric, bug.reduce) for s in correct]))
+        band = mean_ci95([tell_value(correct[s], metric) for s in correct])
+        value = float(np.mean([tell_value(fixed[s], metric) for s in correct]))
         out[metric] = {"fixed": value, "band": band, "inside": abs(value - band[0]) <= band[1]}
     out["passed"] = all(row["inside"] for row in out.values())
     return out
