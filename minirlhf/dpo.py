@@ -379,7 +379,7 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
             "loss": loss.item(),
             "rewards/chosen": r_chosen.mean().item(),
             "rewards/rejected": r_rejected.mean().item(),
-            "rewards/accuracies": (r_chosen > r_rejected).float().mean().item(),
+            "rewards/accuracies": (r_chosen > r_rejected).double().mean().item(),
             "rewards/margins": (r_chosen - r_rejected).mean().item(),
             "logps/chosen": pi_chosen.detach().mean().item(),
             "logps/rejected": pi_rejected.detach().mean().item(),

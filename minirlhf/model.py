@@ -24,7 +24,7 @@ from .task import COMPLETION_LEN, CONTEXT_LEN, PROMPT_LEN, SEMI, VOCAB
 
 __all__ = [
     "GPTConfig", "TinyGPT", "make_generator", "completion_mask", "generate",
-    "completion_logits", "logprobs_from_logits", "entropy_from_logits", "completion_logprobs",
+    "completion_logits", "logprobs_from_logits", "dtype_of", "DTYPES", "entropy_from_logits", "completion_logprobs",
     "reward_scores", "score_positions", "exact_kl", "n_params",
 ]
 
@@ -41,14 +41,31 @@ class GPTConfig:
     n_layer: int = 2  # transformer blocks
     n_head: int = 4  # attention heads per block
     n_embd: int = 64  # width of the residual stream
+    dtype: str = "float64"  # of every weight, and so of every number the engine computes (chapter 3)
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The weights' dtype as a ``torch.dtype``."""
+        return DTYPES[self.dtype]
+
+
+# float64 by default: float32 CPU kernels round differently on different CPUs (vector width,
+# BLAS code path, vectorized exp and log), and training turns a one-ulp difference into a
+# different third printed digit. In float64 the same differences stay below 1e-12.
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.n_head = cfg.n_head
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
-        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+        dt = {"dtype": cfg.torch_dtype}
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, **dt)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, **dt)
 
     def forward(self, x, cache: dict | None = None):
         B, T, C = x.shape
@@ -69,11 +86,12 @@ class CausalSelfAttention(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.n_embd)
+        dt = {"dtype": cfg.torch_dtype}
+        self.ln1 = nn.LayerNorm(cfg.n_embd, **dt)
         self.attn = CausalSelfAttention(cfg)
-        self.ln2 = nn.LayerNorm(cfg.n_embd)
+        self.ln2 = nn.LayerNorm(cfg.n_embd, **dt)
         self.mlp = nn.Sequential(
-            nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+            nn.Linear(cfg.n_embd, 4 * cfg.n_embd, **dt), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd, **dt)
         )
 
     def forward(self, x, cache: dict | None = None):
@@ -96,12 +114,13 @@ class TinyGPT(nn.Module):
         super().__init__()
         self.cfg = cfg = cfg or GPTConfig()
         self.scalar_head = scalar_head
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
+        dt = {"dtype": cfg.torch_dtype}
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd, **dt)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd, **dt)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.ln_f = nn.LayerNorm(cfg.n_embd, **dt)
         # PyTorch's default initialisation; at this width it learns faster than GPT-2's std 0.02.
-        self.head = nn.Linear(cfg.n_embd, 1 if scalar_head else cfg.vocab_size)
+        self.head = nn.Linear(cfg.n_embd, 1 if scalar_head else cfg.vocab_size, **dt)
 
     def forward(self, idx: torch.Tensor, cache: list | None = None) -> torch.Tensor:
         B, T = idx.shape
@@ -124,6 +143,14 @@ def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def dtype_of(model: nn.Module) -> torch.dtype:
+    """Return the dtype of ``model``'s weights: every float tensor made for it follows it.
+
+    Defined in chapter 3.
+    """
+    return next(model.parameters()).dtype
+
+
 def make_generator(seed: int) -> torch.Generator:
     """Return a CPU ``torch.Generator`` seeded with ``seed`` (all sampling takes one).
 
@@ -139,6 +166,8 @@ def completion_mask(completions: torch.Tensor) -> torch.Tensor:
     """Return a float mask (B, 4): 1 on the tokens up to and including the first `;`, else 0.
 
     A completion without any `;` keeps all 4 tokens (it is malformed, and is judged whole).
+    It is float32, whatever the model's dtype: 0 and 1 are exact in any float, and a product
+    with a float64 tensor is float64 (torch promotes), so no number is rounded by it.
 
     Defined in chapter 3.
     """

@@ -584,7 +584,7 @@ def score_and_advantages(batch, reward_fn, beta, cfg,
     Defined in chapter 5.
     """
     rewards = reward_fn(batch.pairs, batch.prompts, batch.completions)
-    rewards = rewards.float()  # (B,)
+    rewards = rewards.to(batch.old_logp.dtype)  # (B,), the policy's dtype
     if cfg.advantages != "batch":  # GRPO: no batch baseline
         group_fn = advantage_fn or GROUP_ADVANTAGES[cfg.advantages]
         a = group_fn(rewards, cfg.group_size, cfg.adv_eps)  # (B,)

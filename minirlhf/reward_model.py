@@ -45,6 +45,8 @@ class RMConfig:
     """AdamW weight decay."""
     seed: int = 0
     """Seeds the initial weights and the pairs."""
+    dtype: str = "float64"
+    """The network's dtype (:class:`~minirlhf.model.GPTConfig`): float64, as the policy's."""
 
 
 def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
@@ -80,7 +82,7 @@ def train_reward_model(config: RMConfig | None = None, progress: bool = True) ->
     if cfg.steps < 1 or cfg.batch_size < 1:
         raise ValueError("config.steps and config.batch_size must be >= 1")
     torch.manual_seed(cfg.seed)
-    rm = TinyGPT(GPTConfig(), scalar_head=True)
+    rm = TinyGPT(GPTConfig(dtype=cfg.dtype), scalar_head=True)
     g = make_generator(cfg.seed)
     pool = task.train_pairs()
     opt = torch.optim.AdamW(rm.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -95,7 +97,7 @@ def train_reward_model(config: RMConfig | None = None, progress: bool = True) ->
         loss.backward()
         opt.step()
         log["loss"].append(loss.item())
-        log["accuracy"].append((r_chosen > r_rejected).float().mean().item())
+        log["accuracy"].append((r_chosen > r_rejected).double().mean().item())
         bar.update(1)
     bar.close()
     rm.eval()

@@ -116,7 +116,7 @@ def test_group_advantages_reach_every_kept_token_and_no_leash(tiny):
     reference = TinyGPT(GPTConfig()).eval()  # not the policy: every kl_t is non-zero
     cfg = PPOConfig(batch_size=16, group_size=4, **GRPO)
     batch = rollout(policy, reference, task.train_pairs(), cfg, make_generator(0))
-    scores = t([float(i % 3) for i in range(16)])
+    scores = t([float(i % 3) for i in range(16)], dtype=torch.float64)  # the policy's dtype
     for beta in (0.0, 5.0):  # beta never reaches the advantages
         rewards, adv = score_and_advantages(batch, lambda *a: scores, beta, cfg)
         per_row = group_advantages(scores, 4)
@@ -207,7 +207,7 @@ def test_a_variant_drives_the_run_through_its_setting(name):
     from minirlhf.ppo import GROUP_ADVANTAGES
 
     cfg = PPOConfig(batch_size=8, group_size=4, advantages=name, kl_placement="loss")
-    scores = t([1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    scores = t([1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64)  # the policy's dtype
     g = make_generator(0)
     torch.manual_seed(0)
     policy = TinyGPT(GPTConfig()).eval()

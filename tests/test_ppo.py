@@ -247,64 +247,85 @@ def test_logged_clip_fraction_and_approx_kl_follow_trl(tiny):
 # ----------------------------------------------------------------------------- the stages
 
 
-# Recorded from ppo_train as it stood before its body was split into stage functions (one loop,
-# no stages): three short runs, every logged float and a digest of the trained weights. The
-# stages must reproduce them exactly, or chapters 5 and 6 would tell a different story.
-BEFORE_THE_SPLIT = {'adaptive': {'log': {'accuracy': [0.0, 0.0, 0.0],
-                          'beta': [0.1, 0.10200000000000001],
-                          'beta0': 0.1,
-                          'kinds': {'correct': [0.0, 0.0, 0.0],
-                                    'malformed': [1.0, 1.0, 0.90625],
-                                    'near_miss': [0.0, 0.0, 0.0],
-                                    'other_wrong': [0.0, 0.0, 0.09375]},
-                          'kl': [0.7572082281112671, 0.6994348168373108, 0.6650450229644775],
-                          'loss/policy_avg': [-0.0032571040792390704, -0.002690037174535753],
-                          'objective/entropy': [2.3205106258392334, 2.315849542617798],
-                          'objective/kl': [0.9762881994247437, 0.8753641247749329],
-                          'objective/scores': [0.0, 0.0],
-                          'policy/approxkl_avg': [0.0007816841243766248, 0.000342719373293221],
-                          'policy/clipfrac_avg': [0.0, 0.0],
-                          'rm_score': [-0.025249386206269264,
-                                       -0.008293507620692253,
-                                       0.0656183548271656],
-                          'val/completion_length': [4.0, 3.625]},
-                  'params': '01ad856f17deff56'},
-     'rm_reward': {'log': {'accuracy': [0.0, 0.0, 0.0],
-                           'beta': [0.5, 0.5],
-                           'beta0': 0.5,
-                           'kinds': {'correct': [0.0, 0.0, 0.0],
-                                     'malformed': [1.0, 1.0, 1.0],
-                                     'near_miss': [0.0, 0.0, 0.0],
-                                     'other_wrong': [0.0, 0.0, 0.0]},
-                           'kl': [0.7572082281112671, 0.7031401991844177, 0.6816425323486328],
-                           'loss/policy_avg': [-0.027725985209489323, -0.010512397714680155],
-                           'objective/entropy': [2.317448139190674, 2.326294422149658],
-                           'objective/kl': [0.6926835179328918, 0.6342509984970093],
-                           'objective/scores': [-0.2851476091891527, -0.529741458594799],
-                           'policy/approxkl_avg': [0.0006868511554785073, 0.00011325938976369798],
-                           'policy/clipfrac_avg': [0.0, 0.0],
-                           'rm_score': [-0.025249386206269264, 0.17607806995511055, 0.3029618337750435],
-                           'val/completion_length': [3.625, 3.875]},
-                   'params': 'd90616ac525489af'},
-     'verifier_loss': {'log': {'accuracy': [0.0, 0.0, 0.0],
-                               'beta': [0.3, 0.3],
-                               'beta0': 0.3,
-                               'kinds': {'correct': [0.0, 0.0, 0.0],
-                                         'malformed': [1.0, 0.96875, 0.78125],
-                                         'near_miss': [0.0, 0.0, 0.0],
-                                         'other_wrong': [0.0, 0.03125, 0.21875]},
-                               'kl': [0.7572082281112671, 0.7240540385246277, 0.7040371894836426],
-                               'loss/policy_avg': [0.24554042518138885, 0.190637968480587],
-                               'objective/entropy': [2.306365728378296, 2.3389878273010254],
-                               'objective/kl': [0.7410585284233093, 0.8194109797477722],
-                               'objective/scores': [0.0, 0.0],
-                               'policy/approxkl_avg': [0.0005321316421031952, 6.357129313983023e-05],
-                               'policy/clipfrac_avg': [0.0, 0.0],
-                               'rm_score': [-0.025249386206269264,
-                                            0.18692690879106522,
-                                            0.058969369158148766],
-                               'val/completion_length': [3.4375, 3.25]},
-                       'params': '09a88b0041966d25'}}
+# ppo_train as it stood before its body was split into stage functions: one flat loop, written
+# here from the pieces, as a reference computed in the same process (no float recorded on one
+# machine). The stages must reproduce it exactly, or chapters 5 and 6 would tell another story.
+def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
+    from minirlhf.model import (completion_logits, completion_mask, entropy_from_logits, generate,
+                                logprobs_from_logits)
+    from minirlhf.ppo import GROUP_ADVANTAGES, evaluate
+
+    policy = copy.deepcopy(policy).train().requires_grad_(True)
+    g, pool, T = make_generator(cfg.seed), task.train_pairs(), cfg.temperature
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    log = {"accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS},
+           **{name: [] for name in TRAIN_METRICS}, "beta0": float(beta)}
+    cache = {}
+
+    def record(ev):
+        for key in ("accuracy", "rm_score", "kl"):
+            log[key].append(ev[key])
+        for k in task.KINDS:
+            log["kinds"][k].append(ev["kinds"][k])
+
+    record(evaluate(policy, reference, rm, evalset, T, cache))
+    for it in range(cfg.iterations):
+        with torch.no_grad():
+            pairs = task.sample_pairs(cfg.batch_size // cfg.group_size, g, pool).repeat_interleave(
+                cfg.group_size, dim=0)
+            prompts = task.encode_prompts(pairs)
+            completions = generate(policy, prompts, T, generator=g)
+            mask = completion_mask(completions)
+            logits = completion_logits(policy, prompts, completions)
+            old_logp = logprobs_from_logits(logits, completions, T)
+            ref_logp = logprobs_from_logits(completion_logits(reference, prompts, completions), completions, T)
+            entropy = entropy_from_logits(logits, T)
+            rewards = reward_fn(pairs, prompts, completions).to(old_logp.dtype)
+            if cfg.advantages != "batch":
+                adv = GROUP_ADVANTAGES[cfg.advantages](rewards, cfg.group_size, cfg.adv_eps)[:, None] * mask
+            else:
+                z = standardized_scores(rewards, cfg.adv_clip, cfg.adv_eps)
+                adv = kl_shaped_advantages(z, old_logp, ref_logp, mask,
+                                           beta if cfg.kl_placement == "reward" else 0.0, cfg.kl_clamp)
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * (1.0 - it / cfg.iterations if cfg.anneal_lr else 1.0)
+        stats = {"clipfrac": [], "approxkl": [], "loss": []}
+        for _ in range(cfg.updates_per_batch):
+            new_logp = logprobs_from_logits(completion_logits(policy, prompts, completions), completions, T)
+            if cfg.kl_placement == "loss":
+                loss_ = grpo_token_loss(new_logp, old_logp, ref_logp, adv, mask, cfg.epsilon, beta, cfg.kl_clamp)
+            else:
+                loss_ = ppo_token_loss(new_logp, old_logp, adv, mask, cfg.epsilon)
+            opt.zero_grad(set_to_none=True)
+            loss_.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            opt.step()
+            with torch.no_grad():
+                log_ratio = new_logp - old_logp
+                ratio = log_ratio.exp()
+                binds = (-adv * ratio.clamp(1 - cfg.epsilon, 1 + cfg.epsilon) > -adv * ratio).float()
+                stats["clipfrac"].append(((binds * mask).sum() / mask.sum()).item())
+                stats["approxkl"].append(((0.5 * log_ratio ** 2 * mask).sum() / mask.sum()).item())
+                stats["loss"].append(loss_.item())
+        n_tok = mask.sum()
+        metrics = {
+            "objective/scores": rewards.double().mean().item(),
+            "objective/kl": (((old_logp - ref_logp) * mask).sum() / n_tok).item(),
+            "objective/entropy": ((entropy * mask).sum() / n_tok).item(),
+            "policy/clipfrac_avg": float(np.mean(stats["clipfrac"])),
+            "policy/approxkl_avg": float(np.mean(stats["approxkl"])),
+            "loss/policy_avg": float(np.mean(stats["loss"])),
+            "val/completion_length": mask.sum(1).double().mean().item(),
+            "beta": float(beta),
+        }
+        for name, value in metrics.items():
+            log[name].append(value)
+        policy.eval()
+        record(evaluate(policy, reference, rm, evalset, T, cache))
+        policy.train()
+        if cfg.kl_target is not None:
+            beta = adaptive_kl_update(beta, metrics["objective/kl"], cfg.kl_target, cfg.batch_size, cfg.kl_horizon)
+    return policy.eval(), log
 
 
 def _digest(model):
@@ -333,8 +354,9 @@ def test_the_stage_functions_reproduce_the_single_loop_exactly():
         trained, log = ppo_train(policy, reference, reward_fn, beta, cfg, rm=rm, evalset=evalset,
                                  progress=False)
         log.pop("config")
-        assert log == BEFORE_THE_SPLIT[name]["log"], name  # exact floats, not approximately
-        assert _digest(trained) == BEFORE_THE_SPLIT[name]["params"], name
+        want_policy, want = _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset)
+        assert log == want, name  # exact floats, not approximately
+        assert _digest(trained) == _digest(want_policy), name
 
 
 # The learner writes kl_shaped_advantages and ppo_token_loss: chapter 5 shows its own versions.
