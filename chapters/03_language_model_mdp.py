@@ -2,8 +2,8 @@
 # # 3. Language modelling as an MDP, and SFT
 #
 # Chapters 1 and 2 wrote down the two formulas of PPO-based RLHF on made-up numbers. From
-# here on the numbers come from a real language model, small enough to train on a CPU in a
-# few seconds. This chapter builds the world that model lives in: a task with a verifier
+# here on the numbers come from a real language model, small enough to train on a CPU in
+# seconds. This chapter builds the world that model lives in: a task with a verifier
 # that cannot be fooled, a way to see text generation as a reinforcement-learning problem,
 # and the *policy* itself, trained by supervised fine-tuning (SFT) on correct examples, the
 # first stage of the InstructGPT recipe {cite}`ouyang2022instructgpt`.
@@ -14,9 +14,9 @@
 # ```{admonition} What you need
 # :class: tip
 # Chapters 1 and 2, and a little PyTorch: tensors, `softmax`, `cross_entropy`, `backward`.
-# The first run of this notebook trains the policy (a few seconds) and saves it under
-# `outputs/models`; later runs load it. A first run of the whole notebook takes about 20
-# seconds on a 2-core CPU.
+# The first run of this notebook trains the policy (about ten seconds) and saves it under
+# `outputs/models`; later runs load it. A first run of the whole notebook takes about a
+# minute on a 2-core CPU.
 # ```
 
 # %%
@@ -188,6 +188,25 @@ print("\n".join(rows))
 
 # %%
 print(f"{policy.cfg}\n{n_params(policy):,} parameters")
+
+# %% [markdown]
+# ```{admonition} Why float64
+# :class: note
+# The last field of the configuration, `dtype`, makes every weight, and so every number the
+# book computes from the models, a 64-bit float. Deep learning usually trains in 32 bits or
+# fewer. On one machine, with one thread, a float32 run is exactly repeatable; on another CPU
+# it is not. The vector width, the matrix-multiply code path and the vectorized `exp` and
+# `log` differ from one CPU to another and round differently in the last bit, and training
+# amplifies those differences. When we ran the core of the book in float32 with torch's
+# portable kernels instead of the vectorized ones of our CPU, many of the numbers the
+# chapters print came out with different digits. In float64 the same rounding differences
+# stay in the last bits, far below the digits the book prints, so every reader's laptop
+# prints the same numbers; `python -m minirlhf.numerics` runs that comparison on your
+# machine, and `make test` runs it too. The price is speed: 64-bit arithmetic is slower, so
+# every run takes longer than it would in float32. Real RLHF trains in bf16 or float32 on
+# GPUs, where the same amplification is one more reason why runs are compared over several
+# seeds, as chapter 5 does, and never digit by digit.
+# ```
 
 # %% [markdown]
 # ## Supervised fine-tuning, with the prompt masked out
@@ -380,7 +399,7 @@ show_figure(
 # This book rebuilds the experiment of an earlier project, which published one run of it. We
 # call its numbers *the original run* (never "the reference", which in this book is the
 # frozen policy the KL is measured to); chapter 5 sets them beside ours. Its partial-SFT
-# policy was stopped in the same way, in the middle of the climb:
+# policy was also stopped on the climb, at about a third right:
 
 # %%
 original = ORIGINAL["sft_accuracy"]  # the original project's run
@@ -390,8 +409,11 @@ print(f"greedy accuracy on the 400 eval prompts after {stop} steps\n"
 
 # %% [markdown]
 # For a hundred steps the model learns the format (digits, then `;`) and little arithmetic;
-# then accuracy shoots up, and a few hundred steps later most sums are right. We stop at the
-# dashed line, in the middle of the climb, and that is deliberate:
+# then accuracy shoots up, and by step 300 most sums are right. We stop at the dashed line,
+# early in the climb, and that is deliberate. Where exactly is set by a rule rather than by
+# eye: the book's run stops at the first multiple of 5 steps whose greedy accuracy reaches a
+# third, which for seed 1 is step 140 (chapter 6 makes more starting policies by the same
+# rule). Why stop there at all:
 #
 # - **A policy that is already right has nothing left for RL to teach.** PPO learns from the
 #   *differences* between the completions it samples: it raises the log-probability of those
@@ -403,8 +425,8 @@ print(f"greedy accuracy on the 400 eval prompts after {stop} steps\n"
 # - **The curve is steep there**, so the policy sits where small changes to its weights
 #   change its answers: a little learning moves the accuracy, which makes the effect of RL
 #   visible within a few dozen updates. The flip side is that a few SFT steps more or less
-#   would have given a noticeably different starting point, which is why the book fixes
-#   the seed and the step count.
+#   would have given a noticeably different starting point (ten steps fewer, 0.278 instead of
+#   0.360), which is why the book fixes the seed and the rule that sets the step count.
 #
 # InstructGPT, far from stopping early, trained its SFT model for 16 epochs, although the
 # validation loss showed overfitting after the first, because the further epochs still raised
@@ -472,10 +494,11 @@ for name, counts in (
 print("\n".join(rows))
 
 # %% [markdown]
-# The policy almost always writes a well-formed number, and when it is wrong, it is mostly
-# close: near-misses, answers of about the right size. About half of its near-misses get
-# only the ones digit wrong, and a tens digit alone off by one is far more common among them
-# than among all the near-misses of the same sums (exercise 4 asks where those come from).
+# On all 400 prompts, greedy or sampled, the policy writes a well-formed number, and when it
+# is wrong, it is mostly close: near-misses, answers of about the right size. More than half of
+# its near-misses get only the ones digit wrong, and a tens digit alone off by one is more
+# than twice as common among them as among all the near-misses of the same sums (exercise 4
+# asks where those come from).
 # Keep that in mind. The next chapter trains a reward model to judge these answers, and
 # near-misses, a wrong ones digit above all, are the answers it will find hardest to tell
 # from the truth.
@@ -520,21 +543,23 @@ print("\n".join(rows))
 # </details>
 #
 # **2. Stop later.** Train a policy for 260 steps with `sft.train_sft(sft.SFTConfig(steps=260))`
-# (a few seconds; it is not saved). How accurate is it greedily, and how many of 64 completions
-# sampled at temperature 0.7 for one prompt are right? What would chapter 5 have left to teach
-# it?
+# (under half a minute; it is not saved). How accurate is it greedily, and how many of 64
+# completions sampled at temperature 0.7 for one prompt are right? What would chapter 5 have
+# left to teach it?
 #
 # <details class="answer">
 # <summary>Worked answer: stop later</summary>
 #
 # The cell below trains it and measures both, on the prompt `23+45=`. Past the steep part of
-# the curve, the policy answers most prompts right when it writes its most likely answer, yet
-# at temperature 0.7 its samples for one prompt still disagree: some right, some wrong. PPO
-# learns from those differences between the rewards of a batch, so chapter 5's verifier arm
-# would still have signal, but less room: the greedy answers it could still fix are a smaller
-# share, and a few hundred SFT steps more (the learning curve) leave almost none. The
-# comparison the book is after, a reward that helps against one that hurts, needs room in
-# both directions, which the partial policy has and this one has less of.
+# the curve, the policy answers most prompts right when it writes its most likely answer
+# (0.820, against 0.360 for the partial policy), yet at temperature 0.7 its samples for one
+# prompt still disagree: 53 of 64 right, the rest wrong. PPO learns from those differences
+# between the rewards of a batch, so chapter 5's verifier arm would still have signal, but
+# less room: the greedy answers it could still fix are under a fifth of the prompts instead
+# of almost two thirds, and the learning curve, at 0.887 by step 300, shows further SFT
+# shrinking that share again. The comparison the book is after, a reward that helps against
+# one that hurts, needs room in both directions, which the partial policy has and this one
+# has less of.
 #
 # </details>
 
@@ -558,12 +583,16 @@ print(f"260 SFT steps: greedy accuracy {sft.greedy_accuracy(later):.3f}; "
 #
 # The probability of a completion is the product of its tokens' probabilities, so it is the
 # exponential of the sum of the three per-token log-probs up to and including the `;` (the
-# mask drops the padding). The sampled share estimates the same number, with a standard error
-# of $\sqrt{p(1-p)/n}$ for $n$ samples. The cell below prints both at temperatures 1 and 0.7,
-# the share from 1,000 samples and from 20,000, each with its standard error. With 1,000 the
-# share can sit a standard error or two away; with 20,000 it lands on the exact value. A lower temperature sharpens every next-token distribution,
-# so the most likely answer gains probability, and the log-probs must be computed at the
-# temperature the samples were drawn at, or they describe a different policy.
+# mask drops the padding). The sampled share estimates the same number, with a standard
+# error of $\sqrt{p(1-p)/n}$ for $n$ samples. The cell below prints both at temperatures 1
+# and 0.7, the share from 1,000 samples and from 20,000, each with its standard error. All
+# four shares sit within about one standard error of the exact value, and the standard error
+# shrinks with more samples, from 0.013 to 0.003 at temperature 1; a share from 1,000 may be
+# as close as one from 20,000 (at temperature 0.7 it happens to be closer), but only the
+# larger sample makes that closeness likely. A lower temperature sharpens every next-token
+# distribution: the likeliest tokens gain probability from the rest, and here `68;` gains,
+# from 0.230 to 0.318. The log-probs must be computed at the temperature the samples were
+# drawn at, or they describe a different policy.
 #
 # </details>
 
@@ -596,13 +625,19 @@ with torch.no_grad():
 # <summary>Worked answer: where it fails</summary>
 #
 # The cell below splits the 400 greedy answers. The guess that a carry is what trips the
-# policy up is wrong here: the sums whose ones digits carry are answered right *more* often
-# than those that do not, and the weakest group is the three-digit sums without a carry in the
-# ones, where the tens digits carry into the hundreds instead. That group also holds most of
-# the policy's tens-digit-only near-misses: answers like `103;` or `123;` for 113, with the
-# size of the hundreds right and the tens digit one off. The tens digit of a sum that
-# overflows into the hundreds is what it gets wrong most, more than the ones carry. This is why a tens digit alone off by
-# one is far more common among its near-misses than among all near-misses of the same sums.
+# policy up holds here: for sums of the same length, those whose ones digits carry are
+# answered right less often than those that do not, 0.256 against 0.397 for two-digit sums
+# and 0.340 against 0.435 for three-digit ones. (The two one-digit sums are both wrong, too
+# few to say anything.) The weakest sizeable group is the two-digit sums with a carry. The
+# tens-digit-only near-misses are another story: the largest number of them comes from the
+# three-digit sums without a carry in the ones, where the tens digits carry into the
+# hundreds instead. That group, fewer than a quarter of the prompts, has 19 of them, nearly
+# as many as its 25 ones-digit ones: answers like `103;` or `123;` for 113, with the
+# hundreds right and the tens digit one off. In each of the other three sizeable groups the
+# ones digit outnumbers the tens digit at least two to one. So the tens digit of a sum that
+# overflows into the hundreds is a weak spot of its own, and a large part of why a tens
+# digit alone off by one is more common among the policy's near-misses than among all
+# near-misses of the same sums.
 #
 # </details>
 

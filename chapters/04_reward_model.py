@@ -349,12 +349,15 @@ show_figure(
 # %% [markdown]
 # Garbage and answers with a digit dropped or added are pushed far below the correct answer.
 # The near-misses are not: their margins crowd around the zero line, and how far above it
-# depends on where the slip is. A tens digit off by one is caught more often than not, though
-# by a small mean margin; near-misses that change several digits do a little worse; and a
-# wrong ones digit is hardly caught at all: its accuracy is close to a coin toss's, and its
-# mean margin close to zero. The RM spots garbage, sees a slip in the tens digit dimly, and
-# is blind to the ones digit. Here is one prompt up close, `23+45=`, with the RM's score of
-# a handful of answers, from its favourite down:
+# depends on where the slip is. A tens digit off by one is caught in 0.668 of the pairs, more
+# often than not, though by a small mean margin (+0.27); near-misses that change several
+# digits do a little worse (0.608); and a wrong ones digit is caught barely more often than
+# a coin toss would catch it: in 0.547 of the pairs, with a mean margin of +0.02. Its
+# interval, 0.515 to 0.578, lies just above 0.5, so the RM is not quite blind to the ones
+# digit, but what little it sees there is worth next to nothing in score. The RM spots
+# garbage, sees a slip in the tens digit dimly, and the ones digit hardly at all. Here is one
+# prompt up close, `23+45=`, with the RM's score of a handful of answers, from its favourite
+# down:
 
 # %%
 a, b = 23, 45
@@ -371,12 +374,15 @@ for i in r.argsort(descending=True).tolist():
 print("\n".join(rows))
 
 # %% [markdown]
-# The truth does not stand out from the crowd of answers of about the right size,
-# near-misses and other wrong numbers alike; only the answers of the wrong size are pushed
-# far down. On this prompt, a policy trained against the RM would be paid about as much for
-# `67;` or `60;` as for `68;`, and more for `78;`.
+# The truth comes out on top here, but only just: `68;` scores +1.31, the near-misses `67;`
+# and `58;` +1.29 and +1.27, and the seven answers from `50;` to `78;` all score between
+# +1.08 and +1.31, `50;` among them, which is not even a near-miss.
+# Only the answers of the wrong size (`6;`, `150;`, `680;`) are pushed far down, and `86;`
+# part of the way, to -0.49. On this prompt, a policy trained against the RM would be paid
+# nearly as much for `67;` or `58;` as for `68;`: the few hundredths between them are tiny
+# next to the gap between the truth and an answer of the wrong size.
 #
-# ## Why it cannot see the ones digit
+# ## Why it barely sees the ones digit
 #
 # Three causes, each measurable.
 #
@@ -500,20 +506,24 @@ show_figure(
         f"{signed(moved[1][:, 0].min())} and "
         f"{signed(moved[1][:, 0].max())}, and "
         f"the fraction ranked right between {moved[1][:, 1].min():.2f} and "
-        f"{moved[1][:, 1].max():.2f}, near a coin toss, for every k.",
+        f"{moved[1][:, 1].max():.2f}, a little above a coin toss, for "
+        "every k.",
     caption="What the RM reads: the size of the answer. Move the tens digit "
             "of the true sum further (blue) and the RM's mean margin and "
             "the fraction of pairs it ranks right both climb; move the ones "
-            "digit (orange) and both stay flat, the margin near 0 and the "
-            "fraction near a coin toss, however far it moves.",
+            "digit (orange) and both stay nearly flat, the margin near 0 and "
+            "the fraction a little above a coin toss, however far it moves.",
 )
 
 # %% [markdown]
 # The tens digit behaves like a sense of size: the further it moves, the more the RM
-# dislikes the answer; one step away, the step a tens-digit near-miss takes, it notices only
-# weakly, as the tens-digit row of the table in *Seeing the blind spot* showed. The ones
-# digit barely registers at all, at any distance. The RM has learned roughly how large the sum of two numbers is, which
-# is enough for nearly every pair it was shown, and not the last digit, which only the
+# dislikes the answer, from a mean margin of +0.23 at one step to +7.43 at nine; one step
+# away, the step a tens-digit near-miss takes, it notices only weakly (0.62 ranked right), as
+# the tens-digit row of the table in *Seeing the blind spot* showed. The ones digit barely
+# registers, at any distance: its mean margin stays between +0.01 and +0.11, and the fraction
+# ranked right between 0.54 and 0.60, a little above a coin toss however far the digit
+# moves. The RM has learned roughly how large the sum of two numbers is, which is enough for
+# nearly every pair it was shown, and next to nothing of the last digit, which only the
 # arithmetic can tell.
 #
 # **Capacity and training length.** Getting the ones digit right means actually adding, and
@@ -568,13 +578,17 @@ for name, d in groups.items():
 print("\n".join(rows))
 
 # %% [markdown]
-# The policy's near-misses score close to its correct answers, much closer than its other
-# wrong answers do. Prompt by prompt it is starker: where the policy writes a near-miss, the
-# RM scores the truth higher in fewer than half of the prompts, and by little on average;
-# where only the ones digit is wrong, it prefers the policy's slip more often than the truth.
-# Only the policy's few other wrong answers would clearly pay to fix. An optimizer that
-# maximizes this RM gains little by turning a near-miss into the right answer, and loses
-# little by turning a right answer into a near-miss. That is the reward model chapter 5
+# The policy's near-misses score close to its correct answers (+1.66 against +2.06 on
+# average), much closer than its other wrong answers do (-0.71). Prompt by prompt: where the
+# policy writes a near-miss, the RM scores the truth higher in 0.57 of the prompts, a little
+# more than half, and by +0.04 on average. Where only the ones digit is wrong, the truth
+# wins in 0.53 of the prompts, about a coin toss, by +0.03; where several digits are wrong,
+# the policy's answer even scores a little higher on average (-0.05), though the truth wins
+# in 0.55 of those prompts; a wrong tens digit is caught more often (0.68), still by little
+# (+0.14). Only the policy's few other wrong answers would clearly pay to fix (+1.45, the
+# truth higher in 0.78). An optimizer that maximizes this RM gains little by turning a
+# near-miss into the right answer, and loses little by turning a right answer into a
+# near-miss. That is the reward model chapter 5
 # hands to PPO, next to the verifier, to see which of the two makes the policy better at
 # arithmetic. Gao et al. measured the same pattern at scale: optimizing a learned reward
 # raises its score past the point where the true quality starts to fall
@@ -592,7 +606,8 @@ print("\n".join(rows))
 # - measure a reward model beyond its headline accuracy: by kind of wrong answer, with
 #   intervals that resample prompts, and on the policy's own answers;
 # - explain the blind spot this RM brings to chapter 5: it spots garbage, sees a tens digit off
-#   by one dimly, and is blind to a wrong ones digit.
+#   by one dimly, and a wrong ones digit barely, ranking it right little more often than a
+#   coin toss.
 #
 # ## Exercises
 #
@@ -667,23 +682,30 @@ else:
 # book's RM. Read it in two steps.
 #
 # After 100 steps, the book's training length, near-misses in the data do not help. With half
-# of each batch made of pairs the network cannot separate yet, the near-miss accuracies come
-# out no better than the book's RM's, the tens digit's lower. With every rejected answer a
-# near-miss, the RM learns next to nothing in 100 steps, garbage included: it is never shown
+# of each batch made of pairs the network cannot separate yet, every accuracy comes out lower
+# than the book's RM's: the tens digit 0.528 against 0.668, the ones digit 0.513 against
+# 0.547, and garbage 0.870 against 0.965, with only half of each batch left to teach the
+# contrast of size. With every rejected answer a near-miss, the RM learns next to nothing in
+# 100 steps, garbage included (0.497, a coin toss): it is never shown
 # the easy contrast of size that the book's RM learns first, and no pair it is shown can be
 # ranked by anything it has learned yet. Its garbage accuracy shows that what the book's RM
 # knows about garbage came entirely from the garbage pairs.
 #
 # Given 400 steps, the half-and-half RM is the one to read: compare it with the 400-step RM
-# without near-misses in exercise 2. A tens digit off by one moves the answer by 10, which a
-# sharper sense of size can catch; a wrong ones digit leaves the size nearly unchanged, and
-# only learning the last digit of the sum helps, which this network finds hard (chapter 3's
+# without near-misses in exercise 2, which separates what the near-miss pairs add from what
+# the longer training adds. A tens digit off by one moves the answer by 10, which a sharper
+# sense of size can catch; a wrong ones digit leaves the size nearly unchanged, and only
+# learning the last digit of the sum helps, which this network finds hard (chapter 3's
 # policy, the same network, gets about a third of the sums right after its short run). The
-# last column bears this out: after 400 steps the half-and-half RM catches a wrong tens digit
-# far more often than the 400-step RM without near-misses (exercise 2), and a wrong ones digit
-# more often too, but much less reliably than the tens digit. Data that
-# contrasts the right thing is necessary, and not sufficient: the model also needs the
-# capacity and the training to learn it.
+# last column shows how little either digit gains here. The half-and-half RM catches a wrong
+# tens digit in 0.718 of the pairs, against 0.708 for the 400-step RM without near-misses:
+# nearly all of its rise over the book's RM (0.668) comes from the longer training, not from
+# the near-miss pairs. It catches a wrong ones digit in 0.578 of the pairs, against 0.539: a
+# gain of a few hundredths, about as large as the uncertainty of one such accuracy (the book's
+# RM's ones-digit interval runs from 0.515 to 0.578), and still far below the tens digit. So
+# in this run neither responds fast: the tens digit to more training, the ones digit, if at
+# all, a little to the data. Data that contrasts the right thing is not enough on its own:
+# the model also needs the capacity and the training to learn it.
 #
 # </details>
 
@@ -745,9 +767,11 @@ print("\n".join(accuracy_rows(variants)))
 #
 # The cell below trains for 400 steps (800 takes twice as long again; run it yourself) and
 # compares. Longer training on the same pairs sharpens what those pairs teach, the sense of
-# size, so the garbage accuracy, already near the top, has little room, and the near-miss
-# classes can move only as far as a finer sense of size reaches: a tens digit off by one, a
-# change of 10, is within its reach, a wrong ones digit is not, because no pair ever contrasts
+# size, so the garbage accuracy, already near the top, has little room (0.965, then 0.978),
+# and the near-miss classes can move only as far as a finer sense of size reaches: a tens
+# digit off by one, a change of 10, is within its reach, and its accuracy rises from 0.668 to
+# 0.708 (several digits, which change the tens digit too, from 0.608 to 0.639); a wrong ones
+# digit is not, and stays where it was (0.547, then 0.539), because no pair ever contrasts
 # two answers of the same size. To redraw the figure, rerun the cell that fills `moved` with
 # `rm` replaced by the longer-trained model, `rm_400`, then `show_figure(draw_moved)`.
 #
@@ -773,10 +797,12 @@ print("\n".join(accuracy_rows(longer)))
 # evaluation prompts whose sum has two digits (for a three-digit sum the tens digit is not the
 # leading one), with a new tens digit drawn uniformly from the other nine, skipping a leading
 # zero; it prints the fraction ranked right overall and split by how far the tens digit moved.
-# Overall the prediction holds, and the far moves are ranked right most often. The small
-# groups do not climb neatly with the distance, though: with a few dozen pairs each, and on
-# two-digit sums only, the curve of the figure, an average over all 400 sums, is a guide to
-# the trend, not to each group.
+# The prediction holds: the truth is ranked higher in 0.799 of the pairs, and the groups climb
+# with the distance, from 0.649 for a move of one step through 0.720 to 0.958 for a move of
+# four or more. The nearest group lands close to the figure's value at k = 1 (0.62). Each
+# group has only a few dozen pairs, on two-digit sums only, so its fraction is uncertain by
+# several hundredths: the curve of the figure, an average over all 400 sums, is a guide to
+# the trend, not to each group's exact value.
 #
 # </details>
 
@@ -853,11 +879,16 @@ for lo, hi in ((1, 1), (2, 3), (4, 9)):
 # `train_rm_with_near_misses` takes a `flip` argument for this; the cell below trains with
 # `flip=0.1` (100 steps, no near-misses) and compares with the book's RM. A flipped pair says
 # the wrong answer won, but the flips are spread over every kind of pair, so they tell the RM
-# nothing systematic, and the ranking it learns barely changes. What changes is the scale: if
-# one pair in ten is flipped, the likelihood is highest where $\sigma(\Delta) = 0.9$, a margin
-# of $\log 9$ (printed below), instead of growing without limit, so the noise works like a
-# brake on the margins. Label noise that is *systematic*, a labeller who prefers longer
-# answers, say, is a different matter: that the RM learns.
+# nothing systematic about which answers are better. They still cost it a visible part of what
+# it learns in 100 steps: the garbage accuracy drops from 0.965 to 0.897 and the tens digit's
+# from 0.668 to 0.580, while the ones digit's, barely above a coin toss to begin with, has
+# little to lose (0.547, then 0.536). A likely reason is the Bradley–Terry gradient: the RM
+# spends its learning on the pairs it still ranks wrong, and once it ranks by size, those
+# are mostly the flipped ones, which pull against everything else it has learned. The scale
+# changes too: if one pair in ten is flipped, the likelihood is highest where
+# $\sigma(\Delta) = 0.9$, a margin of $\log 9$ (printed below), instead of growing without
+# limit, so the noise works like a brake on the margins. Label noise that is *systematic*, a
+# labeller who prefers longer answers, say, is a different matter: that the RM learns.
 #
 # </details>
 

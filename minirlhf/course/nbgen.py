@@ -26,6 +26,9 @@ exercise registry (:mod:`minirlhf.course.exercises`), one ``<details>`` block pe
 hints live in one place and the grader can quote them too.
 
 Run ``python -m minirlhf.course.nbgen`` (or ``make notebooks``) after editing a source.
+After editing only its prose, ``python -m minirlhf.course.nbgen 05 --prose-only`` rewrites the
+chapter's notebooks and keeps the recorded outputs, without executing it; it refuses when a
+code cell changed.
 """
 
 from __future__ import annotations
@@ -214,12 +217,33 @@ def write(nb, path: Path) -> None:
     write_atomic(path, json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
 
 
-def generate(source: Path, run: bool = True) -> None:
+def keep_outputs(solution: nbformat.NotebookNode, recorded_path: Path) -> nbformat.NotebookNode:
+    """Return ``solution`` with the outputs of the notebook recorded at ``recorded_path``,
+    cell for cell, when only markdown changed since it was executed: every code cell's source
+    must be the same, in the same order. Raise ValueError naming the first code cell that
+    differs (then the chapter must be executed again)."""
+    recorded = nbformat.read(recorded_path, as_version=4)
+    mine = [c for c in solution.cells if c.cell_type == "code"]
+    theirs = [c for c in recorded.cells if c.cell_type == "code"]
+    if len(mine) != len(theirs):
+        raise ValueError(f"{recorded_path.name}: {len(mine)} code cells in the source, {len(theirs)} recorded; "
+                         "execute it again")
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if a.source != b.source:
+            raise ValueError(f"{recorded_path.name}: code cell {i} changed since it was executed; execute it again")
+        a.outputs, a.execution_count = b.outputs, b.execution_count
+    return solution
+
+
+def generate(source: Path, run: bool = True, prose_only: bool = False) -> None:
     cells = parse(source.read_text(encoding="utf-8"), str(source.relative_to(ROOT)))
     LEARNER_DIR.mkdir(exist_ok=True)
     SOLUTION_DIR.mkdir(exist_ok=True)
-    write(build(cells, learner=True), LEARNER_DIR / f"{source.stem}.ipynb")
     solution = build(cells, learner=False)
+    if prose_only:  # checked before anything is written
+        solution = keep_outputs(solution, SOLUTION_DIR / f"{source.stem}.ipynb")
+        run = False
+    write(build(cells, learner=True), LEARNER_DIR / f"{source.stem}.ipynb")
     if run:
         start = time.perf_counter()
         print(f"executing solutions/{source.stem}.ipynb ...", flush=True)
@@ -232,13 +256,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", help="chapter prefixes such as 01 (default: all)")
     parser.add_argument("--no-execute", action="store_true", help="write the solutions without running them")
+    parser.add_argument("--prose-only", action="store_true",
+                        help="after editing only markdown: keep the recorded outputs (refused when code changed)")
     args = parser.parse_args(argv)
     found = sources(args.chapters)
     if not found:
         parser.error(f"no chapter source matches {args.chapters} in {SOURCES}")
     os.environ.pop(BOOK_BUILD_ENV, None)  # solutions record the live (JupyterLab) outputs
     for source in found:
-        generate(source, run=not args.no_execute)
+        try:
+            generate(source, run=not args.no_execute, prose_only=args.prose_only)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -27,7 +27,7 @@ def verifier_group(group_size: int, n_right: int, estimator: str = "group") -> t
         raise ValueError(f"estimator must be one of {tuple(GROUP_ADVANTAGES)}, got {estimator!r}")
     if not 0 <= n_right <= group_size:
         raise ValueError(f"n_right must be between 0 and group_size ({group_size}), got {n_right}")
-    rewards = torch.tensor([1.0] * n_right + [0.0] * (group_size - n_right))
+    rewards = torch.tensor([1.0] * n_right + [0.0] * (group_size - n_right), dtype=torch.float64)
     adv = GROUP_ADVANTAGES[estimator](rewards, group_size).tolist()
     right = adv[0] if n_right > 0 else float("nan")
     wrong = adv[-1] if n_right < group_size else float("nan")
