@@ -36,14 +36,22 @@ natively: ``GPT2ForSequenceClassification`` reads the score at the last token th
 pad, and :func:`rm_inputs` cuts each answer after its first `;`, so that token is where our
 :func:`~minirlhf.model.reward_scores` reads it. The row's values never reach a score:
 attention is causal, and the pad comes after the token read.
+
+**Dtype.** A conversion keeps the model's dtype (:attr:`GPTConfig.dtype
+<minirlhf.model.GPTConfig>`, float64 in the book): a float64 TinyGPT becomes a float64 GPT-2
+and back, weight for weight with no rounding. The ``GPT2Config`` names the dtype too, so
+``save_pretrained`` writes it into ``config.json`` and ``from_pretrained`` (with its default
+``dtype="auto"``) loads the folder in float64 again.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from . import task
-from .model import GPTConfig, TinyGPT, completion_mask
+from .model import DTYPES, GPTConfig, TinyGPT, completion_mask, dtype_of
 
 __all__ = [
     "PAD_TOKEN", "PAD_ID", "gpt2_config", "tokenizer", "policy_to_hf", "rm_to_hf", "hf_to_policy",
@@ -67,7 +75,8 @@ def gpt2_config(cfg: GPTConfig | None = None, reward_model: bool = False):
 
     No dropout, exact GELU, untied input and output embeddings (ours are two matrices). The
     reward model's config has one label, a 14-row embedding for ``<pad>`` and ``pad_token_id``
-    13; the policy's has neither pad nor end-of-text token: it always writes 4 tokens.
+    13; the policy's has neither pad nor end-of-text token: it always writes 4 tokens. Its
+    ``dtype`` is ``cfg.dtype``, which ``save_pretrained`` writes and ``from_pretrained`` reads.
     """
     cfg = cfg or GPTConfig()
     config = _transformers().GPT2Config(
@@ -76,6 +85,7 @@ def gpt2_config(cfg: GPTConfig | None = None, reward_model: bool = False):
         n_inner=4 * cfg.n_embd, activation_function="gelu", layer_norm_epsilon=1e-5,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False,
         bos_token_id=None, eos_token_id=None, pad_token_id=PAD_ID if reward_model else None,
+        dtype=cfg.dtype,
     )
     if reward_model:
         config.num_labels = 1
@@ -111,6 +121,11 @@ def _check_tinygpt(model, name: str, scalar_head: bool) -> None:
     if model.scalar_head != scalar_head:
         kind = "a reward model (scalar_head=True)" if scalar_head else "a policy (scalar_head=False)"
         raise ValueError(f"{name} must be {kind}")
+
+
+def _tinygpt_config(model: TinyGPT) -> GPTConfig:
+    # The weights' dtype decides (a TinyGPT cast after it was built keeps its cfg.dtype).
+    return replace(model.cfg, dtype=_dtype_name(dtype_of(model)))
 
 
 def _fold_bias(weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -167,15 +182,31 @@ def _copy_back(body, head_weight: torch.Tensor, dst: TinyGPT) -> TinyGPT:
     return dst.eval()
 
 
-def _ours_config(config) -> GPTConfig:
+def _dtype_name(dtype: torch.dtype) -> str:
+    names = {v: k for k, v in DTYPES.items()}
+    if dtype not in names:
+        raise ValueError(f"a TinyGPT holds one of {tuple(DTYPES)}, got a model in {dtype}")
+    return names[dtype]
+
+
+def _ours_config(model) -> GPTConfig:
+    # The dtype is the weights' own (a model cast after loading keeps a stale config.dtype).
+    config = model.config
     return GPTConfig(vocab_size=len(task.VOCAB), block_size=config.n_positions, n_layer=config.n_layer,
-                     n_head=config.n_head, n_embd=config.n_embd)
+                     n_head=config.n_head, n_embd=config.n_embd, dtype=_dtype_name(model.dtype))
+
+
+def _new_hf(cls, cfg: GPTConfig, reward_model: bool):
+    # The constructor builds float32 whatever the config says; the weights are overwritten next,
+    # so casting the fresh model first rounds nothing.
+    return cls(gpt2_config(cfg, reward_model)).to(cfg.torch_dtype)
 
 
 def policy_to_hf(policy: TinyGPT):
-    """Return ``policy`` as a ``GPT2LMHeadModel`` in eval mode: the same logits, the same answers."""
+    """Return ``policy`` as a ``GPT2LMHeadModel`` in eval mode, in its dtype: the same logits,
+    the same answers."""
     _check_tinygpt(policy, "policy", scalar_head=False)
-    model = _transformers().GPT2LMHeadModel(gpt2_config(policy.cfg))
+    model = _new_hf(_transformers().GPT2LMHeadModel, _tinygpt_config(policy), reward_model=False)
     _copy_body(policy, model.transformer)
     with torch.no_grad():
         model.lm_head.weight.copy_(policy.head.weight)
@@ -183,12 +214,13 @@ def policy_to_hf(policy: TinyGPT):
 
 
 def rm_to_hf(rm: TinyGPT):
-    """Return the reward model ``rm`` as a ``GPT2ForSequenceClassification`` (one label) in eval mode.
+    """Return the reward model ``rm`` as a ``GPT2ForSequenceClassification`` (one label) in eval
+    mode, in its dtype.
 
     Fed :func:`rm_inputs`, it scores as :func:`minirlhf.model.reward_scores` does.
     """
     _check_tinygpt(rm, "rm", scalar_head=True)
-    model = _transformers().GPT2ForSequenceClassification(gpt2_config(rm.cfg, reward_model=True))
+    model = _new_hf(_transformers().GPT2ForSequenceClassification, _tinygpt_config(rm), reward_model=True)
     _copy_body(rm, model.transformer)
     with torch.no_grad():
         model.score.weight.copy_(rm.head.weight)
@@ -202,16 +234,18 @@ def _check_gpt2(model, name: str, attr: str):
 
 
 def hf_to_policy(model) -> TinyGPT:
-    """Return a ``GPT2LMHeadModel`` made by :func:`policy_to_hf` (and trained, perhaps) as a TinyGPT."""
+    """Return a ``GPT2LMHeadModel`` made by :func:`policy_to_hf` (and trained, perhaps) as a
+    TinyGPT in the model's dtype."""
     _check_gpt2(model, "model", "lm_head")
-    dst = TinyGPT(_ours_config(model.config))
+    dst = TinyGPT(_ours_config(model))
     return _copy_back(model.transformer, model.lm_head.weight, dst)
 
 
 def hf_to_rm(model) -> TinyGPT:
-    """Return a ``GPT2ForSequenceClassification`` made by :func:`rm_to_hf` as a scalar-head TinyGPT."""
+    """Return a ``GPT2ForSequenceClassification`` made by :func:`rm_to_hf` as a scalar-head
+    TinyGPT in the model's dtype."""
     _check_gpt2(model, "model", "score")
-    dst = TinyGPT(_ours_config(model.config), scalar_head=True)
+    dst = TinyGPT(_ours_config(model), scalar_head=True)
     return _copy_back(model.transformer, model.score.weight, dst)
 
 

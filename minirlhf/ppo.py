@@ -491,7 +491,9 @@ def evaluate(policy: TinyGPT, reference: TinyGPT, rm: TinyGPT | None, evalset: E
     completions, logits = generate(policy, evalset.prompts, greedy=True, return_logits=True)  # (N, 4), (N, 4, 13)
     mask = completion_mask(completions)  # (N, 4)
     ref_logits, scores = _frozen_outputs(reference, rm, evalset.prompts, completions, cache)
-    kl = (exact_kl(logits, ref_logits, temperature) * mask).sum() / mask.sum()
+    # The exact KL is never negative; where policy and reference agree (the start of every run)
+    # rounding leaves about 1e-18 of either sign, and the sign depends on the CPU's kernels.
+    kl = (exact_kl(logits, ref_logits, temperature).clamp(min=0) * mask).sum() / mask.sum()
     correct = task.batch_verify(evalset.pairs, completions)
     kinds = task.batch_kinds(evalset.pairs, completions)
     n = len(kinds)

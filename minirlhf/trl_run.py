@@ -25,6 +25,29 @@ rm            ``trl.experimental.ppo.PPOTrainer``, the RM,  rm (chapter 5)
 The settings come from our :class:`~minirlhf.ppo.PPOConfig` through one mapping,
 :func:`trl_settings`, which the book prints. The module can be imported without TRL (the
 mapping and the summaries need only the standard library); running a trainer needs it.
+
+**Float64.** TRL runs our models in their own dtype, float64: the policy, the reference (GRPO
+and RLOO load it from a folder, where TRL's default would be float32), the value model and the
+reward model, with no mixed precision; :func:`run_trl_arm` checks every weight and logs the
+dtype. While TRL trains, torch's default dtype is float64 too, so the tensors TRL makes without
+naming a dtype (GRPO's and RLOO's rewards before the group baseline, PPO's statistics) follow.
+Two steps stay float32, because the libraries name float32 themselves (TRL 1.12.0,
+transformers 5.23.0):
+
+- *Sampling.* ``generate`` casts the next-token logits to float32 before the temperature and
+  the softmax (``transformers/generation/utils.py``, line 3247). GRPO and RLOO only draw the
+  tokens from those probabilities and recompute every log-prob with a float64 forward pass.
+  TRL's PPO keeps them: its rollout log-probs are the float32 scores' log-softmax
+  (``trl/experimental/ppo/ppo_trainer.py``, lines 110 and 703), so the old log-probs of its
+  ratio and the k1 KL in its reward carry float32 rounding (about 1e-7).
+- *Rewards.* GRPO and RLOO store a reward function's values as float32
+  (``trl/trainer/grpo_trainer.py``, line 1690; ``trl/trainer/rloo_trainer.py``, line 1124):
+  exact for the verifier's 0 and 1, the RM's score rounded to 7 digits.
+
+Run with torch's AVX-512 kernels, its AVX2 ones and its portable ones, each arm gave the same
+accuracies and KLs within 1e-15. PPO's float32 log-probs could still round
+differently on another CPU: moving every one of them by one unit in the last place moves its
+KL by about 1e-8, far below the printed digits (``tests/test_trl_run.py`` allows 1e-5 there).
 """
 
 from __future__ import annotations
@@ -38,6 +61,7 @@ import sys
 import tempfile
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -46,7 +70,7 @@ import torch
 
 from . import paths, task
 from .experiment import REGISTRY, _Parser, _positive_int, arm_config, mean_ci95, run_arm
-from .model import generate, make_generator, reward_scores
+from .model import dtype_of, generate, make_generator, reward_scores
 from .ppo import EvalSet, PPOConfig, evaluate
 
 __all__ = [
@@ -109,7 +133,8 @@ PPO_NAMES = (
     ("kl_placement", (), "none: always the reward"),
 )
 # Settings of a TRL run that carry none of ours: no files, no network, no bars of its own,
-# CPU and float32, no optimizer decay (ours has none), no sample printouts.
+# on the CPU without mixed precision (every model stays in its own float64), no optimizer decay
+# (ours has none), no sample printouts.
 HOUSEKEEPING = ("report_to", "save_strategy", "logging_steps", "disable_tqdm", "log_level", "use_cpu", "bf16",
                 "fp16", "gradient_checkpointing", "ddp_find_unused_parameters", "weight_decay",
                 "num_sample_generations")
@@ -170,7 +195,8 @@ def trl_settings(arm: str, seed: int = 0, n_processes: int = 1, config: PPOConfi
         raise ValueError(f"n_processes ({n_processes}) must split the batch of {cfg.batch_size} into whole groups "
                          f"of {cfg.group_size}")
     common = {
-        # no files, no network, no progress bars of its own, CPU and float32 throughout
+        # no files, no network, no progress bars of its own; the CPU, and no mixed precision:
+        # bf16 and fp16 off, so no autocast, and each model computes in its own dtype (float64)
         "report_to": "none", "save_strategy": "no", "logging_steps": 1, "disable_tqdm": True,
         "log_level": "error", "use_cpu": True, "bf16": False, "fp16": False,
         "gradient_checkpointing": False, "ddp_find_unused_parameters": False, "seed": seed, "data_seed": seed,
@@ -188,6 +214,10 @@ def trl_settings(arm: str, seed: int = 0, n_processes: int = 1, config: PPOConfi
             # each rollout batch serves updates_per_batch optimizer steps: max_steps counts steps
             "num_iterations": cfg.updates_per_batch, "max_steps": cfg.iterations * cfg.updates_per_batch,
             "max_grad_norm": cfg.max_grad_norm, "remove_unused_columns": False,
+            # The trainer loads the policy and its reference from a folder (see _run), by default
+            # in float32 (create_model_from_path in trl/trainer/utils.py, 1.12.0, line 1166);
+            # "auto" takes the dtype config.json names: float64, the weights' own.
+            "model_init_kwargs": {"dtype": "auto"},
         }
         if spec.trainer == "grpo":
             scale = {"group": "group", "group-centred": "none"}[cfg.advantages]
@@ -274,11 +304,31 @@ def _score_std(policy, rm, cfg: PPOConfig, seed: int) -> float:
     return reward_scores(rm, prompts, completions).double().std().item()
 
 
-class _Evaluator:
-    """Converts TRL's policy back after every iteration and measures it with our evaluate."""
+@contextmanager
+def _default_dtype(dtype: torch.dtype):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
-    def __init__(self, reference, rm, evalset, temperature, every):
+
+def _check_dtypes(models: dict, dtype: torch.dtype) -> None:
+    """Raise unless every weight of every model (``{name: module}``) is in ``dtype``."""
+    wrong = {name: sorted({str(p.dtype) for p in m.parameters()}) for name, m in models.items()
+             if any(p.dtype != dtype for p in m.parameters())}
+    if wrong:
+        raise RuntimeError(f"TRL's models must all be in {dtype}, as the policy; found {wrong}")
+
+
+class _Evaluator:
+    """Converts TRL's policy back after every iteration and measures it with our evaluate,
+    under the caller's default dtype (``default``), as our own runs are measured."""
+
+    def __init__(self, reference, rm, evalset, temperature, every, default=torch.float32):
         self.reference, self.rm, self.evalset, self.t, self.every = reference, rm, evalset, temperature, every
+        self.default = default
         self.log = {"accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS}}
         self.cache = {}
 
@@ -286,7 +336,8 @@ class _Evaluator:
         from . import hf
 
         was_training = hf_policy.training
-        ev = evaluate(hf.hf_to_policy(hf_policy), self.reference, self.rm, self.evalset, self.t, self.cache)
+        with _default_dtype(self.default):
+            ev = evaluate(hf.hf_to_policy(hf_policy), self.reference, self.rm, self.evalset, self.t, self.cache)
         hf_policy.train(was_training)
         for key in ("accuracy", "rm_score", "kl"):
             self.log[key].append(ev[key])
@@ -358,19 +409,24 @@ def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, f
     spec = _check_trl_arm(arm)
     cfg = arm_config(spec.ours, config or PPOConfig(), seed)
     evalset = evalset or EvalSet()
+    dtype = dtype_of(policy)
+    if dtype_of(rm) != dtype:
+        raise ValueError(f"policy and rm must share a dtype, got {dtype} and {dtype_of(rm)}")
     n_processes = int(os.environ.get("WORLD_SIZE", "1"))
     score_std = _score_std(policy, rm, cfg, seed) if spec.trainer == "ppo" else None
     kwargs = trl_settings(arm, seed, n_processes, config, beta, score_std)
     pool = task.train_pairs()
     rm_hf = hf.rm_to_hf(rm)
     tok = hf.tokenizer()
-    evaluator = _Evaluator(policy, rm, evalset, cfg.temperature, 1 if spec.trainer == "ppo" else cfg.updates_per_batch)
+    evaluator = _Evaluator(policy, rm, evalset, cfg.temperature, 1 if spec.trainer == "ppo" else cfg.updates_per_batch,
+                           torch.get_default_dtype())
     bar = progress_bar(total=cfg.iterations, desc=f"TRL {arm}, seed {seed}", enabled=progress)
     with tempfile.TemporaryDirectory(prefix="minirlhf-trl-") as tmp, warnings.catch_warnings():
         # TRL sets gradient_checkpointing, which transformers 5 renames; we turn it off.
         warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
         set_seed(seed)  # TRL's PPO seeds torch only, and shuffles its minibatches with numpy
         if spec.trainer == "ppo":
+            # The four models are ours, converted in the policy's dtype; TRL's PPO casts none.
             start = hf.policy_to_hf(policy)
             # TRL stops a batch's generation once every answer has its `;` and fills the
             # answers that ended sooner with the generation's pad: `;`, as ours continue.
@@ -384,20 +440,23 @@ def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, f
                 args=args, processing_class=tok, model=start, ref_model=hf.policy_to_hf(policy),
                 reward_model=rm_hf, value_model=value, train_dataset=dataset)
             get_policy = lambda: trainer.accelerator.unwrap_model(trainer.model).policy  # noqa: E731
+            models = {"policy": get_policy(), "reference": trainer.ref_model, "value model": trainer.value_model,
+                      "reward model": trainer.reward_model}
         else:
             # GRPO and RLOO load their reference from the policy's folder (trl/trainer/utils.py,
-            # create_model_from_path), so the start goes through one, offline.
-            from transformers import AutoModelForCausalLM
-
-            hf.policy_to_hf(policy).save_pretrained(Path(tmp) / "start")
-            start = AutoModelForCausalLM.from_pretrained(Path(tmp) / "start", local_files_only=True)
+            # create_model_from_path), so the start goes through one, offline, and the trainer
+            # loads both from it with the settings' model_init_kwargs (in the folder's dtype).
+            folder = Path(tmp) / "start"
+            hf.policy_to_hf(policy).save_pretrained(folder)
             a, b = pool.T.tolist()
             dataset = Dataset.from_dict({"prompt": _prompt_text(pool), "a": a, "b": b})
             Config = trl.GRPOConfig if spec.trainer == "grpo" else trl.RLOOConfig
             Trainer = trl.GRPOTrainer if spec.trainer == "grpo" else trl.RLOOTrainer
-            trainer = Trainer(model=start, reward_funcs=_reward_funcs(spec, rm_hf),
+            trainer = Trainer(model=str(folder), reward_funcs=_reward_funcs(spec, rm_hf),
                               args=Config(output_dir=tmp, **kwargs), train_dataset=dataset, processing_class=tok)
             get_policy = lambda: trainer.accelerator.unwrap_model(trainer.model)  # noqa: E731
+            models = {"policy": get_policy(), "reference": trainer.ref_model, "reward model": rm_hf}
+        _check_dtypes(models, dtype)
         trainer.remove_callback(PrinterCallback)
         evaluator.measure(get_policy())
         trainer.add_callback(_callback(evaluator, get_policy, bar))
@@ -409,12 +468,17 @@ def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, f
             gc.freeze()
         began = time.perf_counter()
         try:
-            if profile:
-                import cProfile
+            # TRL makes some tensors without naming a dtype, in torch's default (float32): the
+            # rewards of GRPO and RLOO before their group baselines, PPO's statistics. With the
+            # default at the policy's dtype they are float64 too; our evaluation keeps the
+            # caller's default (_Evaluator.measure).
+            with _default_dtype(dtype):
+                if profile:
+                    import cProfile
 
-                cProfile.runctx("trainer.train()", globals(), {"trainer": trainer}, profile)
-            else:
-                trainer.train()
+                    cProfile.runctx("trainer.train()", globals(), {"trainer": trainer}, profile)
+                else:
+                    trainer.train()
         finally:
             gc.unfreeze()
         train_seconds = time.perf_counter() - began
@@ -424,7 +488,7 @@ def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, f
     keys = TRL_LOGGED[spec.trainer]
     rows = [row for row in trainer.state.log_history if keys[0] in row]
     trl_log = {key: [float(row[key]) for row in rows if key in row] for key in keys}
-    return {**evaluator.log, "trl_log": trl_log, "settings": dict(kwargs),
+    return {**evaluator.log, "trl_log": trl_log, "settings": dict(kwargs), "dtype": str(dtype).removeprefix("torch."),
             "seconds": time.perf_counter() - called, "train_seconds": train_seconds, "n_processes": n_processes}
 
 

@@ -1,13 +1,15 @@
-"""The conversion to Hugging Face models is exact: logits, scores, answers, and a round trip
-through a folder, on the book's trained policy and reward model and the 400 eval prompts."""
+"""The conversion to Hugging Face models is exact: logits, scores, answers, the dtype, and a
+round trip through a folder, on the book's trained policy and reward model and the 400 eval
+prompts."""
 
+import json
 import os
 
 import pytest
 import torch
 
 from minirlhf import task
-from minirlhf.model import TinyGPT, completion_logits, generate, reward_scores
+from minirlhf.model import GPTConfig, TinyGPT, completion_logits, dtype_of, generate, reward_scores
 from minirlhf.ppo import EvalSet
 from minirlhf.store import load_rm, load_sft
 
@@ -15,7 +17,9 @@ if os.environ.get("MINIRLHF_REQUIRE_TRL") != "1":
     pytest.importorskip("transformers", reason='the TRL bridge needs pip install -e ".[trl]"')
 from minirlhf import hf  # noqa: E402
 
-TOL = 1e-5
+# Both sides compute in float64 and differ only in the order of their operations (GPT-2's
+# attention and Conv1D against ours): about 1e-14 apart.
+TOL = 1e-10
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +98,27 @@ def test_converting_back_is_exact(models, answers):
     # Back and forth again changes nothing: the head's bias is already in ln_f.
     again = hf.policy_to_hf(back)
     for (n1, p1), (n2, p2) in zip(hp.named_parameters(), again.named_parameters()):
-        assert n1 == n2 and torch.allclose(p1, p2, atol=1e-6), n1
+        assert n1 == n2 and torch.equal(p1, p2), n1
+
+
+def test_the_dtype_is_kept(models):
+    # The book's models are float64, and so are their conversions, each way.
+    policy, rm, hp, hr, _ = models
+    assert dtype_of(policy) == dtype_of(rm) == torch.float64
+    for model in (hp, hr):
+        assert {p.dtype for p in model.parameters()} == {torch.float64}
+        assert model.config.dtype == torch.float64
+    for back in (hf.hf_to_policy(hp), hf.hf_to_rm(hr)):
+        assert back.cfg.dtype == "float64" and dtype_of(back) == torch.float64
+    # A float32 TinyGPT stays float32: the conversion follows the weights.
+    small = TinyGPT(GPTConfig(dtype="float32"))
+    h32 = hf.policy_to_hf(small)
+    assert {p.dtype for p in h32.parameters()} == {torch.float32} and h32.config.dtype == torch.float32
+    assert hf.hf_to_policy(h32).cfg.dtype == "float32"
+    # A model cast after it was built is converted in its weights' dtype, not its config's.
+    cast = TinyGPT(GPTConfig(dtype="float32")).double()
+    assert hf.policy_to_hf(cast).dtype == torch.float64
+    assert hf.hf_to_policy(hf.policy_to_hf(small).double()).cfg.dtype == "float64"
 
 
 def test_save_and_load_round_trip(models, answers, tmp_path):
@@ -104,9 +128,12 @@ def test_save_and_load_round_trip(models, answers, tmp_path):
     for name, model in (("policy", hp), ("rm", hr)):
         model.save_pretrained(tmp_path / name)
         tok.save_pretrained(tmp_path / name)
+        # config.json names the dtype, so from_pretrained (dtype "auto") loads float64 again
+        assert json.loads((tmp_path / name / "config.json").read_text())["dtype"] == "float64"
     hp2 = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "policy", local_files_only=True)
     hr2 = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm", local_files_only=True)
     tok2 = transformers.AutoTokenizer.from_pretrained(tmp_path / "rm", local_files_only=True)
+    assert hp2.dtype == hr2.dtype == torch.float64
     c = answers["sampled"]
     assert torch.equal(hf.hf_completion_logits(hp2, ev.prompts, c), hf.hf_completion_logits(hp, ev.prompts, c))
     assert torch.equal(hf.hf_reward_scores(hr2, ev.prompts, c), hf.hf_reward_scores(hr, ev.prompts, c))
