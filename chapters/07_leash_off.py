@@ -20,7 +20,7 @@
 # Chapters 4 and 5: the reward model's blind spot, and `ppo_train` (chapter 6 is not needed
 # here). The notebook trains sixteen short PPO runs, twelve for the chapter and four for the
 # worked answers, each with a progress bar in JupyterLab, and stores what it reads of them in
-# `outputs/ch07_*.json`. A first run of the whole notebook takes about a minute on a 2-core
+# `outputs/ch07_*.json`. A first run of the whole notebook takes about two minutes on a 2-core
 # CPU; later runs read the stored runs back and take about ten seconds.
 # ```
 
@@ -117,7 +117,7 @@ for beta in (0.0, 0.5):
 mean_acc = curve(0.0, "accuracy").mean(0)
 print(f"beta = 0: the mean accuracy peaks at {mean_acc.max():.3f} "
       f"(iteration {mean_acc.argmax()}), then falls")
-print("\nthe early rise, seed by seed: the highest accuracy in the first 10"
+print("\nseed by seed: the highest accuracy in the first 10"
       "\niterations, at which iteration, and its gain over the start")
 print(("beta " + "".join(f"   seed {seed:<15}" for seed in SEEDS)).rstrip())
 for beta in (0.0, 0.5):
@@ -171,8 +171,8 @@ def draw_leash_off(narrow=False):
 show_figure(
     draw_leash_off,
     alt="Three panels against PPO iteration, 0 to 40, three seeds per arm. "
-        f"With beta = 0 the true accuracy rises to {mean_acc.max():.3f} in "
-        f"the first iterations, then falls to {acc0[:, -1].mean():.3f}, "
+        f"With beta = 0 the true accuracy falls from {acc0[:, 0].mean():.3f} "
+        f"to {acc0[:, -1].mean():.3f}, "
         f"while the RM score rises from {sc0[:, 0].mean():+.2f} to "
         f"{sc0[:, -1].mean():+.2f} and the KL to the reference climbs to "
         f"{curve(0.0, 'kl')[:, -1].mean():.2f} nats per token. With beta = "
@@ -181,29 +181,35 @@ show_figure(
     caption="The leash off (β = 0, orange) against chapter 5's leash "
             "(β = 0.5, blue). Without the leash the RM score climbs and "
             "the KL to the reference keeps growing, while the true accuracy "
-            "rises for a few iterations and then falls below its start; "
-            "the leashed runs stay close to the reference. Thin lines are "
+            "falls from the first iterations; the leashed runs reach about "
+            "the same RM score and stay close to the reference. Thin lines are "
             "single seeds, thick lines their mean.",
 )
 
 # %% [markdown]
-# This is reward over-optimization in miniature. With nothing tying it to the reference, the
-# policy does exactly what it is paid for: the RM's score of its answers goes up, all the way.
-# The true accuracy goes up too, for a few iterations, and then down, until it ends well below
-# where it started.
+# This is reward over-optimization in miniature, and here it costs accuracy from the first
+# step. With nothing tying it to the reference, the policy walks far from it (the KL panel),
+# and the RM's score of its answers goes up, but only a little and not in every seed: the
+# mean goes from +1.67 to +1.74, and one seed ends at +1.68, hardly above its start. The
+# leashed runs, which barely move, reach about the same score (+1.73). The true accuracy of
+# the unleashed runs falls from the first iteration on, for about twenty iterations, and then
+# stays low: from 0.360 to 0.222 on average. The leashed runs dip at first and climb back, to
+# 0.355.
 #
-# Read the early rise with care (the seed-by-seed table above). It is not a gift of the missing
-# leash: the $\beta = 0.5$ runs rise just as early. In the first iteration the policy *is* the
-# reference, so every $\mathrm{kl}_t$ is 0 and the leash costs nothing: the two arms make the
-# same updates and reach the same accuracy. The rise shows that near the start, following
-# this RM also fixes some answers that were far off (the RM does know garbage from a
-# near-miss). It does not show that the RM teaches arithmetic, and it says nothing about where
-# either arm goes later. The KL panel shows the price in distance: the unleashed
-# policy keeps walking away from the reference, while the leashed one hardly moves.
+# There is no early rise to read here (the seed-by-seed table above): in every seed, in both
+# arms, the best accuracy of the first ten iterations is below the start. That first loss is
+# not the missing leash's doing either. In the first iteration the policy *is* the reference,
+# so every $\mathrm{kl}_t$ is 0 and the leash costs nothing: the two arms make the same update
+# and reach the same accuracy (the last line above). The arms part later. The KL panel shows
+# the price in distance: the unleashed policy walks away from the reference for about twenty
+# iterations and stays there, while the leashed one hardly moves.
 #
-# Nothing went wrong in the code. PPO was handed a number and made it larger. The number is a
-# learned proxy: at first, making it larger also made the answers better, and then it no
-# longer did.
+# Nothing went wrong in the code. PPO was handed a number and made it a little larger. With
+# $\beta = 0$ the advantage is the RM score standardized within the batch, so even small
+# differences between the answers of a batch count in full, and the policy follows them
+# wherever they lead. The number is a learned proxy, and in these runs making it larger did not
+# make the answers better at any point: the unleashed runs travelled several times as far as
+# the leashed ones, for about the same score, and paid for the distance in accuracy.
 #
 # ## Where the answers go
 #
@@ -274,12 +280,12 @@ show_figure(
 )
 
 # %% [markdown]
-# The correct layer thins out, the other wrong numbers thicken, and the near-miss layer,
-# which already held most of the answers, stays about as thick as it was. Nothing becomes
-# malformed: the policy still writes numbers and ends them with `;`, because the RM punishes
-# garbage hard. The layers hide the traffic, though. A layer can keep its thickness while
-# answers flow through it, so follow each prompt's answer from the start to the end of the
-# unleashed runs:
+# The correct layer thins out and both wrong layers thicken: the near-misses, which already
+# held most of the answers, from 0.583 to 0.658, and the other wrong numbers from 0.058 to
+# 0.121. Nothing becomes malformed: the policy still writes numbers and ends them with `;`,
+# because the RM punishes garbage hard. The layers show only the net change, though. Answers
+# flow in and out of every layer, so follow each prompt's answer from the start to the end of
+# the unleashed runs:
 
 # %%
 eval_pairs = evalset.pairs  # (400, 2)
@@ -389,8 +395,8 @@ show_figure(
         f"curve is flat, within 0.1 of the truth, from {flat.min():+d} to "
         f"{flat.max():+d}, and falls away outside. The exact answers drop "
         f"from {np.mean(start_offsets == 0):.0%} to "
-        f"{np.mean(end_offsets == 0):.0%}; the answers spread over the flat "
-        "stretch and just beyond it.",
+        f"{np.mean(end_offsets == 0):.0%}; the answers move to about ten "
+        "below the truth, at the edge of the near-miss band and just beyond it.",
     caption="Where the answers go: how far each greedy answer is from the "
             "truth, before (blue) and after (orange) 40 iterations without "
             "a leash, over the RM's average opinion of each offset (black, "
@@ -402,12 +408,14 @@ show_figure(
 
 # %% [markdown]
 # On average the RM cannot tell the truth from its close neighbours: its curve is flat around
-# the truth and only bends away a few units out, gently next to its verdict on garbage. The
-# policy's answers spread out: fewer exact answers and close neighbours, more answers toward
-# the edge of the near-miss band and just beyond it, where the RM's average still hardly
-# objects. But a flat *average* does not explain why the RM's score kept climbing. For that, look at single prompts. The next
-# cell scores, for each prompt, every answer within 10 of the truth, and asks how the greedy
-# answers compare with the truth *on the same prompt*.
+# the truth and only bends away a few units out, gently next to its verdict on garbage, and
+# more gently below the truth than above it. The policy's answers move: fewer exact answers and
+# close neighbours, fewer answers about ten above the truth, and many more about ten below it
+# (a tens digit too low), at the edge of the near-miss band and just beyond it, where the RM's
+# average objects only a little; a few go as far as twenty below. But an *average* does not
+# say what the policy gains on a single prompt by moving. For that, look at single prompts.
+# The next cell scores, for each prompt, every answer within 10 of the truth, and asks how the
+# greedy answers compare with the truth *on the same prompt*.
 
 # %%
 window = np.arange(-10, 11)
@@ -415,7 +423,8 @@ truth = eval_pairs.sum(1)  # (400,)
 with torch.no_grad():
     correct = task.correct_completions(eval_pairs)
     r_truth = reward_scores(rm, eval_prompts, correct)  # (400,)
-    r_window = torch.full((len(truth), len(window)), -np.inf)  # (400, 21)
+    r_window = torch.full((len(truth), len(window)), -np.inf,
+                          dtype=r_truth.dtype)  # (400, 21)
     for j, d in enumerate(window):
         answer = truth + int(d)
         ok = (answer >= 0) & (answer <= task.MAX_SUM)  # (400,)
@@ -456,21 +465,24 @@ print(f"answers that became correct ({len(found)}): the old answer had "
 # There is the blind spot, prompt by prompt. Near the truth the RM's scores are not flat but
 # *noisy*: for almost every prompt some wrong neighbour scores higher than the truth, and
 # which one is an accident of the RM's weights. At the start the policy's answers score below
-# the truth on average; after the unleashed runs they score above it. The two last lines say
-# how. The correct answers the policy gave up were replaced, mostly, by neighbours that this
-# RM happens to score higher than the truth. The answers it made correct are a mix: on
-# average the old answer had scored well below the truth, so part of that traffic follows a
-# real signal (the RM does know a far-off answer from a close one, which is the early rise in
-# accuracy), and part is the same stirring, running the other way. The accuracy curve tells
-# which kind of traffic dominates when: the real signal first, then the stirring. By the end
-# the policy has learned the RM's accidents.
+# the truth on average; after the unleashed runs they score about as high as the truth in two
+# seeds and no closer to it in the third, and in every seed more of them score above the truth
+# than at the start. The two last lines say how the correct answers went. The answers that
+# replaced them score, on average, about what the truth scores (+0.05), and higher than the
+# truth in fewer than half of the prompts: the policy did not trade the truth for answers this
+# RM clearly prefers, it traded it for neighbours the RM cannot tell from it. The answers it
+# made correct had scored well below the truth on average, so that traffic follows a real
+# signal (the RM does know a far-off answer from a close one), but it is the smaller stream,
+# 95 answers against 261, and the accuracy curve shows it falling behind from the first
+# iterations on. By the end the policy has not learned the RM's preferences so much as its
+# indifference.
 #
 # Gao et al. measured this at scale {cite}`gao2023scaling`. They trained a large "gold" reward
 # model to play the part of the truth and optimized policies against smaller proxy RMs trained
 # on its labels: the proxy score kept rising, while the gold score first rose and then fell,
 # as a smooth function of how far (in KL) the policy had moved from its start. Our verifier
-# plays the gold RM, and cannot be wrong. The next figure plots our runs their way, against
-# the distance travelled.
+# plays the gold RM, and cannot be wrong. The next cell gives the unleashed runs' mean
+# accuracy at each distance travelled, and the figure after it plots every run their way.
 
 # %%
 print("KL per token   mean accuracy of the beta = 0 runs at that distance")
@@ -506,33 +518,43 @@ show_figure(
     draw_distance,
     alt="Two scatter plots against the square root of the per-token KL to "
         "the reference, one point per run and iteration. True accuracy: "
-        "the beta = 0 runs rise a little at small distances, then fall "
-        "steadily; the beta = 0.5 points stay at small distances and are "
-        "no more accurate than the beta = 0 points there. RM score: it "
-        "rises with distance for both arms.",
+        "the beta = 0 runs fall steadily with distance; the beta = 0.5 "
+        "points stay at small distances, about as accurate as the beta = 0 "
+        "points early on and more accurate late. RM score: no steady rise "
+        "with distance.",
     caption="Over-optimization against distance, as Gao et al. plot it: "
             "every evaluation of every run, against the square root of the "
-            "KL. Without the leash the true accuracy rises a little near "
-            "the start (the dotted line is where it began), then falls the "
-            "further the policy goes, while the proxy's score keeps rising; "
-            "the leashed runs stay near the start and are no more accurate "
-            "there.",
+            "KL. Without the leash the true accuracy falls the further the "
+            "policy goes (the dotted line is where it began), and the "
+            "proxy's score does not keep rising with it; the leashed runs "
+            "stay near the start.",
 )
 
 # %% [markdown]
-# The unleashed runs trace Gao's curve in miniature: the true accuracy rises a little while
-# the policy is close to the reference, where following the RM means fixing answers that were
-# far off, and then falls the further the policy goes, while the proxy's score keeps rising.
+# The unleashed runs trace only the falling half of Gao's curve: their accuracy is lower in
+# each band of distance than in the one before, from 0.343 below 0.02 nats per token to 0.187
+# beyond 0.2, and every band is below the start. The proxy's score does not keep rising with
+# the distance either (the right-hand panel): the seed that went furthest ends with about the
+# score it started with.
 #
-# The leashed runs stay near the start of that curve, and they are no more accurate there than
-# the unleashed runs were when they passed through the same distance. That is the lesson of
-# the leash. **The leash buys time; it cannot create signal.** It limits how far the policy
-# can travel in a given number of updates, and so how much damage a blind proxy can do, but
-# what the policy finds on the way comes from the reward alone. Against this RM a stronger
-# leash only makes the walk slower; against the verifier (chapter 5) the same leash slows a
-# walk uphill. Gao et al. report the same at scale {cite}`gao2023scaling`: in their runs a KL
-# penalty did not raise the best gold score reachable at a given distance from the start; its
-# effect was like stopping the run early.
+# The leashed runs stay near the start of that curve. In their first ten or so iterations they
+# are no more accurate than the unleashed runs were at the same distance, at times less. But by
+# the end, still at that distance (their KL ends between 0.023 and 0.031 nats per token), they
+# have climbed back to 0.355 on average, where the unleashed runs had averaged 0.320 between
+# 0.02 and 0.05; in the second half of the run their KL even falls a little (the KL panel of
+# the first figure). They win back what the first steps lost, and no more: no leashed run
+# ends clearly above its start (0.343 to 0.362, against 0.360). That is the lesson of the
+# leash. **The leash buys time; it cannot create signal.** It limits how far the policy can
+# travel, and so how much damage a blind proxy can do, but what the policy finds on the way
+# comes from the reward alone: against this RM, at best the accuracy it started with; against
+# the verifier (chapter 5), a walk uphill.
+#
+# Gao et al. studied the leash at scale {cite}`gao2023scaling`: in their runs a KL penalty did
+# not raise the best gold score reachable at a given distance from the start; its effect was
+# like stopping the run early, and they caution that this may depend on their hyperparameters.
+# Our leashed runs end more accurate than the unleashed ones were at the same distance, so in
+# that detail they do not reproduce Gao's finding; three seeds on one small RM cannot say how
+# general either result is.
 #
 # ## Exercise 7.1: the adaptive KL controller
 #
@@ -630,11 +652,11 @@ for i, kl_batch in enumerate(measured_kl, 1):
 # Ziegler's:
 #
 # - **The target.** The distance we are willing to let the policy travel. The accuracy-by-KL
-#   table of the unleashed runs is the price list: up to about 0.05 nats per token they had
-#   lost no accuracy, and beyond about 0.1 they lose more and more. We take the cautious end,
-#   0.05. (The
-#   controller measures the KL with the k1 estimate of each training batch, a noisier reading
-#   of nearly the same distance as the evaluations' exact KL.)
+#   table of the unleashed runs is the price list, and it has no free entry: they had lost
+#   accuracy at every distance, a little below 0.05 nats per token (0.320 between 0.02 and
+#   0.05, against 0.360 at the start) and more and more beyond. We take 0.05, where the loss
+#   was still small. (The controller measures the KL with the k1 estimate of each training
+#   batch, a noisier reading of nearly the same distance as the evaluations' exact KL.)
 # - **The horizon.** Ziegler et al. used a horizon of 10,000 samples (and a target of 6 nats
 #   per *completion*; ours is per token), in runs many horizons long. Our whole run is
 #   $40 \times 64 = 2{,}560$ samples: with a horizon of 10,000, $\beta$ could change by at
@@ -643,7 +665,7 @@ for i, kl_batch in enumerate(measured_kl, 1):
 #   run, while one noisy batch still moves it by no more than 5%.
 
 # %%
-TARGET = 0.05  # nats per token: the beta = 0 runs had lost no accuracy yet
+TARGET = 0.05  # nats per token: the beta = 0 runs had lost little accuracy yet
 HORIZON = 256  # samples, 4 iterations of 64: beta moves <= 5% per iteration
 step = 0.2 * ppo.PPOConfig().batch_size / HORIZON
 print(f"target {TARGET} nats per token, horizon {HORIZON} samples: beta "
@@ -715,8 +737,9 @@ show_figure(
         "each: fixed beta 0.1, the adaptive controller starting at 0.1 with "
         f"target {TARGET} and horizon {HORIZON}, and fixed beta 0.5. The "
         "training-batch KL: the fixed 0.1 arm climbs well past the dashed "
-        "target, the adaptive arm climbs past it more slowly and levels "
-        "off. Beta: the adaptive arm's beta dips, then rises to between "
+        "target, and the adaptive arm climbs past it too and ends below "
+        "the fixed 0.1 arm. Beta: the adaptive arm's beta dips, then "
+        "rises to between "
         f"{beta_end.min():.2f} and {beta_end.max():.2f}. The last panel: "
         "true accuracy.",
     caption="The adaptive leash against two fixed ones: the KL of each "
@@ -732,9 +755,12 @@ show_figure(
 # The controller does what it promises, with a delay. While the policy is still close to the
 # reference, the KL is below the target and $\beta$ drifts *down*; once the KL passes the
 # target, $\beta$ climbs by up to 5% an iteration and keeps climbing as long as the KL stays
-# above it. The adaptive runs end with a leash several times tighter than where they started
-# and travel less far than the fixed $\beta = 0.1$ runs, but they overshoot the target and do
-# not come back to it within the run. Three reasons, all general:
+# above it. The adaptive runs end with a leash about three times tighter than where they
+# started (between 0.26 and 0.39) and travel less far than the fixed $\beta = 0.1$ runs, but
+# they overshoot the target and do not come back to it within the run. Their accuracy ends
+# between the two fixed leashes' (0.294 on average, against 0.263 and 0.355): the leash they
+# reach late saves part of what the loose one loses, not all of it. Three reasons for the
+# overshoot, all general:
 #
 # - **The controller acts on distance already travelled.** A KL above the target only says the
 #   policy has gone too far; raising $\beta$ slows further travel, and pulls the policy back
@@ -742,7 +768,7 @@ show_figure(
 #   over the run, so late corrections have little left to act on.
 # - **The leash is small next to the reward.** The standardized score is of order 1; the leash
 #   charges a completion $\beta$ times the sum of its tokens' KL, and even at the end of the
-#   adaptive runs, with $\beta$ several times its start, that is a small fraction of the
+#   adaptive runs, with $\beta$ about three times its start, that is a small fraction of the
 #   score's spread (the last line printed above). It takes a large $\beta$, or a long
 #   time, for the leash to win.
 # - **It is an integral controller.** Take logarithms of the update:
@@ -1219,12 +1245,12 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 #
 # You can now:
 #
-# - run PPO against a reward model with no leash and read what happens: the RM's score climbs
-#   all the way while the true accuracy rises a little and then falls, in every seed (Gao et
-#   al.'s over-optimization curve in miniature), and follow the answers as they are stirred
-#   inside the blind spot rather than turned into garbage;
-# - explain why, at a given distance from the reference, the leash does not make the policy
-#   more accurate: it buys time, and cannot create signal;
+# - run PPO against a reward model with no leash and read what happens: the policy travels far
+#   from the reference, the RM's score rises a little, and the true accuracy falls from the
+#   start, in every seed (the falling half of Gao et al.'s over-optimization curve), and follow
+#   the answers as they are stirred inside the blind spot rather than turned into garbage;
+# - compare leashed and unleashed runs at the same distance from the reference, and say what
+#   the leash can do and what it cannot: it buys time, and cannot create signal;
 # - write and tune the adaptive KL controller (your `adaptive_kl_update`), and predict its
 #   overshoot from its being an integral controller whose horizon must fit the run;
 # - write GAE (your `gae`), fill its table by hand, and say when a value head becomes
@@ -1270,13 +1296,15 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 # <summary>Worked answer: longer</summary>
 #
 # The cell below runs it (seed 0; the learning rate now anneals over 100 iterations instead of
-# 40). In this run the fall stops: by iteration 40 the accuracy has fallen most of the way, and
-# from there to 100 it, the RM score and the KL hardly move. The RM score has nearly
-# saturated: the policy has found answers the RM scores about as high as anything near them,
-# and little is left to climb. No answer becomes malformed. The RM punishes answers of the wrong
-# size or length hard (chapter 4), and a malformed answer has never been scored well, so the
-# policy has no reason to go there; what grows instead is the share of other wrong numbers,
-# just outside the near-miss band, where the RM still barely objects.
+# 40). In this run the fall slows down and nearly stops: by iteration 40 the accuracy has fallen
+# most of the way (0.360 to 0.225), and from there to 100 it moves much less, down to 0.188 and
+# back up to 0.205. The RM score climbs no further after iteration 40: it dips and recovers
+# (1.773, 1.716, 1.761), and the KL grows a little more and then eases back (0.256, 0.340,
+# 0.295). More distance buys nothing here, on the RM's scale or the verifier's. No answer
+# becomes malformed. The RM punishes answers of the wrong size or length hard (chapter 4), and
+# a malformed answer has never been scored well, so the policy has no reason to go there; what
+# grows instead is the share of wrong numbers, near-misses and other wrong numbers alike, at
+# the edge of the near-miss band and just beyond it, where the RM objects only a little.
 #
 # </details>
 
@@ -1342,9 +1370,10 @@ print(f"horizon 64, seed 0: beta from {betas_h[0]:.3f} to {betas_h[-1]:.3f}"
 # The cell below runs the verifier arm (seed 0, 40 iterations, $\beta = 0.08$ as in chapter 5),
 # once fixed and once adaptive with this chapter's target and horizon. The verifier arm wants
 # more distance than the target allows: at a fixed $\beta$ its batch KL is above the target in
-# most iterations, so the controller keeps tightening, and $\beta$ ends several times higher
-# than it started. The KL ends lower than with the fixed leash, though still above the target
-# (the controller acts late, as in the rm arm). In this seed the accuracy is the same: the
+# most iterations, so once its first dip is over the controller keeps tightening, and $\beta$
+# ends more than twice as high as it started. The KL ends a little lower than with the fixed
+# leash, though still above the target (the controller acts late, as in the rm arm). In this
+# seed the accuracy is about the same (0.420 against 0.422): the
 # distance the tighter leash denies was not where the verifier's gains came from, at least
 # within 40 iterations. A target chosen to stop the RM arm from exploiting its proxy is a cost
 # for an honest reward; the right distance depends on how far the reward can be trusted.

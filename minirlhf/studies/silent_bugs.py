@@ -24,6 +24,7 @@ import importlib
 import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -259,7 +260,7 @@ def _nudged(policy, scale: float = 0.3, seed: int = 1):
     moved = copy.deepcopy(policy)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        moved.head.weight.add_(scale * torch.randn(moved.head.weight.shape, generator=g))
+        moved.head.weight.add_(scale * torch.randn(moved.head.weight.shape, generator=g, dtype=moved.head.weight.dtype))
     return moved
 
 
@@ -308,7 +309,7 @@ def check_ratio(policy, temperature: float = 0.7) -> tuple[bool, str]:
     with torch.no_grad():
         old = ppo.logprobs_from_logits(completion_logits(moved, prompts, completions), completions, temperature)
         ref = ppo.logprobs_from_logits(completion_logits(reference, prompts, completions), completions, temperature)
-    adv = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2)) * mask
+    adv = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2), dtype=old.dtype) * mask
     loss = ppo.grpo_token_loss(old, old, ref, adv, mask, 0.2, 0.0).item()
     want = -((adv * mask).sum() / mask.sum()).item()
     return abs(loss - want) < 1e-6, f"loss {loss:+.4f}, minus the mean advantage {want:+.4f}"
@@ -337,14 +338,14 @@ def check_leash_gradient(policy, temperature: float = 0.7) -> tuple[bool, str]:
         ref_logits = completion_logits(reference, prompts, completions)
         ref = torch.log_softmax(ref_logits / temperature, -1).gather(-1, completions.unsqueeze(-1)).squeeze(-1)
         probs = torch.softmax(completion_logits(moved, prompts, completions)[:, 0] / temperature, -1)
-    weight = torch.zeros(completions.shape)
+    weight = torch.zeros(completions.shape, dtype=probs.dtype)
     weight[:, 0] = probs.gather(-1, completions[:, :1]).squeeze(-1)  # pi(first token)
 
     def grad(loss_of):
         moved.zero_grad(set_to_none=True)
         loss = loss_of()
         if not loss.requires_grad:  # the term reaches no weight: no gradient at all
-            return torch.zeros(moved.head.weight.numel())
+            return torch.zeros(moved.head.weight.numel(), dtype=moved.head.weight.dtype)
         loss.backward()
         return moved.head.weight.grad.flatten().clone()
 
@@ -415,30 +416,36 @@ def _trainer(arm: str) -> str:
     return REGISTRY[arm].trainer
 
 
-def study(seeds=(0, 1, 2), bugs=None, progress: bool = False, evalset=None, policy=None, rm=None) -> dict:
+def _dashboard_run(job, policy, rm, evalset, progress) -> dict:
+    # One run of the study, in this process or a worker: (a bug's name, or an arm for its
+    # correct run; the seed).
+    who, seed = job
+    bug = BUGS.get(who)
+    arm = who if bug is None else bug.arm
+    log = run_bug(bug, arm, policy, rm, seed, evalset, progress=progress)
+    return {k: log[k] for k in DASHBOARD[_trainer(arm)]}
+
+
+def study(seeds=(0, 1, 2), bugs=None, progress: bool = False, evalset=None, policy=None, rm=None,
+          workers: int | None = None) -> dict:
     """Return ``{"correct": {arm: {seed: log}}, bug: {seed: log}}``: every bug's run and the
     correct run of its arm, for each seed, from the partial-SFT policy (or ``policy``), keeping
-    the :data:`DASHBOARD` metrics of each log."""
-    from ..progress import progress_bar
+    the :data:`DASHBOARD` metrics of each log. ``workers`` worker processes make the runs
+    (None: one per core; :func:`minirlhf.parallel.map_runs`)."""
+    from ..parallel import map_runs
     from ..store import load_rm, load_sft
 
     policy = policy if policy is not None else load_sft(progress=progress)[0]
     rm = rm if rm is not None else load_rm(progress=progress)[0]
     names = list(bugs or BUGS)
     arms = sorted({BUGS[name].arm for name in names})
+    jobs = [(who, seed) for seed in seeds for who in [*arms, *names]]
+    logs = map_runs(partial(_dashboard_run, policy=policy, rm=rm, evalset=evalset, progress=progress), jobs,
+                    workers, progress=progress, desc="silent bugs",
+                    label=lambda job: f"{job[0] if job[0] in BUGS else 'correct ' + job[0]} run, seed {job[1]}")
     out = {"correct": {arm: {} for arm in arms}, **{name: {} for name in names}}
-    bar = progress_bar(total=len(seeds) * (len(arms) + len(names)), desc="silent bugs", enabled=progress)
-    for seed in seeds:
-        for arm in arms:
-            log = run_bug(None, arm, policy, rm, seed, evalset)
-            out["correct"][arm][str(seed)] = {k: log[k] for k in DASHBOARD[_trainer(arm)]}
-            bar.update(1)
-        for name in names:
-            bug = BUGS[name]
-            log = run_bug(bug, bug.arm, policy, rm, seed, evalset)
-            out[name][str(seed)] = {k: log[k] for k in DASHBOARD[_trainer(bug.arm)]}
-            bar.update(1)
-    bar.close()
+    for (who, seed), log in zip(jobs, logs):
+        (out[who] if who in BUGS else out["correct"][who])[str(seed)] = log
     return out
 
 
@@ -478,17 +485,23 @@ def plot_dashboard(runs: dict, name: str, metrics=None, axes=None, label: str | 
     return axes
 
 
+def _fixed_run(seed, bug, policy, rm, evalset, progress) -> dict:
+    return run_bug(bug, bug.arm, policy, rm, seed, evalset, progress=progress)
+
+
 def band_check(name: str, fn: Callable, runs: dict, progress: bool = False, policy=None, rm=None,
-               evalset=None) -> dict:
+               evalset=None, workers: int | None = None) -> dict:
     """Run a learner's fix of bug ``name`` in the engine and say whether it lands in the band.
 
     ``fn`` replaces the engine's function as the bug's copy did, for each seed of the stored
-    ``runs`` (:func:`study`'s layout). Returns per tell: the fixed runs' value (mean over
-    seeds), the correct runs' band (mean ± 95% half-width) and ``inside``; and ``passed``,
-    True when every tell is inside.
+    ``runs`` (:func:`study`'s layout), the seeds' runs made by ``workers`` worker processes
+    (None: one per core; :func:`minirlhf.parallel.map_runs`). Returns per tell: the fixed
+    runs' value (mean over seeds), the correct runs' band (mean ± 95% half-width) and
+    ``inside``; and ``passed``, True when every tell is inside.
     """
     import dataclasses
 
+    from ..parallel import map_runs
     from ..store import load_rm, load_sft
 
     bug = BUGS[name]
@@ -496,8 +509,10 @@ def band_check(name: str, fn: Callable, runs: dict, progress: bool = False, poli
     policy = policy if policy is not None else load_sft(progress=progress)[0]
     rm = rm if rm is not None else load_rm(progress=progress)[0]
     correct = runs["correct"][bug.arm]
-    fixed = {seed: run_bug(fixed_bug, bug.arm, policy, rm, int(seed), evalset, progress=progress)
-             for seed in correct}
+    fixed = dict(zip(correct, map_runs(
+        partial(_fixed_run, bug=fixed_bug, policy=policy, rm=rm, evalset=evalset, progress=progress),
+        [int(seed) for seed in correct], workers, progress=progress, desc=f"your fix of {name}",
+        label=lambda seed: f"{bug.arm} run, seed {seed}")))
     out = {}
     for metric in bug.tells:
         band = mean_ci95([tell_value(correct[s], metric) for s in correct])
