@@ -7,6 +7,12 @@ temporary folder, so the stages never reuse (or disturb) the models in ``outputs
 Prints a table and writes ``outputs/bench.json``. The two TRL stages run only when the
 optional extra is installed (``pip install -e ".[trl]"``); they import TRL before the clock
 starts, since importing it takes longer than the run.
+
+The five-seed experiment is timed with one worker (the runs one after another) and with two
+worker processes (:mod:`minirlhf.parallel`), each :data:`REPEATS` times, taking turns so that
+a change in the machine's load falls on both; the table shows the medians, and the last line
+the speed-up of two workers over one. The other stages run the experiment with its default,
+one worker process per core.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,7 +30,8 @@ from pathlib import Path
 
 from . import paths
 
-__all__ = ["STAGES", "TRL_STAGES", "ORDER", "MEMORY_BUDGET_MB", "run_stage", "judge", "format_table", "main"]
+__all__ = ["STAGES", "TRL_STAGES", "ORDER", "PAIRED", "REPEATS", "MEMORY_BUDGET_MB", "run_stage", "run_paired",
+           "speedup", "judge", "format_table", "main"]
 
 # The DPO stage took 6.7 to 7.2 s (five runs on 2 cores); its budget is twice that, rounded up.
 DPO_BUDGET = 15.0
@@ -32,7 +40,8 @@ STAGES = {
     "sft_and_rm": ("SFT policy and reward model, from scratch", 30.0),
     "one_seed_both_arms": ("both PPO arms, one seed, 25 iterations with the eval", 10.0),
     "pipeline": ("SFT, RM and both arms for one seed, from scratch", 30.0),
-    "five_seeds_both_arms": ("both PPO arms, 5 seeds, 25 iterations each", 60.0),
+    "five_seeds_both_arms": ("both PPO arms, 5 seeds, 25 iterations each, one run after another", 60.0),
+    "five_seeds_two_workers": ("the same, 2 worker processes (peak: this one + each worker's)", 40.0),
     "one_seed_grpo_arms": ("both GRPO arms (8 prompts x 8), one seed, 25 iterations", 10.0),
     "one_seed_dpo_arm": ("the DPO arm, one seed, 200 steps of 64 pairs with the eval", DPO_BUDGET),
     # TRL's trainers on the same work (minirlhf.trl_run); a run took 3 to 5 s, set-up included.
@@ -41,8 +50,11 @@ STAGES = {
 }
 TRL_STAGES = {"trl_grpo_verifier": "grpo-verifier", "trl_ppo_rm": "rm"}  # stage -> TRL arm
 # The stages run in this order; "pipeline" starts from scratch in a folder of its own.
-ORDER = ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms", "one_seed_grpo_arms", "one_seed_dpo_arm",
-         "trl_grpo_verifier", "trl_ppo_rm", "pipeline")
+ORDER = ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms", "five_seeds_two_workers", "one_seed_grpo_arms",
+         "one_seed_dpo_arm", "trl_grpo_verifier", "trl_ppo_rm", "pipeline")
+# Timed REPEATS times each, taking turns; the table shows the medians and the speed-up.
+PAIRED = ("five_seeds_both_arms", "five_seeds_two_workers")
+REPEATS = 3
 MEMORY_BUDGET_MB = 1536.0
 
 
@@ -59,7 +71,9 @@ def _work(stage: str) -> None:
     if stage in ("one_seed_both_arms", "pipeline"):
         run_experiment(seeds=1, progress=False)
     if stage == "five_seeds_both_arms":
-        run_experiment(seeds=5, progress=False)
+        run_experiment(seeds=5, progress=False, workers=1)
+    if stage == "five_seeds_two_workers":
+        run_experiment(seeds=5, progress=False, workers=2)
     if stage == "one_seed_grpo_arms":
         run_experiment(seeds=1, progress=False, arms=("grpo-verifier", "grpo-rm"))
     if stage == "one_seed_dpo_arm":
@@ -86,6 +100,8 @@ def _child(stage: str) -> None:
     _work(stage)
     seconds = time.perf_counter() - start
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    if stage == "five_seeds_two_workers":  # the largest worker's, counted once per worker (an upper bound)
+        peak_kb += 2 * resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({"stage": stage, "seconds": seconds, "peak_mb": peak_kb / 1024}))
 
 
@@ -100,6 +116,28 @@ def run_stage(stage: str, outputs: Path) -> dict:
     if done.returncode != 0:
         raise RuntimeError(f"stage {stage} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_paired(outputs: Path, repeats: int = REPEATS) -> list[dict]:
+    """Return one row per stage of :data:`PAIRED`, each run ``repeats`` times, taking turns:
+    ``seconds`` is the median, ``runs_seconds`` every time, ``peak_mb`` the largest."""
+    times = {stage: [] for stage in PAIRED}
+    peaks = {stage: [] for stage in PAIRED}
+    for _ in range(repeats):
+        for stage in PAIRED:
+            row = run_stage(stage, outputs)
+            times[stage].append(row["seconds"])
+            peaks[stage].append(row["peak_mb"])
+    return [{"stage": stage, "seconds": statistics.median(times[stage]), "runs_seconds": times[stage],
+             "peak_mb": max(peaks[stage])} for stage in PAIRED]
+
+
+def speedup(rows: list[dict]) -> float | None:
+    """Return the median time of the paired stage with one worker over that with two (None
+    when either is missing)."""
+    seconds = {row["stage"]: row["seconds"] for row in rows}
+    one, two = (seconds.get(stage) for stage in PAIRED)
+    return one / two if one and two else None
 
 
 def judge(rows: list[dict]) -> bool:
@@ -139,14 +177,23 @@ def main(argv=None) -> int:
             if stage in TRL_STAGES and not _has_trl():
                 print(f"skipping {stage}: it needs the optional extra (pip install -e \".[trl]\")")
                 continue
-            rows.append(run_stage(stage, Path(tmp) / "pipeline" if stage == "pipeline" else fresh))
+            if stage == PAIRED[0]:
+                rows += run_paired(fresh)
+            elif stage not in PAIRED:
+                rows.append(run_stage(stage, Path(tmp) / "pipeline" if stage == "pipeline" else fresh))
     ok = judge(rows)
     print(format_table(rows))
+    ratio = speedup(rows)
+    paired = {row["stage"]: row for row in rows if row["stage"] in PAIRED}
+    one, two = (paired[stage] for stage in PAIRED)
+    print(f"five seeds, both arms, medians of {REPEATS}: one worker {one['seconds']:.1f} s, two workers "
+          f"{two['seconds']:.1f} s; speed-up of two workers over one {ratio:.2f}x")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"peak memory budget {MEMORY_BUDGET_MB:.0f} MB; load average at the end {load:.2f} "
           f"on {os.cpu_count()} cores (other work on the machine slows every stage)")
     out = paths.write_atomic(paths.OUTPUTS / "bench.json", json.dumps({
         "stages": rows, "memory_budget_mb": MEMORY_BUDGET_MB, "all_within_budget": ok,
+        "speedup_two_workers": ratio,
         "machine": {"cpus": os.cpu_count(), "load_average_1min": load, "python": platform.python_version(),
                     "platform": platform.platform()},
     }, indent=1))

@@ -9,7 +9,8 @@ PPO or GRPO arm (default: chapter 5's two) and :func:`minirlhf.dpo.train_dpo` fo
 every seed from the same starting policy, prints the results table beside the original run's
 values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_kl.png`` and
 ``results.json`` to ``--out`` (default: the project's ``outputs/``). The arms come from one
-registry, :data:`REGISTRY`.
+registry, :data:`REGISTRY`. The runs are made side by side by worker processes, one per core
+(``--workers`` sets how many), with the same results as one after another.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import paths, task
+from . import parallel, paths, task
 from .model import make_generator, reward_scores
 from .dpo import DPO_METRICS, HELDOUT_LOGPS, DPOConfig, train_dpo
 from .palette import ARM_COLORS, BLACK, DARK_YELLOW, GRAY, GREEN, PINK, SKY, YELLOW
@@ -38,7 +40,8 @@ from .reward_model import HELDOUT_SEED
 from .store import load_rm, load_sft
 
 __all__ = [
-    "Arm", "REGISTRY", "ARMS", "DEFAULT_ARMS", "GRPO_SETTINGS", "DEFAULT_BETA", "ORIGINAL", "mean_ci95", "run_arm", "run_experiment", "summarize",
+    "Arm", "REGISTRY", "ARMS", "DEFAULT_ARMS", "GRPO_SETTINGS", "DEFAULT_BETA", "ORIGINAL", "mean_ci95", "run_arm",
+    "run_arms", "run_experiment", "summarize",
     "format_table", "plot_curves", "write_outputs", "main",
 ]
 
@@ -193,6 +196,30 @@ def run_arm(arm: str, policy, rm, seed: int, beta: float | None, config: PPOConf
                      desc=f"{arm} arm, seed {seed}")
 
 
+def _log_of(job, policy, rm, config, evalset, progress, loss_fn, advantage_fn) -> dict:
+    # One run of run_arms, in this process or a worker.
+    arm, seed, beta = job
+    return run_arm(arm, policy, rm, seed, beta, config, evalset, loss_fn=loss_fn, progress=progress,
+                   advantage_fn=advantage_fn)[1]
+
+
+def run_arms(jobs, policy, rm, config, evalset=None, progress: bool = True, workers: int | None = None,
+             loss_fn=None, advantage_fn=None) -> list[dict]:
+    """Return the log of :func:`run_arm` for each ``(arm, seed, beta)`` of ``jobs`` (beta None:
+    the arm's default), every run from ``policy`` with ``config`` and the same ``rm``,
+    ``evalset``, ``loss_fn`` and ``advantage_fn``; the runs made by ``workers`` worker
+    processes (None: one per core; 1: here, one after another), with the same logs for any
+    number (:func:`minirlhf.parallel.map_runs`).
+
+    Defined in chapter 5.
+    """
+    return parallel.map_runs(partial(_log_of, policy=policy, rm=rm, config=config, evalset=evalset,
+                                     progress=progress, loss_fn=loss_fn, advantage_fn=advantage_fn),
+                             jobs, workers, progress=progress, desc="runs",
+                             label=lambda job: f"{job[0]} arm, seed {job[1]}"
+                                               + ("" if job[2] is None else f", beta {job[2]:g}"))
+
+
 def _check_arms(arms) -> tuple[str, ...]:
     arms = tuple(arms)
     if not arms:
@@ -213,10 +240,20 @@ LOGGED = ("accuracy", "rm_score", "kl", "kinds", "objective/scores", "objective/
           "frac_reward_zero_std", "steps", *DPO_METRICS, *HELDOUT_LOGPS, "implicit_reward")
 
 
+def _run_one(job, policy, rm, beta, cfg, dpo_cfg, evalset, progress):
+    # One run of the experiment, in this process or a worker: its kept log and its wall time.
+    seed, arm = job
+    began = time.perf_counter()
+    arm_cfg = dpo_cfg if REGISTRY[arm].trainer == "dpo" else cfg
+    _, log = run_arm(arm, policy, rm, seed, beta[arm], arm_cfg, evalset, progress=progress)
+    return {key: log[key] for key in LOGGED if key in log}, time.perf_counter() - began
+
+
 def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA["rm"],
                    beta_verifier: float = DEFAULT_BETA["verifier"], config: PPOConfig | None = None,
                    progress: bool = True, arms=DEFAULT_ARMS, betas: dict | None = None,
-                   dpo_config: DPOConfig | None = None) -> dict:
+                   dpo_config: DPOConfig | None = None, workers: int | None = None,
+                   keep_on_interrupt: bool = False) -> dict:
     """Return the experiment's results: every arm and seed's per-iteration log, and the settings.
 
     ``seeds`` is a count (seeds 0..n-1) or a list of seeds. ``arms`` names arms of
@@ -226,6 +263,12 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA[
     :class:`~minirlhf.dpo.DPOConfig`, whose ``steps`` and ``eval_every`` fix the number of
     evaluations). See :func:`write_outputs` for the layout, which is also the layout of
     ``results.json``.
+
+    The runs (seeds x arms) are made by ``workers`` worker processes (None: one per core; 1:
+    here, one after another), with the same results whatever their number
+    (:func:`minirlhf.parallel.map_runs`). With ``keep_on_interrupt``, Ctrl-C returns the
+    results of the seeds whose every run had finished (``settings["seeds"]`` lists them)
+    instead of raising, unless none had.
 
     Defined in chapter 5.
     """
@@ -256,15 +299,23 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA[
         arm_config(arm, dpo_cfg if REGISTRY[arm].trainer == "dpo" else cfg)
     evalset = EvalSet()
     rm_landmarks = _rm_landmarks(rm, evalset)
-    runs = {arm: {} for arm in arms}
-    seconds = {arm: {} for arm in arms}
-    for seed in seeds:
-        for arm in arms:
-            began = time.perf_counter()
-            arm_cfg = dpo_cfg if REGISTRY[arm].trainer == "dpo" else cfg
-            _, log = run_arm(arm, policy, rm, seed, beta[arm], arm_cfg, evalset, progress=progress)
-            seconds[arm][str(seed)] = time.perf_counter() - began
-            runs[arm][str(seed)] = {key: log[key] for key in LOGGED if key in log}
+    jobs = [(seed, arm) for seed in seeds for arm in arms]  # seed by seed: seeds finish in turn
+    done = {}
+
+    def keep(i, result):
+        done[jobs[i]] = result
+
+    try:
+        parallel.map_runs(partial(_run_one, policy=policy, rm=rm, beta=beta, cfg=cfg, dpo_cfg=dpo_cfg,
+                                  evalset=evalset, progress=progress),
+                          jobs, workers, progress=progress, desc="experiment runs",
+                          label=lambda job: f"{job[1]} arm, seed {job[0]}", on_result=keep)
+    except KeyboardInterrupt:
+        seeds = [seed for seed in seeds if all((seed, arm) in done for arm in arms)]
+        if not (keep_on_interrupt and seeds):
+            raise
+    runs = {arm: {str(seed): done[seed, arm][0] for seed in seeds} for arm in arms}
+    seconds = {arm: {str(seed): done[seed, arm][1] for seed in seeds} for arm in arms}
     settings = {"seeds": seeds, "iterations": iterations, "beta": beta, "ppo": asdict(cfg)}
     changed = {arm: REGISTRY[arm].settings for arm in arms if REGISTRY[arm].settings}
     if changed:  # only when an arm sets its own settings: chapter 5's layout is unchanged
@@ -445,8 +496,8 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
 
 
 MAX_SEEDS = 1000  # --seeds above this is refused: at a few seconds a seed, that is hours already
-SECONDS_PER_ARM_ITERATION = 0.07  # a rough cost on a laptop CPU, for the estimate made before the first seed
-SECONDS_PER_DPO_RUN = 10.0  # a DPO arm's run with its default settings (200 steps), likewise rough
+SECONDS_PER_ARM_ITERATION = 0.17  # a rough cost on a laptop CPU in float64, for the estimate made before the first seed
+SECONDS_PER_DPO_RUN = 18.0  # a DPO arm's run with its default settings (200 steps), likewise rough
 # The files write_outputs makes, so the command can check their places before it runs.
 OUTPUT_FILES = (*FIGURES, "results.json")
 
@@ -507,12 +558,29 @@ def _merge(parts: list[dict]) -> dict:
     return merged
 
 
-def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict) -> tuple[list[dict], bool]:
-    """Run the experiment one seed at a time, saying "seed k of N" and, for a long run, the time
-    it will take. Return (the results of the seeds that finished, whether Ctrl-C stopped it)."""
+def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict, workers: int = 1) -> tuple[list[dict], bool]:
+    """Run the experiment, saying, for a long run, the time it will take. With one worker, one
+    seed at a time ("seed k of N"); with more, all the runs at once, a line or a bar per run
+    that finishes. Return (the results of the seeds that finished, whether Ctrl-C stopped it)."""
     parts: list[dict] = []
     n_dpo = sum(REGISTRY[arm].trainer == "dpo" for arm in arms)  # a DPO run's length ignores --iterations
     guess = seeds * ((len(arms) - n_dpo) * iterations * SECONDS_PER_ARM_ITERATION + n_dpo * SECONDS_PER_DPO_RUN)
+    workers = parallel.resolve_workers(workers, seeds * len(arms))
+    if workers > 1:
+        guess /= workers
+        if guess > 60:
+            print(f"{seeds} seeds x {len(arms)} arms x {iterations} iterations on {workers} worker processes: "
+                  f"about {_duration(guess)} (a rough estimate); Ctrl-C stops and keeps the finished seeds",
+                  flush=True)
+        try:
+            results = run_experiment(seeds, iterations, arms=arms, betas=betas, workers=workers,
+                                     keep_on_interrupt=True)
+        except KeyboardInterrupt:
+            results = None
+        interrupted = results is None or len(results["settings"]["seeds"]) < seeds
+        if interrupted and sys.stderr.isatty():
+            print(file=sys.stderr)  # off the progress bar's line
+        return ([results] if results else []), interrupted
     if guess > 60:
         print(f"{seeds} seeds x {len(arms)} arms x {iterations} iterations: about {_duration(guess)} "
               "(a rough estimate, measured after the first seed); Ctrl-C stops and keeps the finished seeds",
@@ -522,7 +590,7 @@ def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict) -> tuple[l
             if seeds > 1:
                 print(f"seed {k + 1} of {seeds}", flush=True)
             began = time.perf_counter()
-            parts.append(run_experiment([k], iterations, arms=arms, betas=betas))
+            parts.append(run_experiment([k], iterations, arms=arms, betas=betas, workers=1))
             took, left = time.perf_counter() - began, seeds - k - 1
             if k == 0 and left and took * seeds > 60:
                 print(f"seed 1 took {took:.1f} s: about {_duration(took * left)} to go for the other {left}",
@@ -567,6 +635,10 @@ def main(argv=None) -> int:
         parser.add_argument(f"--beta-{arm}", type=_beta, default=None,
                             help=f"{what} of the {LABELS[arm]} (default {DEFAULT_BETA[arm]:g})")
     parser.add_argument("--out", type=_folder, default=None, help="output folder (default: the project's outputs/)")
+    parser.add_argument("--workers", type=_positive_int, default=None,
+                        help=f"worker processes that make the runs side by side (default: one per core, "
+                             f"{parallel.default_workers()} here; 1: one run after another in this process); "
+                             "the results are the same for any number")
     args = parser.parse_args(argv)
     arms = tuple(args.arms)
     if len(set(arms)) != len(arms):
@@ -595,7 +667,7 @@ def main(argv=None) -> int:
 
     matplotlib.use("Agg")  # files only; set here, not in write_outputs, which notebooks call too
     torch.set_num_threads(1)  # an entry point's choice: runs are bit-identical at a fixed count
-    parts, interrupted = _run_seeds(args.seeds, args.iterations, arms, betas)
+    parts, interrupted = _run_seeds(args.seeds, args.iterations, arms, betas, args.workers)
     if not parts:
         print("interrupted before the first seed finished: nothing written", file=sys.stderr)
         return 130
@@ -617,9 +689,14 @@ def main(argv=None) -> int:
         print(f"wrote {path}")
     print(f"wall time {results['wall_seconds']:.1f} s")
     if interrupted:
-        n = len(parts)
-        print(f"interrupted during seed {n + 1} of {args.seeds}: wrote the {n} finished seed{'s' if n > 1 else ''}",
-              file=sys.stderr)
+        kept = results["settings"]["seeds"]
+        n = len(kept)
+        if kept == list(range(n)):
+            print(f"interrupted during seed {n + 1} of {args.seeds}: wrote the {n} finished seed{'s' if n > 1 else ''}",
+                  file=sys.stderr)
+        else:  # runs in parallel finish out of turn
+            print(f"interrupted with {args.seeds - n} of {args.seeds} seeds unfinished: wrote the {n} finished "
+                  f"seed{'s' if n > 1 else ''} ({', '.join(map(str, kept))})", file=sys.stderr)
         return 130
     return 0
 

@@ -95,11 +95,14 @@ def train_sft(
     config: SFTConfig | None = None,
     eval_every: int = 0,
     progress: bool = True,
+    stop_at: float | None = None,
 ) -> tuple[TinyGPT, dict]:
     """Return (policy, log): a TinyGPT trained by masked SFT, and its learning curve.
 
     ``log`` holds ``steps``, ``accuracy`` (greedy, eval set; every ``eval_every`` steps
     and at the end, when ``eval_every`` > 0; else only at the end) and ``loss`` per step.
+    With ``stop_at``, training stops after the first evaluation (past step 0) whose accuracy
+    reaches it; up to there the run is the one without it, step for step.
 
     Defined in chapter 3.
     """
@@ -117,6 +120,7 @@ def train_sft(
         log["accuracy"].append(greedy_accuracy(model))
     bar = progress_bar(total=cfg.steps, desc="SFT", enabled=progress)
     for step in range(1, cfg.steps + 1):
+        reached = False
         inputs, targets, mask = sft_batch(task.sample_pairs(cfg.batch_size, g, pool))
         loss = masked_sft_loss(model(inputs), targets, mask)
         opt.zero_grad(set_to_none=True)
@@ -128,7 +132,10 @@ def train_sft(
             log["steps"].append(step)
             log["accuracy"].append(greedy_accuracy(model))
             model.train()
+            reached = stop_at is not None and log["accuracy"][-1] >= stop_at
         bar.update(1)
+        if reached:
+            break
     bar.close()
     model.eval()
     return model, log

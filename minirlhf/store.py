@@ -24,6 +24,7 @@ import os
 import stat
 import time
 from dataclasses import asdict, is_dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
@@ -255,11 +256,30 @@ def load_rm(config: RMConfig | None = None, progress: bool = True) -> tuple[Tiny
     return load_or_train(_file_name("reward_model", cfg, RMConfig()), cfg, train, progress=progress)
 
 
-def load_all(progress: bool = True) -> dict:
+def _load_one(which: str, progress: bool) -> tuple[TinyGPT, dict]:
+    return load_sft(progress=progress) if which == "sft" else load_rm(progress=progress)
+
+
+def load_all(progress: bool = True, workers: int | None = None) -> dict:
     """Return ``{'policy', 'rm', 'sft_metrics', 'rm_metrics'}`` with the book's default settings.
+
+    When neither model is on disk (or both are stale), the two are trained side by side by
+    ``workers`` worker processes (None: one per core; 1: one after the other here), with the
+    same weights either way (:func:`minirlhf.parallel.map_runs`).
 
     Defined in chapter 5.
     """
-    policy, sft_metrics = load_sft(progress=progress)
-    rm, rm_metrics = load_rm(progress=progress)
+    from .parallel import map_runs, resolve_workers
+
+    files = (("sft_policy", SFTConfig()), ("reward_model", RMConfig()))
+    found = [load_model(models_dir() / f"{name}.pt", cfg)[2] for name, cfg in files]
+    if "ok" not in found and resolve_workers(workers, 2) > 1:
+        for (name, _), why in zip(files, found):
+            reason = _REASONS[why].format(kind=paths.kind_of(models_dir() / f"{name}.pt"))
+            status(f"{name}: {reason} ({why}); training it now, beside the other", progress)
+    else:
+        workers = 1  # at most one to train: nothing to do side by side
+    (policy, sft_metrics), (rm, rm_metrics) = map_runs(
+        partial(_load_one, progress=progress), ["sft", "rm"], workers, progress=progress,
+        desc="the two models", label=lambda which: {"sft": "SFT policy", "rm": "reward model"}[which])
     return {"policy": policy, "rm": rm, "sft_metrics": sft_metrics, "rm_metrics": rm_metrics}

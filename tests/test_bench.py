@@ -18,7 +18,7 @@ def test_within_budget_only_when_every_stage_is():
 
 
 def test_the_table_shows_each_stage_its_budget_and_what_is_over():
-    judged = rows([9.54, 12.0, 21.23, 12.5, 4.0, 15.0, 5.0, 6.0])
+    judged = rows([9.54, 12.0, 21.23, 12.5, 4.0, 15.0, 5.0, 6.0, 7.0])
     bench.judge(judged)
     lines = bench.format_table(judged).splitlines()
     assert lines[0].split() == ["stage", "wall", "time", "budget", "peak", "memory", "what"]
@@ -75,3 +75,28 @@ def test_the_trl_stages_run_trl_arms(monkeypatch):
         assert calls[-1] == ((arm, "policy", "rm", 0), {"progress": False})
         assert "TRL" in bench.STAGES[stage][0] and bench.ORDER.index(stage) < bench.ORDER.index("pipeline")
     assert set(trl_run.TRL_ARMS) >= set(bench.TRL_STAGES.values())
+
+
+def test_one_and_two_workers_take_turns_and_give_the_median_and_the_speed_up(monkeypatch, tmp_path):
+    times = iter([40.0, 21.0, 38.0, 20.0, 45.0, 30.0])  # one worker, two, one, two, ...
+    order = []
+
+    def fake_stage(stage, outputs):
+        order.append(stage)
+        return {"stage": stage, "seconds": next(times), "peak_mb": 300.0}
+
+    monkeypatch.setattr(bench, "run_stage", fake_stage)
+    one, two = bench.run_paired(tmp_path, repeats=3)
+    assert order == list(bench.PAIRED) * 3
+    assert (one["seconds"], two["seconds"]) == (40.0, 21.0) and two["runs_seconds"] == [21.0, 20.0, 30.0]
+    assert bench.speedup([one, two]) == 40.0 / 21.0 and bench.speedup([one]) is None
+
+
+def test_the_paired_stages_run_the_experiment_with_one_and_two_workers(monkeypatch):
+    import minirlhf.experiment as experiment
+
+    calls = []
+    monkeypatch.setattr(experiment, "run_experiment", lambda **kw: calls.append(kw))
+    for stage in bench.PAIRED:
+        bench._work(stage)
+    assert calls == [{"seeds": 5, "progress": False, "workers": 1}, {"seeds": 5, "progress": False, "workers": 2}]

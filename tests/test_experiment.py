@@ -123,7 +123,8 @@ def test_long_runs_say_how_long_and_which_seed(tiny_models, tmp_path, monkeypatc
             return cls.now
 
     monkeypatch.setattr(experiment, "time", Clock)
-    assert experiment.main(["--seeds", "3", "--iterations", "1", "--out", str(tmp_path)]) == 0
+    # one worker: the seeds one after another (tests/test_parallel.py has the runs in workers)
+    assert experiment.main(["--seeds", "3", "--iterations", "1", "--workers", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "3 seeds x 2 arms x 1 iterations: about 10.0 min (a rough estimate" in out
     assert "seed 1 of 3" in out and "seed 3 of 3" in out
@@ -139,7 +140,8 @@ def test_ctrl_c_keeps_the_finished_seeds_and_nothing_partial(tiny_models, tmp_pa
         return real(seeds, *args, **kwargs)
 
     monkeypatch.setattr(experiment, "run_experiment", interrupted_at_seed_2)
-    assert experiment.main(["--seeds", "3", "--iterations", "2", "--out", str(tmp_path)]) == 130
+    argv = ["--seeds", "3", "--iterations", "2", "--workers", "1", "--out", str(tmp_path)]
+    assert experiment.main(argv) == 130
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == "interrupted during seed 2 of 3: wrote the 1 finished seed"
     results = json.loads((tmp_path / "results.json").read_text())
@@ -345,3 +347,5 @@ def test_the_estimate_counts_a_dpo_run_by_its_own_cost(monkeypatch, capsys):
     experiment._run_seeds(10, 25, ("rm", "dpo"), {})
     guess = 10 * (25 * experiment.SECONDS_PER_ARM_ITERATION + experiment.SECONDS_PER_DPO_RUN)
     assert f"about {experiment._duration(guess)}" in capsys.readouterr().out
+    experiment._run_seeds(20, 25, ("rm", "dpo"), {}, workers=2)  # two workers: half the time
+    assert f"on 2 worker processes: about {experiment._duration(guess)}" in capsys.readouterr().out

@@ -74,6 +74,14 @@ def test_partial_start_stops_at_the_rule_and_is_stored(tmp_path, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
 
 
+def test_sft_stops_after_the_first_evaluation_that_reaches_stop_at_as_a_shorter_run_would_end():
+    cfg = dict(seed=0, batch_size=8)
+    model, log = sft.train_sft(sft.SFTConfig(steps=20, **cfg), eval_every=5, progress=False, stop_at=0.0)
+    assert log["steps"] == [0, 5] and len(log["loss"]) == 5  # step 0 never counts
+    same, _ = sft.train_sft(sft.SFTConfig(steps=5, **cfg), progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), same.state_dict().values()))
+
+
 # ----------------------------------------------------------------------------- shared with chapter 5
 
 

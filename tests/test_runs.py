@@ -45,7 +45,7 @@ def test_stored_experiment_runs_once_then_reads_the_file(tmp_path, monkeypatch):
 
     made = []
 
-    def fake_run(seeds, iterations, beta_rm, beta_verifier, cfg, progress=False):
+    def fake_run(seeds, iterations, beta_rm, beta_verifier, cfg, progress=False, workers=None):
         made.append((tuple(seeds), iterations, beta_rm, beta_verifier))
         return {"seeds": list(seeds)}
 

@@ -38,8 +38,9 @@ def test_stored_runs_run_once_keep_what_is_asked_and_read_back(tmp_path, monkeyp
     plan = {(0.0, 0): ("rm", 0.0, TINY),
             ("adaptive", 1): ("rm", 0.1, {**TINY, "kl_target": 0.05, "kl_horizon": 64})}
     path, keep = tmp_path / "ch07_test.json", ("accuracy", "beta")
-    first = runs.stored_runs(path, plan, policy, rm, keep=keep, answers=True)
-    again = runs.stored_runs(path, plan, policy, rm, keep=keep, answers=True)
+    # in this process (workers=1), so that the calls are counted here
+    first = runs.stored_runs(path, plan, policy, rm, keep=keep, answers=True, workers=1)
+    again = runs.stored_runs(path, plan, policy, rm, keep=keep, answers=True, workers=1)
     assert calls == ["rm", "rm"] and first == again and list(first) == list(plan)
     assert set(first[0.0, 0]) == {"accuracy", "beta", "answers"}
     # the log and the answers are those of the same run made directly
@@ -56,18 +57,18 @@ def test_stored_runs_run_again_for_other_weights_plan_or_keys(tmp_path, monkeypa
                         lambda arm, *a, **k: calls.append(arm) or (None, {"accuracy": [0.5], "kl": [0.0]}))
     plan = {("fixed", 0): ("verifier", 0.08, TINY)}
     path = tmp_path / "stored.json"
-    runs.stored_runs(path, plan, policy, rm, keep=("accuracy",))
-    runs.stored_runs(path, plan, policy, rm, keep=("accuracy",))
+    runs.stored_runs(path, plan, policy, rm, keep=("accuracy",), workers=1)
+    runs.stored_runs(path, plan, policy, rm, keep=("accuracy",), workers=1)
     assert len(calls) == 1
     other_rm = copy.deepcopy(rm)
     with torch.no_grad():
         next(other_rm.parameters()).add_(1e-3)
-    runs.stored_runs(path, plan, policy, other_rm, keep=("accuracy",))  # another reward model
+    runs.stored_runs(path, plan, policy, other_rm, keep=("accuracy",), workers=1)  # another reward model
     assert len(calls) == 2
-    runs.stored_runs(path, plan, rm, other_rm, keep=("accuracy",))  # another start (weights)
+    runs.stored_runs(path, plan, rm, other_rm, keep=("accuracy",), workers=1)  # another start (weights)
     assert len(calls) == 3
     longer = {("fixed", 0): ("verifier", 0.08, {**TINY, "iterations": 2})}
-    runs.stored_runs(path, longer, rm, other_rm, keep=("accuracy",))  # another plan
+    runs.stored_runs(path, longer, rm, other_rm, keep=("accuracy",), workers=1)  # another plan
     assert len(calls) == 4
-    whole = runs.stored_runs(path, longer, rm, other_rm)  # every key of the log
+    whole = runs.stored_runs(path, longer, rm, other_rm, workers=1)  # every key of the log
     assert len(calls) == 5 and whole[("fixed", 0)] == {"accuracy": [0.5], "kl": [0.0]}

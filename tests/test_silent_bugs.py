@@ -140,7 +140,7 @@ def test_study_runs_every_bug_and_each_arm_once_per_seed(monkeypatch):
         return {k: [float(seed)] * 3 for k in keys} | {"unused": [0.0]}
 
     monkeypatch.setattr(sb, "run_bug", fake_run)
-    runs = sb.study(seeds=(0, 1), policy="p", rm="r")
+    runs = sb.study(seeds=(0, 1), policy="p", rm="r", workers=1)  # here, so the calls are counted
     assert set(runs) == {"correct", *sb.BUGS}
     assert set(runs["correct"]) == {"verifier", "grpo-verifier", "dpo"}
     assert all(set(runs[name]) == {"0", "1"} for name in sb.BUGS)
@@ -152,7 +152,7 @@ def test_stored_bug_runs_are_reused(monkeypatch, tmp_path):
     from minirlhf.course import runs as stored
 
     made = []
-    monkeypatch.setattr(sb, "study", lambda seeds, progress=False: made.append(seeds) or {"correct": {}})
+    monkeypatch.setattr(sb, "study", lambda seeds, progress=False, workers=None: made.append(seeds) or {"correct": {}})
     path = tmp_path / "bugs.json"
     first = stored.stored_bug_runs(path, seeds=(0,))
     second = stored.stored_bug_runs(path, seeds=(0,))
@@ -191,12 +191,12 @@ def test_band_check_plants_the_fix_and_judges_each_tell(monkeypatch):
     runs = {"correct": {"verifier": {"0": good(0.5), "1": good(0.51), "2": good(0.52)}}}
     monkeypatch.setattr(sb, "run_bug", fake_run)
     fix = lambda completions: completions  # noqa: E731  (never called: run_bug is faked)
-    result = sb.band_check("no-mask", fix, runs, policy="p", rm="r")
+    result = sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)  # here, so calls are seen
     assert [s for *_, s in seen] == [0, 1, 2] and all(c is fix and a == "verifier" for c, a, _ in seen)
     assert result["passed"] and result["val/completion_length"]["inside"]
     runs["correct"]["verifier"] = {k: {**v, "objective/entropy": [0.9, 0.9]} for k, v in
                                    runs["correct"]["verifier"].items()}
-    assert not sb.band_check("no-mask", fix, runs, policy="p", rm="r")["passed"]
+    assert not sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)["passed"]
 
 
 def test_first_departure_needs_three_points_out_of_the_band():

@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 from .. import experiment
+from ..parallel import map_runs
 from ..paths import OUTPUTS, write_atomic
 from ..store import code_fingerprint
 from ..studies.robustness import gain
@@ -48,7 +50,8 @@ def load_or_run(path: Path, settings: dict, starts: dict, run) -> dict:
     return json.loads(path.read_text())
 
 
-def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = False) -> dict:
+def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = False,
+                      workers: int | None = None) -> dict:
     """Return chapter 5's experiment: both arms for every seed in ``seeds``, with the PPO
     settings ``cfg`` and ``beta`` (``{arm: beta}``), laid out as ``python -m
     minirlhf.experiment`` writes ``outputs/results.json``.
@@ -56,12 +59,14 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
     Read from that file through :func:`load_or_run` (``starts`` as there: the seed-0 runs a
     chapter has just made); otherwise run with :func:`minirlhf.experiment.run_experiment`
     and written with the three figures. Chapters 5 and 6 both call it, so they read one file
-    with one set of settings and never show different runs.
+    with one set of settings and never show different runs. Here and in the other functions
+    of this module, ``workers`` worker processes make the runs (None: one per core; the same
+    results for any number, :func:`minirlhf.parallel.map_runs`).
     """
 
     def run():
         done = experiment.run_experiment(seeds, cfg.iterations, beta["rm"], beta["verifier"], cfg,
-                                         progress=progress)
+                                         progress=progress, workers=workers)
         experiment.write_outputs(done, OUTPUTS)
         return json.loads((OUTPUTS / "results.json").read_text())
 
@@ -69,7 +74,8 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
     return load_or_run(OUTPUTS / "results.json", settings, starts, run)
 
 
-def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bool = False) -> dict:
+def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bool = False,
+                workers: int | None = None) -> dict:
     """Return the experiment of ``arms`` (names of :data:`minirlhf.experiment.REGISTRY`, each
     at its default beta) over ``seeds``, laid out as ``results.json``: the PPO and GRPO arms
     with the settings ``cfg``, the DPO arms with :class:`~minirlhf.dpo.DPOConfig`'s defaults.
@@ -85,12 +91,13 @@ def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bo
         settings["dpo"] = asdict(experiment.DPOConfig())
 
     def run():
-        return experiment.run_experiment(list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress)
+        return experiment.run_experiment(list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress,
+                                         workers=workers)
 
     return load_or_run(Path(path), settings, starts or {}, run)
 
 
-def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False) -> dict:
+def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int | None = None) -> dict:
     """Return :func:`minirlhf.studies.silent_bugs.study` over ``seeds`` under ``"runs"``:
     every planted bug's run and the correct run of its arm.
 
@@ -107,10 +114,17 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False) -> dict:
     settings = {"seeds": [int(s) for s in seeds], "bugs": list(silent_bugs.BUGS), "ppo": asdict(PPOConfig()),
                 "dpo": asdict(DPOConfig()), "study": source}
     return load_or_run(Path(path), settings, {},
-                       lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress)})
+                       lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress, workers=workers)})
 
 
-def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: bool = False) -> dict:
+def _gain_from(job, policies, rm, cfg, progress):
+    # One run of stored_starts, in this process or a worker: (SFT seed, arm, beta, PPO seed).
+    start, arm, beta, seed = job
+    return gain(experiment.run_arm(arm, policies[start], rm, seed, beta, cfg, progress=progress)[1])
+
+
+def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: bool = False,
+                  workers: int | None = None) -> dict:
     """Return ``{sft_seed: {'steps', 'start', arm: [gain per PPO seed]}}`` (keys as text):
     every arm of ``beta`` ({arm: beta}) run from every start of ``starts`` ({sft_seed:
     (policy, metrics)}, as :func:`minirlhf.studies.robustness.partial_start` returns them)
@@ -123,12 +137,17 @@ def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: 
     """
 
     def run():
+        keys = [(seed, arm, s) for seed in starts for arm in beta for s in ppo_seeds]
+        policies = {seed: policy for seed, (policy, _) in starts.items()}
+        gains = dict(zip(keys, map_runs(
+            partial(_gain_from, policies=policies, rm=rm, cfg=cfg, progress=progress),
+            [(seed, arm, beta[arm], s) for seed, arm, s in keys], workers, progress=progress,
+            desc="runs from the starts", label=lambda job: f"SFT seed {job[0]}, {job[1]} arm, PPO seed {job[3]}")))
         out = {}
-        for seed, (start, m) in starts.items():
+        for seed, (_, m) in starts.items():
             row = {"steps": m["steps"], "start": m["accuracy"]}
-            for arm, b in beta.items():
-                row[arm] = [gain(experiment.run_arm(arm, start, rm, s, b, cfg, progress=progress)[1])
-                            for s in ppo_seeds]
+            for arm in beta:
+                row[arm] = [gains[seed, arm, s] for s in ppo_seeds]
             out[str(seed)] = row
         return {"arms": out}
 
@@ -147,8 +166,22 @@ def weights_digest(model) -> str:
     return h.hexdigest()[:16]
 
 
+def _planned_run(job, policy, rm, evalset, keep, answers, progress):
+    # One run of stored_runs, in this process or a worker: the kept log (and the answers).
+    from ..model import generate
+    from ..ppo import PPOConfig
+
+    arm, beta, settings, seed = job
+    trained, log = experiment.run_arm(arm, policy, rm, seed, beta, PPOConfig(**settings), evalset,
+                                      progress=progress)
+    kept = {key: log[key] for key in (log if keep is None else keep)}
+    if answers:
+        kept["answers"] = generate(trained, evalset.prompts, greedy=True).tolist()
+    return kept
+
+
 def stored_runs(path, plan: dict, policy, rm, keep=None, answers: bool = False,
-                progress: bool = False) -> dict:
+                progress: bool = False, workers: int | None = None) -> dict:
     """Return ``{(name, seed): log}``, one PPO run for each entry ``(name, seed): (arm, beta,
     settings)`` of ``plan``: :func:`minirlhf.experiment.run_arm` of ``arm`` from ``policy``
     (the start and the frozen reference), scored by ``rm``, with ``PPOConfig(**settings)``.
@@ -160,17 +193,16 @@ def stored_runs(path, plan: dict, policy, rm, keep=None, answers: bool = False,
     read back while the engine code, the plan, ``keep``, ``answers`` and the weights of
     ``policy`` and ``rm`` are the same. Chapter 7 keeps its runs this way.
     """
-    from ..model import generate
     from ..ppo import EvalSet, PPOConfig
 
     def run():
-        evalset, arms = EvalSet(), {}
-        for (name, seed), (arm, beta, settings) in plan.items():
-            trained, log = experiment.run_arm(arm, policy, rm, seed, beta, PPOConfig(**settings),
-                                              evalset, progress=progress)
-            kept = {key: log[key] for key in (log if keep is None else keep)}
-            if answers:
-                kept["answers"] = generate(trained, evalset.prompts, greedy=True).tolist()
+        logs = map_runs(partial(_planned_run, policy=policy, rm=rm, evalset=EvalSet(), keep=keep,
+                                answers=answers, progress=progress),
+                        [(arm, beta, settings, seed) for (_, seed), (arm, beta, settings) in plan.items()],
+                        workers, progress=progress, desc="runs",
+                        label=lambda job: f"{job[0]} arm, beta {job[1]:g}, seed {job[3]}")
+        arms = {}
+        for (name, seed), kept in zip(plan, logs):
             arms.setdefault(str(name), {})[str(seed)] = kept
         return {"arms": arms}
 

@@ -23,7 +23,7 @@ import torch
 from .. import sft, store
 from ..model import TinyGPT
 
-__all__ = ["first_reaching", "partial_start", "gain", "prompt_share"]
+__all__ = ["first_reaching", "partial_start", "partial_starts", "gain", "prompt_share"]
 
 
 def first_reaching(steps, accuracy, target: float) -> int:
@@ -50,14 +50,29 @@ def partial_start(seed: int, target: float = 1 / 3, every: int = 5, max_steps: i
                 "code": store.code_fingerprint(sys.modules[__name__])}
 
     def train():
-        _, curve = sft.train_sft(sft.SFTConfig(seed=seed, steps=max_steps), eval_every=every,
-                                 progress=progress)
+        # Stopped at the first measurement that reaches the target: SFT is deterministic at a
+        # constant learning rate, so this is the model that a run of that many steps makes.
+        model, curve = sft.train_sft(sft.SFTConfig(seed=seed, steps=max_steps), eval_every=every,
+                                     progress=progress, stop_at=target)
         steps = first_reaching(curve["steps"], curve["accuracy"], target)
-        # SFT is deterministic at a constant learning rate: these are the curve's first steps
-        model, _ = sft.train_sft(sft.SFTConfig(seed=seed, steps=steps), progress=progress)
         return model, {"steps": steps, "accuracy": sft.greedy_accuracy(model)}
 
     return store.load_or_train(f"partial_sft-seed{seed}", settings, train, progress=progress)
+
+
+def partial_starts(seeds, target: float = 1 / 3, every: int = 5, max_steps: int = 300,
+                   progress: bool = True, workers: int | None = None) -> dict:
+    """Return ``{seed: (policy, metrics)}``, :func:`partial_start` of each SFT seed in ``seeds``,
+    the starts not stored yet trained by ``workers`` worker processes (None: one per core;
+    :func:`minirlhf.parallel.map_runs`)."""
+    from functools import partial
+
+    from ..parallel import map_runs
+
+    seeds = list(seeds)
+    made = map_runs(partial(partial_start, target=target, every=every, max_steps=max_steps, progress=progress),
+                    seeds, workers, progress=progress, desc="partial-SFT starts", label=lambda s: f"SFT seed {s}")
+    return dict(zip(seeds, made))
 
 
 def gain(log: dict) -> float:
