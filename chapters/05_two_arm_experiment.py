@@ -23,9 +23,10 @@
 # :class: tip
 # Chapter 1 (the KL leash), chapter 2 (the clipped surrogate), chapter 3 (the policy, the
 # language model as an MDP) and chapter 4 (the reward model and its blind spot). The first
-# run of this notebook trains the policy and the reward model if they are not on disk yet
-# (a few seconds each), then the experiment and the runs of the worked answers: under a
-# minute in all. Later runs read the stored runs back and take under ten seconds.
+# run of this notebook trains the policy and the reward model if they are not on disk yet,
+# then makes the experiment and the runs of the worked answers, side by side on the
+# computer's cores: up to a minute or two on a machine with two cores, less with more to
+# spare. Later runs read the stored runs back and are much quicker.
 # ```
 
 # %%
@@ -50,6 +51,7 @@ from minirlhf.course.source import Source
 from minirlhf.model import (completion_logprobs, completion_mask, generate,
                             make_generator, n_params, reward_scores)
 from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
+from minirlhf.parallel import map_runs
 from minirlhf.reward_model import bradley_terry_loss
 from minirlhf.paths import OUTPUTS
 
@@ -252,7 +254,7 @@ print(f"{'score':<9} {'mean':>6}  {'std':>5}  {'min':>6}  {'max':>6}  "
       f"{'z min':>5}  {'z max':>5}  clipped")
 for name, reward_fn in (("rm", ppo.rm_reward(rm)),
                         ("verifier", ppo.verifier_reward)):
-    r = reward_fn(batch_pairs, batch_prompts, batch).float()  # (64,)
+    r = reward_fn(batch_pairs, batch_prompts, batch).double()  # (64,)
     z = ppo.standardized_scores(r, cfg.adv_clip, cfg.adv_eps)  # (64,)
     n_clipped = int((z.abs() == cfg.adv_clip).sum())
     batch_std[name] = r.std(unbiased=False).item()
@@ -544,18 +546,28 @@ for name, value in ppo.batch_metrics(stage_batch, stage_rewards, stage_stats,
 # %% [markdown]
 # Now the two arms, seed 0, 25 iterations each, with those functions. Nothing else differs between
 # them but the reward function and $\beta$; `rm` is passed to both only so that the RM's
-# score of the greedy answers can be logged.
+# score of the greedy answers can be logged. The two runs share nothing, so
+# `map_runs(run, items)` (from `minirlhf.parallel`) makes them side by side, one worker process
+# per core, and returns what `[run(item) for item in items]` would: the same logs, to the last
+# digit, in the same order.
 
 # %%
 ARMS = {"rm": (ppo.rm_reward(rm), experiment.DEFAULT_BETA["rm"]),
         "verifier": (ppo.verifier_reward,
                      experiment.DEFAULT_BETA["verifier"])}
-runs = {}
-for arm, (reward_fn, beta) in ARMS.items():
-    _, runs[arm] = ppo.ppo_train(
+
+
+def seed0_run(arm):
+    """Return the log of one arm's run, seed 0, with your functions."""
+    reward_fn, beta = ARMS[arm]
+    _, log = ppo.ppo_train(
         policy, reference, reward_fn, beta, ppo.PPOConfig(seed=0), rm=rm,
         loss_fn=loss_fn, advantage_fn=advantage_fn, progress=PROGRESS,
         desc=f"{arm} arm, seed 0")
+    return log
+
+
+runs = dict(zip(ARMS, map_runs(seed0_run, ARMS, progress=PROGRESS)))
 print("arm (beta)        true accuracy     RM score of greedy"
       "   KL per token")
 for arm, log in runs.items():
@@ -575,9 +587,10 @@ for arm, log in runs.items():
 # `python -m minirlhf.experiment` does the same from a terminal. The next cell reads the
 # results from `outputs/results.json` when they were made by the package's current code
 # with these settings and from the same starting policy, and otherwise runs the experiment
-# now (well under a minute) and writes them there, with the three figures
-# (`minirlhf.course.runs.stored_experiment` does that; chapter 6 reads the same file through
-# it, and `load_or_run` does the same bookkeeping for every other stored run).
+# now (ten runs of 25 iterations, side by side on the computer's cores) and writes them
+# there, with the three figures (`minirlhf.course.runs.stored_experiment` does that;
+# chapter 6 reads the same file through it, and `load_or_run` does the same bookkeeping for
+# every other stored run).
 #
 # The experiment uses the package's own functions, and its seed 0 is the pair of runs above. The
 # last line of the cell says whether the two agree to the last digit. They do when your
@@ -691,10 +704,10 @@ show_figure(
         f"correct scores {yardstick['every answer correct']:.2f} and every "
         f"answer a near-miss {yardstick['every answer a near-miss']:.2f}.",
     caption="The reward model's mean score of the same greedy answers, the "
-            f"proxy the rm arm is trained on ({BAND}). By the end, the rm "
-            "arm's answers score higher than the verifier arm's although "
-            "fewer are right: by the RM's measure, the worse policy looks "
-            "the better one.",
+            f"proxy the rm arm is trained on ({BAND}). By the end, the two "
+            "arms' answers score alike although the verifier arm's are "
+            "right more often: by the RM's measure, the worse policy looks "
+            "as good as the better one.",
 )
 show_figure(
     lambda narrow=False: draw_metric("kl", narrow),
@@ -756,23 +769,28 @@ for arm in ARMS:
 
 # %% [markdown]
 # The shape is the same: the verifier arm gains, the rm arm ends a little below its start,
-# and the rm arm stays closer to the reference. Three things differ: the start, the size of
-# the gains, and the level of the RM's score.
+# and the rm arm stays closer to the reference. Two things differ, the size of the gains and
+# the level of the RM's score, and the start, although its accuracy is the same, needs a word.
 #
 # **The start.** Both runs begin from a partial-SFT policy, a language model trained on
-# correct sums and stopped early on purpose, but not from the same one: the original's
-# checkpoint scored the accuracy in its column, ours (chapter 3's, 165 steps) the one in ours.
-# The original's checkpoint is not available, and what is known of it is its accuracy. At
-# that point of training the learning curve is steep (chapter 3), so checkpoints a few steps
-# apart differ by more than this. That is why the gains, each measured from its own start,
-# are the fairer comparison.
+# correct sums and stopped early on purpose, but not from the same one. The original's
+# checkpoint is not available, and all that is known of it is its accuracy; ours (chapter
+# 3's, stopped after 140 steps by the book's own rule) happens to score the same, 0.360. The
+# same share of right answers does not make the same policy: two checkpoints can get
+# different sums right, make different near-misses and be more or less sure of each digit.
+# At that point of training the learning curve is steep (chapter 3), so a few steps more or
+# fewer would already have given another start. That is why the gains, each measured from
+# its own start, are the fairer comparison.
 #
-# **The gains.** The original's changes are larger than ours in both arms (a larger gain for
-# the verifier arm, a larger loss for the rm arm), and fall outside our intervals (the last
-# two lines). That is no contradiction. Our intervals cover PPO's seeds
-# from our one checkpoint; they say nothing about another checkpoint, and how large a gain
-# is depends on the start: chapter 6 trains other partial-SFT starts the same way and
-# measures by how much. A single run from another start may land outside them.
+# **The gains.** The original's changes are larger than ours in both arms, and fall outside
+# our intervals (the last two lines). The rm arm loses less here than the original's -0.062.
+# The verifier arm still gains, and its interval stays clear of 0, but +0.066 is less than a
+# third of the original's +0.223 (it is also less than half of what an earlier,
+# single-precision run of this book gained from its own start). That is no contradiction.
+# Our intervals cover PPO's seeds from our one checkpoint; they say nothing about another
+# checkpoint, and how large a gain is depends on the start, not only on its accuracy:
+# chapter 6 trains other partial-SFT starts the same way and measures by how much. A single
+# run from another start may land outside them.
 #
 # **The RM's score.** The reward model is trained with the Bradley-Terry loss of chapter 4,
 # $-\log\sigma(r_\text{chosen} - r_\text{rejected})$, which sees only *differences* of scores.
@@ -791,7 +809,7 @@ for shift in (0.0, 0.5, -1.7, 10.0):
 
 # %% [markdown]
 # So the level of an RM's scores is arbitrary: two reward models trained the same way on the
-# same kind of pairs can sit a constant apart, and "+2.2 against +1.7" compares two
+# same kind of pairs can sit a constant apart, and "+2.2 against +1.73" compares two
 # arbitrary offsets. What has a meaning is where a score sits relative to the RM's *own*
 # yardsticks. On our RM, with 0% for the score of all-garbage answers and 100% for all-correct
 # ones:
@@ -883,6 +901,14 @@ for text, value, holds in claims:
     print(f"{verdict:<15}{text:<56}{value:+.3f}")
 
 # %% [markdown]
+# Four of the five claims hold; the first does not. The verifier arm gains +0.066, and its
+# whole interval, [+0.031, +0.100], lies below the 0.15 the claim asks for, a bar well under
+# the original's +0.223. From this start, in 25 iterations, the verifier arm gains clearly,
+# but much less than that. The claim stays as it was written: a bar moved after the run
+# would check nothing. The rest of the design stands: the verifier arm ends above the rm arm,
+# the rm arm gains nothing (its interval, [-0.051, -0.001], lies just below 0: a small
+# loss), the RM scores the two arms alike, and the rm arm ends nearer the reference.
+#
 # ## What the experiment says
 #
 # Five lessons, each with the numbers from this notebook that carry it. Three of them also
@@ -935,9 +961,10 @@ print("  after a wrong first digit V(s_1) = 0")
 # and what a baseline per prompt changes: chapter 6.
 #
 # **3. The optimizer maximizes the number it is handed.** The rm arm raised the RM's score of
-# its answers, and their accuracy did not rise with it. The verifier arm, handed the truth,
-# raised the truth. The algorithm and every setting were the same: the difference is
-# entirely in the reward.
+# its answers a little, and their accuracy did not rise with it: it fell. The verifier arm,
+# handed the truth, raised the truth (and the RM's score of its answers rose as much as the rm
+# arm's: lesson 4). The algorithm and every setting but the leash were the same; whether the
+# leash, rather than the reward, could account for the difference is lesson 5's question.
 
 # %%
 for arm in ARMS:
@@ -951,12 +978,13 @@ for arm in ARMS:
 # (a baseline per prompt, which removes the prompt's share of the noise) is chapter 6's
 # control experiment.
 #
-# **4. A saturated proxy looks like success.** Judged by the RM, the rm arm is the better
-# policy: its answers score a little *higher* than the verifier arm's, although the verifier
-# arm is right far more often. The gap is a sliver of the RM's range from garbage to correct,
-# and both sit by the all-correct sheet: the RM can no longer tell a better policy from a
-# worse one. In a real system there is no verifier, and the RM's score going up is exactly
-# what the dashboard would show {cite}`gao2023scaling`.
+# **4. A saturated proxy looks like success.** Judged by the RM, the two arms are equally
+# good: their answers score alike at the end (the interval of the difference holds 0),
+# although the verifier arm is right clearly more often. The gap in RM score is a sliver of
+# the RM's range from garbage to correct, and both arms sit by the all-correct sheet: the RM
+# can no longer tell a better policy from a worse one. In both arms its score went up. In a
+# real system there is no verifier, and the RM's score going up is exactly what the dashboard
+# would show, for the worse policy as for the better one {cite}`gao2023scaling`.
 
 # %%
 d_rm, h_rm = gap["end RM score, verifier - rm"]
@@ -1036,14 +1064,16 @@ def exercise_runs():
                                         {"kl_placement": "loss"}),
         "mixed reward": (mixed, BETA["verifier"], {}),
     }
-    arms = {}
-    for name, (reward_fn, beta, changes) in plan.items():
+
+    def run(name):
+        reward_fn, beta, changes = plan[name]
         _, log = ppo.ppo_train(
             policy, reference, reward_fn, beta,
             ppo.PPOConfig(seed=0, **changes), rm=rm, progress=PROGRESS,
             desc=name)
-        arms[name] = {"0": log}
-    return {"arms": arms}
+        return {"0": log}
+
+    return {"arms": dict(zip(plan, map_runs(run, plan, progress=PROGRESS)))}
 
 
 extra = load_or_run(OUTPUTS / "ch05_exercises.json",
@@ -1070,8 +1100,9 @@ for name in extra:
 # The other way, 2 seeds leave one degree of freedom, where $t$ is huge: for the same spread
 # every interval grows several times wider. The cell recomputes the within-seed differences
 # from seeds 0 and 1 only, and every interval now contains 0, even the verifier arm's lead
-# over the rm arm, which five seeds put far from it. With two seeds none of the claims that
-# rest on an interval can be made; the means alone look much as they do with five.
+# over the rm arm, which five seeds put clear of it. With two seeds none of the claims that
+# rest on an interval can be made; the means alone look much as they do with five (the RM
+# score's gap, near 0 either way, even changes sign).
 #
 # </details>
 
@@ -1108,9 +1139,9 @@ for name, d in tests.items():
 # the first iteration is many times the recipe's, and the clip binds on a good share of the
 # tokens, so it is doing most of the work of keeping the update near the samples. The policy
 # also ends much further from the reference, and below the recipe's accuracy: big noisy steps
-# undo some of what they teach. At `5e-5` the ratio hardly leaves 1 and the clip never binds;
-# the policy learns, only more slowly, and ends below the recipe's too. The clip is a guard
-# rail for a learning rate at the edge, not a substitute for choosing one.
+# undo some of what they teach. At `5e-5` the ratio hardly leaves 1 and the clip almost never
+# binds; the policy learns, only more slowly, and ends a little below the recipe's. The clip
+# is a guard rail for a learning rate at the edge, not a substitute for choosing one.
 #
 # </details>
 
@@ -1138,12 +1169,15 @@ for lr, log in lr_runs.items():
 #
 # At these $\beta$ and 25 iterations the two placements end close to each other in both
 # arms: the same order (the verifier arm further from the reference and more accurate), KL
-# and accuracy a little apart. The differences are smaller than the 95% half-widths that five
-# seeds of the reward placement give (last column), so one seed cannot tell the placements
-# apart. The placements differ in *what* a token is charged for: in the reward, a token pays
-# for the divergence of the tokens it leads to; in the loss, each token pays for its own k3,
-# measured on the current policy. At 4 tokens and a small KL there is little to tell them
-# apart; doing both at once would charge twice (chapter 2).
+# and accuracy a little apart. Set beside the 95% half-widths that five seeds of the reward
+# placement give (last column), the verifier arm's differences are smaller; the rm arm's KL
+# differs by about its half-width, and its accuracy, a little higher with the leash in the
+# loss, by a little more. That is still no evidence: the half-width is for a mean of five
+# seeds, and two single runs differ by about that much by chance alone. One seed cannot tell
+# the placements apart. The placements differ in *what* a token is charged for: in the
+# reward, a token pays for the divergence of the tokens it leads to; in the loss, each token
+# pays for its own k3, measured on the current policy. At 4 tokens and a small KL there is
+# little to tell them apart; doing both at once would charge twice (chapter 2).
 #
 # </details>
 
@@ -1173,10 +1207,10 @@ for arm in ARMS:
 # spread $\sigma$. Dividing everything by $\sigma$ shows that the raw score with $\beta$ acts
 # like the standardized score with $\beta / \sigma$. The RM's scores spread over several
 # units, so its arm's leash becomes several times weaker; the verifier's 0-or-1 rewards spread
-# less than 1, so its leash becomes stronger (the cell below). On this batch the two arms
-# would even end up with about the same leash, and the light-versus-strong design of the
-# experiment would be gone. TRL's `kl_coef` is therefore in the reward model's units and
-# cannot be carried from one reward to another.
+# less than 1, so its leash becomes stronger (the cell below). On this batch the two leashes
+# would even trade places, the verifier arm's becoming a little the stronger, and the
+# light-versus-strong design of the experiment would be gone. TRL's `kl_coef` is therefore
+# in the reward model's units and cannot be carried from one reward to another.
 #
 # </details>
 
@@ -1196,10 +1230,12 @@ for arm in ARMS:
 # <details class="answer">
 # <summary>Worked answer: where the answers went</summary>
 #
-# Not in 25 iterations on its strong leash: the rm arm's mix of answers barely moves. The
-# verifier arm turns near-misses into correct answers; the other kinds hardly change, and no
-# answer loses its format. The trade the question asks about needs the leash off and more
-# iterations: chapter 7 shows it.
+# A little, in 25 iterations on its strong leash: the rm arm's share of correct answers falls
+# by about as much as its share of near-misses rises, and the other kinds stay where they
+# were. That small trade is the whole of the rm arm's loss of accuracy. The verifier arm goes
+# the other way: it turns near-misses, and a few other wrong answers, into correct ones, and
+# no answer loses its format. The trade in earnest needs the leash off and more iterations:
+# chapter 7 shows it.
 #
 # </details>
 
@@ -1221,7 +1257,9 @@ for kind in task.KINDS:
 # <details class="answer">
 # <summary>Worked answer: a mixed reward</summary>
 #
-# Much nearer the rm arm than halfway to the verifier arm. The mix is standardized as one
+# Nowhere near halfway to the verifier arm: on seed 0 the mixed reward does no better than
+# the rm arm, and ends even a little below it and below the start (one seed: a gap this small
+# may be noise). The mix is standardized as one
 # score, and its spread is mostly the RM's: half the RM's spread is several times half the
 # verifier's (the last line below, from the first batch of the recipe section), so the
 # ranking of the completions within a batch, which is all the advantages see, is mostly the

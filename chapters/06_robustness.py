@@ -2,9 +2,10 @@
 # # 6. Is the result robust?
 #
 # Chapter 5 ran one PPO loop with two rewards. Paid by the verifier, the partial-SFT policy
-# got markedly better at sums; paid by the reward model, it raised the RM's score and its
-# accuracy did not follow. Over five PPO seeds the interval of the gap between the two arms
-# stayed well away from zero, and the RM scored both arms' answers about alike.
+# got better at sums, though by less than the chapter set out to show; paid by the reward
+# model, it raised the RM's score a little and its accuracy fell slightly. Over five PPO
+# seeds the interval of the gap between the two arms stayed above zero, and the RM scored
+# both arms' answers about alike.
 #
 # An interval over seeds answers one question: would another draw of prompts and samples
 # give the same result? This chapter asks four more, each a way the result could still be an
@@ -25,10 +26,11 @@
 # ```{admonition} What you need
 # :class: tip
 # Chapters 1 to 5. This chapter reuses chapter 5's stored runs (the models and
-# `outputs/results.json`) when they are there and makes them otherwise. With nothing stored,
-# a first run of the notebook takes about two minutes on a 2-core CPU, each long cell
-# with a progress bar in JupyterLab; later runs read every result back and take about ten
-# seconds.
+# `outputs/results.json`) when they are there and makes them otherwise. With chapter 5's
+# runs stored, a first run of this notebook, which makes its own runs side by side on the
+# computer's cores, took about four minutes on a busy 2-core machine, each long cell with a
+# progress bar in JupyterLab; with nothing stored it also makes chapter 5's runs and takes
+# longer. Later runs read every result back and are much quicker.
 # ```
 
 # %%
@@ -48,6 +50,7 @@ from minirlhf.course.runs import (load_or_run, same_curves,
 from minirlhf.model import (completion_logprobs, completion_mask, generate,
                             make_generator, n_params, reward_scores)
 from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
+from minirlhf.parallel import map_runs
 from minirlhf.paths import OUTPUTS
 from minirlhf.studies import robustness
 
@@ -65,7 +68,7 @@ PROGRESS = someone_watching()
 # with seed 0, which keeps the training statistics read at the end of the chapter; and the
 # five-seed experiment. The experiment is read from `outputs/results.json`, the file chapter
 # 5 writes, with exactly chapter 5's settings, so the two chapters always show the same runs.
-# When it is missing or was made by other code, the cell runs it (about twenty seconds).
+# When it is missing or was made by other code, the cell runs it: ten more runs.
 
 # %%
 models = store.load_all(progress=PROGRESS)
@@ -78,10 +81,11 @@ ARMS = {"rm": (ppo.rm_reward(rm), experiment.DEFAULT_BETA["rm"]),
 BETA = {arm: beta for arm, (_, beta) in ARMS.items()}
 SEEDS = [0, 1, 2, 3, 4]
 
-runs = {}  # arm -> the log of its seed-0 run
-for arm in ARMS:
-    _, runs[arm] = experiment.run_arm(arm, policy, rm, 0, BETA[arm], cfg,
-                                      progress=PROGRESS)
+# arm -> the log of its seed-0 run; run_arms makes the runs side by side,
+# one worker process per core, as map_runs does in chapter 5
+runs = dict(zip(ARMS, experiment.run_arms(
+    [(arm, 0, BETA[arm]) for arm in ARMS], policy, rm, cfg,
+    progress=PROGRESS)))
 
 
 results = stored_experiment(SEEDS, cfg, BETA,
@@ -246,7 +250,7 @@ shares = {}  # reward -> the prompt's share of their variance
 print("reward     variance   within a prompt   share of the prompt")
 for arm, (reward_fn, _) in ARMS.items():
     batch_rewards[arm] = reward_fn(rep_pairs, rep_prompts,
-                                   rep).float()  # (512,)
+                                   rep).double()  # (512,)
     r = batch_rewards[arm].view(-1, K)  # (64, 8): a prompt per row
     total, within = r.var(unbiased=False), r.var(1, unbiased=False).mean()
     shares[arm] = share_fn(batch_rewards[arm], K)
@@ -269,7 +273,7 @@ print("the same shares as the package's robustness.prompt_share:", agree)
 # completion minus its score of the reference policy's greedy answer to the same prompt. The
 # subtracted number depends only on the prompt, so it changes no expected gradient (the first
 # question at the end of the chapter shows why), and it needs no ground truth. Five seeds, as
-# in chapter 5, stored in `outputs/rm_prompt_baseline.json` (about ten seconds to make).
+# in chapter 5, stored in `outputs/rm_prompt_baseline.json` (under a minute to make).
 
 # %%
 @torch.no_grad()
@@ -283,14 +287,17 @@ def rm_minus_prompt_baseline(pairs, prompts, completions):
 
 def run_centred():
     """Return the rm arm's runs with the per-prompt baseline, every seed."""
-    out = {}
-    for seed in SEEDS:
+
+    def run(seed):
         _, log = ppo.ppo_train(policy, reference, rm_minus_prompt_baseline,
                                BETA["rm"], ppo.PPOConfig(seed=seed), rm=rm,
                                progress=PROGRESS,
                                desc=f"per-prompt baseline, seed {seed}")
-        out[str(seed)] = {k: log[k] for k in ("accuracy", "rm_score", "kl")}
-    return {"arms": {"rm": out}}
+        return {k: log[k] for k in ("accuracy", "rm_score", "kl")}
+
+    logs = map_runs(run, SEEDS, progress=PROGRESS)  # side by side
+    return {"arms": {"rm": {str(seed): log
+                            for seed, log in zip(SEEDS, logs)}}}
 
 
 centred = load_or_run(
@@ -354,8 +361,9 @@ print("after standardizing, a difference between two answers counts "
 # Each arm ran at one $\beta$, chosen for it. What does the leash do at other strengths? The
 # next cell runs both arms, seed 0, at seven values of $\beta$ from 0 (no leash) to 1, each
 # for the full 25 iterations; the runs at the arms' own $\beta$ are the seed-0 runs made at
-# the top and are not run again. That is twelve new runs, about twenty seconds, stored in
-# `outputs/beta_sweep.json` and read back while they are still valid.
+# the top and are not run again. That is twelve new runs, under a minute even on a busy
+# 2-core machine, stored in `outputs/beta_sweep.json` and read back while they are still
+# valid.
 
 # %%
 BETAS = [0.0, 0.02, 0.05, 0.08, 0.2, 0.5, 1.0]
@@ -364,14 +372,14 @@ BETAS = [0.0, 0.02, 0.05, 0.08, 0.2, 0.5, 1.0]
 def run_sweep():
     """Return both arms' runs at every beta (seed 0), reusing the two runs
     made at the top."""
+    new = [(arm, 0, beta) for arm in ARMS for beta in BETAS
+           if beta != BETA[arm]]
+    made = dict(zip(new, experiment.run_arms(new, policy, rm, cfg,
+                                             progress=PROGRESS)))
     out = {arm: {} for arm in ARMS}
     for arm in ARMS:
         for beta in BETAS:
-            if beta == BETA[arm]:
-                log = runs[arm]
-            else:
-                _, log = experiment.run_arm(arm, policy, rm, 0, beta, cfg,
-                                            progress=PROGRESS)
+            log = runs[arm] if beta == BETA[arm] else made[arm, 0, beta]
             out[arm][str(beta)] = {k: log[k]
                                    for k in ("accuracy", "rm_score", "kl")}
     return {"arms": out}
@@ -393,13 +401,18 @@ for beta in BETAS:
 # %% [markdown]
 # Read the KL columns first. Loosening the leash lets both arms move further from the
 # reference, by a large factor between $\beta = 1$ and $\beta = 0$. Then the accuracy. The rm
-# arm ends near its start at every $\beta$: wherever the leash lets it go, the RM does not
-# lead it toward right answers. The verifier arm ends above its start at every $\beta$; a
-# tight leash slows it down, and it still gains.
+# arm never ends above its start: at $\beta = 1$ it ends where it began, and the looser the
+# leash, the lower it ends, almost step by step, down to 0.265 at $\beta = 0$. Wherever the
+# leash lets it go, the RM does not lead it toward right answers, and the further it goes, the
+# further it leads it away from them. The verifier arm ends above its start at every $\beta$,
+# by a few points: most at $\beta = 0.2$ (0.412), least with no leash at all (0.375). These
+# are single runs, and from one start the verifier arm's end accuracy already varies from PPO
+# seed to PPO seed by about that much, so the sweep shows no clear trend in its gain with
+# $\beta$, only that the gain stays above 0.
 #
 # The slider shows the curves behind each row. In JupyterLab it does more: it also offers
 # values between the seven above, and when you release it at a $\beta$ not run yet, both arms
-# are trained from scratch at that $\beta$ (seed 0), in a few seconds, with a progress bar;
+# are trained from scratch at that $\beta$ (seed 0), in seconds, with a progress bar;
 # runs already made are kept, so going back is instant. In the book, the seven precomputed
 # settings stand in.
 
@@ -458,10 +471,10 @@ leash_runs = {(arm, float(b)): log
 def leash_at(beta):
     """Return {arm: log} at this beta (seed 0), training an arm not run
     yet."""
-    for arm in ARMS:
-        if (arm, beta) not in leash_runs:
-            _, leash_runs[arm, beta] = experiment.run_arm(
-                arm, policy, rm, 0, beta, cfg, progress=PROGRESS)
+    new = [arm for arm in ARMS if (arm, beta) not in leash_runs]
+    logs = experiment.run_arms([(arm, 0, beta) for arm in new], policy, rm,
+                               cfg, progress=PROGRESS)
+    leash_runs.update({(arm, beta): log for arm, log in zip(new, logs)})
     return {arm: leash_runs[arm, beta] for arm in ARMS}
 
 
@@ -470,7 +483,7 @@ def draw_frame(beta, narrow=False):
     return draw_leash(beta, leash_at(beta), narrow)
 
 
-explore(draw_frame, {"beta": BETAS if building_book() else LIVE_BETAS},
+explore(draw_frame, {"beta": LIVE_BETAS}, book_grids={"beta": BETAS},
         default={"beta": 0.5}, labels={"beta": "β (uneven steps)"},
         alt=lambda beta: leash_alt(beta, leash_at(beta)),
         continuous_update=False,
@@ -480,7 +493,8 @@ explore(draw_frame, {"beta": BETAS if building_book() else LIVE_BETAS},
                 f"{', '.join(f'{b:g}' for b in BETAS)}. Drag it right, to a "
                 "tighter leash, and both arms end closer to the reference; "
                 "at every β the verifier arm ends above the dotted start "
-                "line and the rm arm near it.")
+                "line, and the rm arm at or below it, further below the "
+                "looser the leash.")
 
 # %% [markdown]
 # ### The per-prompt control, at an equal distance
@@ -505,30 +519,33 @@ for kl, b in (below, above):
           f"{log['accuracy'][0]:.3f} -> {log['accuracy'][-1]:.3f} (seed 0)")
 
 # %% [markdown]
-# At a comparable distance from the reference, none of these runs ends above its start, and
-# the per-prompt arm, which follows the RM's score more efficiently, ends a little lower than
-# the batch-mean runs. The conclusion of the control stands, now for the right reason: the noise was
-# slowing the optimizer down; the reward was pointing it the wrong way.
+# At a comparable distance from the reference, none of these runs ends above its start. The
+# per-prompt arm, which follows the RM's score more efficiently, ends about where the
+# batch-mean run at the smaller KL does, and above the one at nearly its own KL, which fell
+# to 0.307; that is one seed-0 run against a mean over five seeds, so it does not show the
+# per-prompt arm doing better, only that it does no worse. The conclusion of the control
+# stands, now for the right reason: the noise was slowing the optimizer down; the reward was
+# pointing it the wrong way.
 
 # %% [markdown]
 # ## Does it depend on the starting checkpoint?
 #
 # The intervals of chapter 5 measure the spread over PPO seeds, all starting from one
-# partial-SFT checkpoint, and the checkpoint matters. The book's was picked among
-# partial-SFT runs with other seeds, each stopped as soon as it answered a third of the
-# prompts right, as one from which this recipe gains clearly. That is a choice made after
-# seeing outcomes, so this section measures what it hides.
+# partial-SFT checkpoint, and the checkpoint may matter. The book's is SFT with seed 1,
+# stopped by a fixed rule: as soon as it answers a third of the eval prompts right. Another
+# seed, stopped by the same rule, would make a start just as fair, and chapter 5's intervals
+# say nothing about how its result would change. This section measures that.
 #
 # First the starts. For SFT seeds 0 to 4, `robustness.partial_start` trains with the book's
 # SFT settings and that seed, measures the greedy accuracy every 5 steps, and stops at the
 # first measurement that reaches 1/3. Each start is stored beside the book's models, so
-# making them costs under a minute once; later runs read them back.
+# making them costs about two minutes once on a busy 2-core machine; later runs read them
+# back.
 
 # %%
 SFT_SEEDS = [0, 1, 2, 3, 4]
-starts = {}  # SFT seed -> (partial policy, {'steps', 'accuracy'})
-for seed in SFT_SEEDS:
-    starts[seed] = robustness.partial_start(seed, progress=PROGRESS)
+# SFT seed -> (partial policy, {'steps', 'accuracy'}), made side by side
+starts = robustness.partial_starts(SFT_SEEDS, progress=PROGRESS)
 book_seed = sft.SFTConfig().seed
 same = all(torch.equal(a, b) for a, b in zip(
     starts[book_seed][0].state_dict().values(),
@@ -543,8 +560,8 @@ print(f"SFT seed {book_seed}'s start is the book's policy, weight for "
 # %% [markdown]
 # Then both arms from each start, with PPO seeds 0, 1 and 2, and each arm's gain in accuracy
 # averaged over the three. Each start is its own run's reference, as the book's policy is in
-# chapter 5; the reward model and every setting are the same. That is thirty runs, about
-# fifty seconds; the gains are stored in `outputs/sft_starts.json` and read back while the
+# chapter 5; the reward model and every setting are the same. That is thirty runs, about a
+# minute; the gains are stored in `outputs/sft_starts.json` and read back while the
 # code, the settings and the starts are the same.
 
 # %%
@@ -580,12 +597,13 @@ print(f"the book's start ranks {rank + 1} of {n_starts} by the verifier "
 
 # %% [markdown]
 # What carries over from start to start is the direction: the verifier arm gains more than
-# the rm arm, and the rm arm does not gain. The size does not carry over. The gain chapter 5
-# claimed for the verifier arm holds for the book's start, which was chosen as one that gains
-# clearly; the mean over the starts is the fairer number for a partial policy in general.
-# With 64 samples per iteration and 25 iterations, how much the verifier's 0-or-1 signal can
-# teach depends on how many of the policy's samples are right, and on which prompts. A
-# single SFT run is an anecdote too.
+# the rm arm, and the rm arm does not gain. The size does not carry over: the verifier arm's
+# gain runs from +0.048 to +0.131. The gain of at least 0.15 that chapter 5 set out to show
+# is reached from none of the five starts. The book's start is a middling one, third of five,
+# its +0.063 a little below the mean over the starts, +0.074; the largest gain comes from SFT
+# seed 3, the start that already answers the most sums right. With 64 samples per iteration
+# and 25 iterations, how much the verifier's 0-or-1 signal can teach depends on how many of
+# the policy's samples are right, and on which prompts. A single SFT run is an anecdote too.
 
 # %% [markdown]
 # ## What does a run look like from the inside?
@@ -656,8 +674,9 @@ show_figure(
     caption="The training statistics of one run of each arm (seed 0), "
             "under TRL's names; objective/scores is in the reward's own "
             "units (RM units for the rm arm, the fraction of correct "
-            "samples for the verifier arm). Both arms' scores rise, the "
-            "clip fraction and the approximate KL fall to almost 0 after "
+            "samples for the verifier arm). The verifier arm's score rises "
+            "a little; the rm arm's jumps with the prompts drawn and ends a "
+            "little lower. The clip fraction and the approximate KL fall to almost 0 after "
             "the first iterations, and the entropy and the completion "
             "length hardly move: nothing here tells the arm that learned "
             "sums from the one that did not.",
@@ -670,10 +689,13 @@ for key, _ in STATS:
         f"{np.mean(runs[arm][key][-5:]):<6.3f}" for arm in ARMS).rstrip())
 
 # %% [markdown]
-# Read the two dashboards as if there were no verifier. Both arms' `objective/scores` rise
-# from the first iterations to the last: by its own logs the rm arm trains as well as the
-# verifier arm, and it does, at raising the RM's score. `objective/kl` grows faster for the
-# arm on the lighter leash. The clip fraction and the approximate KL are largest in the
+# Read the two dashboards as if there were no verifier. The verifier arm's
+# `objective/scores`, the fraction of its samples that are right, rises a little. The rm
+# arm's jumps from batch to batch by more than it moves over the run, and its last five
+# iterations average a little lower than its first five (1.752 against 1.822): with 95% of
+# the RM score's variance in a batch coming from which prompts were drawn, a batch's mean
+# score says more about its prompts than about the policy. `objective/kl` grows faster for
+# the arm on the lighter leash. The clip fraction and the approximate KL are largest in the
 # first iterations and then fall toward 0: Adam's first steps move every weight by about the
 # full learning rate, before its running averages have seen how noisy the gradients are, and
 # the learning rate decays to 0 over the run. The entropy and the completion length hardly
@@ -699,11 +721,11 @@ print(f"std of the verifier arm's gain: between starts {between:.3f}, "
 
 # %% [markdown]
 # From every partial-SFT start made the same way, the verifier arm gained more than the rm
-# arm. How much it gained varied from start to start, and the book's start, chosen after
-# seeing outcomes, gains more than the average start. The gain varies more from start to
-# start than from one PPO seed to another from the same start, even though each start's
-# number is already a mean over three seeds. Chapter 5's intervals over PPO seeds do not
-# cover that choice; a claim about the size of a gain needs several starts.
+# arm. How much it gained varied from start to start; the book's start gains a little less
+# than the average start. The gain varies more from start to start than from one PPO seed to
+# another from the same start, even though each start's number is already a mean over three
+# seeds. Chapter 5's intervals over PPO seeds do not cover the choice of start; a claim about
+# the size of a gain needs several starts.
 #
 # **The prompt's share of the reward is noise a critic would remove, and it is not what held
 # the rm arm back.**
@@ -761,10 +783,12 @@ for arm in ARMS:
 
 # %% [markdown]
 # Loosening $\beta$ lets the rm arm move several times further from the reference, and no
-# setting turns the RM into a teacher of arithmetic: its accuracy change stays within a few
-# points of zero for every $\beta$, while the verifier arm gains at every $\beta$. A tighter
-# leash only slows a good reward down. The leash decides how far a policy may go; where it
-# goes is the reward's doing. Chapter 7 takes the leash off and lets the rm arm run longer.
+# setting turns the RM into a teacher of arithmetic: its accuracy never rises, and the looser
+# the leash, the more it falls, by up to 0.095. The verifier arm gains at every $\beta$, and
+# in these single runs the strength of the leash made little difference to how much. For the
+# rm arm the leash limits the damage; for the verifier arm it did not hold back the gain. The
+# leash decides how far a policy may go; where it goes is the reward's doing. Chapter 7 takes
+# the leash off and lets the rm arm run longer.
 #
 # **A run's own statistics do not tell a good reward from a bad one.**
 
@@ -777,9 +801,11 @@ for arm in ARMS:
           f"{acc[-1]:.3f}")
 
 # %% [markdown]
-# Both arms' batch scores rise, in their own units, and the entropy, the length and the clip
-# statistics look healthy in both. Only the verifier, which a real system does not have, says
-# that one of them learned sums. A dashboard tells you whether the optimization is healthy;
+# The verifier arm's batch score rises a little, in its own units; the rm arm's, dominated by
+# which prompts each batch drew, ends a little lower than it began, within its jumps from
+# batch to batch. The entropy, the length and the clip statistics look healthy in both. Only
+# the verifier, which a real system does not have, says that one of them learned some sums
+# and the other lost a few. A dashboard tells you whether the optimization is healthy;
 # whether the reward is right has to be checked from outside it, with held-out judgments the
 # policy was not trained on {cite}`gao2023scaling`.
 #
@@ -836,13 +862,15 @@ for arm in ARMS:
 # <details class="answer">
 # <summary>Worked answer: what a dashboard can and cannot show</summary>
 #
-# None of the seven would have warned you here. `objective/scores` rose for both arms; the KL
-# grew slowly, as a leashed run's should; the entropy, the length and the clip statistics
-# stayed in their healthy ranges. They measure the optimization, and the optimization worked:
-# it raised the number it was handed. What they cannot measure is whether that number is the
-# right one. For that you need a judgment the policy was not trained on: a held-out set
-# labelled by people, or a second reward model trained on other data, scored on the policy's
-# answers every few iterations. When its score stops rising while `objective/scores` keeps
+# None of the seven would have warned you here. `objective/scores` rose a little for the
+# verifier arm; for the rm arm it jumped with the prompts each batch drew and ended a little
+# lower, which reads as noise, not as a wrong reward, and the RM's score of the rm arm's
+# greedy answers did rise a little (chapter 5). The KL grew slowly, as a leashed run's should;
+# the entropy, the length and the clip statistics stayed in their healthy ranges. They measure
+# the optimization, and the optimization worked: it raised the number it was handed. What
+# they cannot measure is whether that number is the right one. For that you need a judgment
+# the policy was not trained on: a held-out set labelled by people, or a second reward model
+# trained on other data, scored on the policy's answers every few iterations. When its score stops rising while `objective/scores` keeps
 # climbing, the policy has found the trained RM's blind spot, as chapter 7 shows with the
 # leash off {cite}`gao2023scaling`.
 #

@@ -138,7 +138,10 @@ def test_show_figure_gives_alt_text_in_both_modes(monkeypatch):
     explorer.show_figure(draw_line(1), alt="a rising line")
     data, metadata = shown[0]._repr_mimebundle_()
     assert set(data) == {"image/png", "text/plain"}
-    assert metadata == {"image/png": {"width": 300}}  # draw_line is 3 inches wide: 300 CSS px
+    assert metadata["image/png"] == {"width": 300}  # draw_line is 3 inches wide: 300 CSS px
+    # The book's form rides along in the metadata, which JupyterLab and nbval ignore.
+    assert set(metadata) == {"image/png", explorer.BOOK_KEY}
+    assert 'alt="a rising line"' in metadata[explorer.BOOK_KEY]["text/html"]
     monkeypatch.setenv("MINIRLHF_BUILDING_BOOK", "1")
     explorer.show_figure(draw_line(1), alt="a rising line", caption="A <caption>")
     page = shown[1]._repr_mimebundle_()["text/html"]
@@ -205,11 +208,33 @@ def test_the_book_shows_a_narrow_rendering_on_a_phone(monkeypatch):
     assert '<source media="(max-width: 576px)"' in page and 'width="350" height="400"' in page
     assert 'width="650" height="300"' in page
     assert 'data-min-font-pt="8" data-narrow-width-in="3.5" data-narrow-min-font-pt="9"' in page
-    # In JupyterLab only the wide one is drawn and shown.
+    # In JupyterLab the wide one is shown, and both are recorded for the book.
     monkeypatch.delenv("MINIRLHF_BUILDING_BOOK")
-    calls = []
-    explorer.show_figure(lambda narrow=False: calls.append(narrow) or _fig(6.5, 3.0, 8), alt="a line")
-    assert calls == [False]
+    explorer.show_figure(draw, alt="a line", caption="What to see.")
+    data, metadata = shown[1]._repr_mimebundle_()
+    assert set(data) == {"image/png", "text/plain"} and metadata[explorer.BOOK_KEY]["text/html"] == page
+
+
+def test_the_book_reads_each_output_in_its_book_form(monkeypatch):
+    import nbformat
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
+    explorer.show_figure(draw_line(1), alt="a rising line", caption="Up.")
+    explorer.explore(draw_line, {"slope": [0, 1, 2]}, default={"slope": 1}, alt="slope {slope}")
+    outputs = []
+    for obj in shown:
+        data, metadata = obj._repr_mimebundle_()
+        outputs.append(nbformat.v4.new_output("display_data", data=data, metadata=metadata))
+    assert "application/vnd.jupyter.widget-view+json" in outputs[1]["data"]  # live sliders in JupyterLab
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("draw()", outputs=outputs))
+    book = explorer.book_notebook(nbformat.writes(nb))
+    figure, sliders = book.cells[0].outputs
+    assert "<figcaption>Up.</figcaption>" in figure["data"]["text/html"] and not figure["metadata"]
+    assert '<input type="range"' in sliders["data"]["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" not in sliders["data"]
 
 
 def test_an_explorer_whose_draw_takes_narrow_swaps_both_renderings():

@@ -24,6 +24,12 @@ One call, two front ends::
   without JavaScript the default frame is still there. Element ids come from a hash of the
   content, so the same call gives byte-identical HTML every time.
 
+**Recorded once, shown in both.** The book renders the outputs recorded in ``solutions/``,
+which are executed as JupyterLab runs them. So in JupyterLab every figure and explorer also
+carries its book form (the static HTML above) in the output's metadata under
+:data:`BOOK_KEY`, which JupyterLab and nbval ignore; while the book is built,
+:func:`book_notebook` reads each notebook and puts that form in place of the live one.
+
 ``draw`` receives the grid values as keyword arguments and must return a new Figure; the
 explorer renders it to PNG and closes it. One or two grids are supported (two grids make
 ``len(a) * len(b)`` frames, so keep them small).
@@ -54,8 +60,9 @@ import numpy as np
 from .frontend import building_book
 
 __all__ = ["explore", "explorer_html", "live_explorer", "figure_png", "render", "Rendered", "show_figure",
-           "DPI", "CSS_PPI", "PHONE_MEDIA"]
+           "DPI", "CSS_PPI", "PHONE_MEDIA", "BOOK_KEY", "book_notebook"]
 
+BOOK_KEY = "minirlhf/book"  # an output's metadata key for the form the book shows
 DPI = 200  # pixels per inch of every rendered figure: twice what it is shown at
 CSS_PPI = 100  # CSS pixels per inch of figure: a 6.5 in wide figure is shown 650 px wide at most
 PHONE_MEDIA = "(max-width: 576px)"  # below this width the book shows a figure's narrow variant
@@ -371,9 +378,20 @@ class _StaticExplorer:
         return {"text/html": self.page, "text/plain": self.summary}
 
 
+class _LiveWithBook:
+    """The live explorer, carrying the book's static form in its output's metadata."""
+
+    def __init__(self, live: _LiveExplorer, book: _StaticExplorer):
+        self.live, self.book = live, book
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.live._repr_mimebundle_(**kwargs), {BOOK_KEY: self.book._repr_mimebundle_()}
+
+
 def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping | None = None,
             labels: Mapping[str, str] | None = None, fmt="{:g}", alt=None, key: str = "",
-            dpi: int = DPI, continuous_update: bool = True, caption: str | None = None) -> None:
+            dpi: int = DPI, continuous_update: bool = True, caption: str | None = None,
+            book_grids: Mapping[str, Sequence] | None = None) -> None:
     """Show ``draw(**params)`` behind one slider per grid (one or two grids); returns None.
 
     Parameters
@@ -399,38 +417,47 @@ def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping |
         Live mode only: redraw while dragging (True) or on release (False, for slow draws).
     caption : str, optional
         What to see in the figure; the book prints it under the frames.
+    book_grids : mapping, optional
+        The grids of the book's precomputed frames, when they differ from the live ones
+        (default: ``grids``).
 
     A ``draw`` that takes a ``narrow`` keyword is also drawn with ``narrow=True`` for the book's
     phone layout.
     """
     from IPython.display import display
 
+    book_grids = grids if book_grids is None else book_grids
+    axes = _axes(book_grids, default, labels, fmt)
+    page = explorer_html(draw, book_grids, default=default, labels=labels, fmt=fmt, alt=alt, key=key, dpi=dpi,
+                         caption=caption)
+    n = int(np.prod([len(a.values) for a in axes]))
+    summary = f"Explorer with {n} precomputed frames over " + ", ".join(a.name for a in axes) + "."
+    static = _StaticExplorer(page, summary)
     if building_book():
-        axes = _axes(grids, default, labels, fmt)
-        page = explorer_html(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt, key=key, dpi=dpi,
-                             caption=caption)
-        n = int(np.prod([len(a.values) for a in axes]))
-        summary = f"Explorer with {n} precomputed frames over " + ", ".join(a.name for a in axes) + "."
-        display(_StaticExplorer(page, summary))
+        display(static)
     else:
-        display(live_explorer(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt, dpi=dpi,
-                              continuous_update=continuous_update))
+        display(_LiveWithBook(live_explorer(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt,
+                                            dpi=dpi, continuous_update=continuous_update), static))
 
 
 class _StaticFigure:
     def __init__(self, wide: Rendered, narrow: Rendered | None, alt: str, caption: str | None):
         self.wide, self.narrow, self.alt, self.caption = wide, narrow, alt, caption
 
-    def _repr_mimebundle_(self, **kwargs):
-        if not building_book():
-            # JupyterLab shows the PNG at its CSS size (sharp on a high-DPI screen); the alt
-            # text is the plain-text form (and what nbval compares).
-            return ({"image/png": self.wide.b64(), "text/plain": self.alt},
-                    {"image/png": {"width": self.wide.css_width}})
+    def _book(self) -> dict:
         cap = f"<figcaption>{html.escape(self.caption)}</figcaption>" if self.caption else ""
         page = (f'<figure class="mr-figure" style="margin:0.5em 0 1em 0">'
                 f"{_picture(None, self.wide, self.narrow, self.alt)}{cap}</figure>")
         return {"text/html": page, "text/plain": self.alt}
+
+    def _repr_mimebundle_(self, **kwargs):
+        if not building_book():
+            # JupyterLab shows the PNG at its CSS size (sharp on a high-DPI screen); the alt
+            # text is the plain-text form (and what nbval compares). The book's form rides
+            # along in the metadata.
+            return ({"image/png": self.wide.b64(), "text/plain": self.alt},
+                    {"image/png": {"width": self.wide.css_width}, BOOK_KEY: self._book()})
+        return self._book()
 
 
 def show_figure(fig, alt: str, caption: str | None = None, dpi: int = DPI, narrow=None) -> None:
@@ -445,14 +472,27 @@ def show_figure(fig, alt: str, caption: str | None = None, dpi: int = DPI, narro
     small = None
     if callable(fig) and not hasattr(fig, "savefig"):
         draw, fig = fig, fig(narrow=False)
-        if building_book():
-            small = render(draw(narrow=True), dpi)
+        small = render(draw(narrow=True), dpi)
     elif narrow is not None:
-        if building_book():
-            small = render(narrow, dpi)
-        else:
-            plt.close(narrow)
+        small = render(narrow, dpi)
     wide = render(fig, dpi)  # renders and closes the figure, also when alt is missing
     if not alt:
         raise ValueError("alt must describe the figure for readers who cannot see it")
     display(_StaticFigure(wide, small, alt, caption))
+
+
+def book_notebook(text: str, **kwargs):
+    """Return the notebook in ``text`` as the book shows it: every output that carries a
+    book form (:data:`BOOK_KEY` in its metadata) has it as its data instead.
+
+    The book's reader for ``.ipynb`` files (``nb_custom_formats`` in ``_config.yml``)."""
+    import nbformat
+
+    nb = nbformat.reads(text, as_version=4)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            book = out.get("metadata", {}).pop(BOOK_KEY, None)
+            if book is not None:
+                out["data"] = book
+                out["metadata"] = {}
+    return nb
