@@ -20,6 +20,8 @@
 # ```
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -187,7 +189,8 @@ print("\n".join(rows))
 # same network with a head that returns one number instead of 13.
 
 # %%
-print(f"{policy.cfg}\n{n_params(policy):,} parameters")
+print(textwrap.fill(str(policy.cfg), 77, subsequent_indent="    "))
+print(f"{n_params(policy):,} parameters")
 
 # %% [markdown]
 # ```{admonition} Why float64
@@ -337,7 +340,8 @@ accuracy = np.array(curve["accuracy"])
 stop = curve["stop"]  # where the book's policy stopped
 at_stop = sft.greedy_accuracy(policy)  # the policy itself, at step `stop`
 near = np.abs(steps - stop) <= 40
-print(f"{config}\ntraining prompts: {len(task.train_pairs()):,}; "
+print(textwrap.fill(str(config), 77, subsequent_indent="    "))
+print(f"training prompts: {len(task.train_pairs()):,}; "
       f"held-out evaluation prompts: {len(task.eval_pairs())}\n\n"
       "step     " + " ".join(f"{s:>5}" for s in steps[near]) + "\n"
       "accuracy " + " ".join(f"{a:5.3f}" for a in accuracy[near]))

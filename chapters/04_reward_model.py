@@ -23,6 +23,7 @@
 
 # %%
 import inspect
+import textwrap
 from dataclasses import asdict
 
 import matplotlib.pyplot as plt
@@ -187,7 +188,8 @@ rm, _ = store.load_rm(progress=PROGRESS)
 report = rmlib.rm_report(rm)
 original = {"pair accuracy": ORIGINAL["rm_pair_accuracy"],
             "near-miss accuracy": ORIGINAL["rm_near_miss_accuracy"]}
-rows = [str(rmlib.RMConfig()), "",
+rows = [*textwrap.wrap(str(rmlib.RMConfig()), 77,
+                      subsequent_indent="    "), "",
         "                       this run   the original run"]
 for name, key in (("pair accuracy", "pair_accuracy"),
                   ("near-miss accuracy", "near_miss_accuracy")):
@@ -511,8 +513,9 @@ show_figure(
     caption="What the RM reads: the size of the answer. Move the tens digit "
             "of the true sum further (blue) and the RM's mean margin and "
             "the fraction of pairs it ranks right both climb; move the ones "
-            "digit (orange) and both stay nearly flat, the margin near 0 and "
-            "the fraction a little above a coin toss, however far it moves.",
+            "digit (orange) and both stay nearly flat, the margin near 0 "
+            "and the fraction a little above a coin toss, however far it "
+            "moves.",
 )
 
 # %% [markdown]

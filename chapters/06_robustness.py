@@ -676,8 +676,8 @@ show_figure(
             "units (RM units for the rm arm, the fraction of correct "
             "samples for the verifier arm). The verifier arm's score rises "
             "a little; the rm arm's jumps with the prompts drawn and ends a "
-            "little lower. The clip fraction and the approximate KL fall to almost 0 after "
-            "the first iterations, and the entropy and the completion "
+            "little lower. The clip fraction and the approximate KL fall "
+            "to almost 0 after the first iterations, and the entropy and the completion "
             "length hardly move: nothing here tells the arm that learned "
             "sums from the one that did not.",
 )

@@ -171,8 +171,8 @@ def draw_leash_off(narrow=False):
 show_figure(
     draw_leash_off,
     alt="Three panels against PPO iteration, 0 to 40, three seeds per arm. "
-        f"With beta = 0 the true accuracy falls from {acc0[:, 0].mean():.3f} "
-        f"to {acc0[:, -1].mean():.3f}, "
+        "With beta = 0 the true accuracy falls from "
+        f"{acc0[:, 0].mean():.3f} to {acc0[:, -1].mean():.3f}, "
         f"while the RM score rises from {sc0[:, 0].mean():+.2f} to "
         f"{sc0[:, -1].mean():+.2f} and the KL to the reference climbs to "
         f"{curve(0.0, 'kl')[:, -1].mean():.2f} nats per token. With beta = "
@@ -182,8 +182,8 @@ show_figure(
             "(β = 0.5, blue). Without the leash the RM score climbs and "
             "the KL to the reference keeps growing, while the true accuracy "
             "falls from the first iterations; the leashed runs reach about "
-            "the same RM score and stay close to the reference. Thin lines are "
-            "single seeds, thick lines their mean.",
+            "the same RM score and stay close to the reference. Thin lines "
+            "are single seeds, thick lines their mean.",
 )
 
 # %% [markdown]
@@ -396,7 +396,8 @@ show_figure(
         f"{flat.max():+d}, and falls away outside. The exact answers drop "
         f"from {np.mean(start_offsets == 0):.0%} to "
         f"{np.mean(end_offsets == 0):.0%}; the answers move to about ten "
-        "below the truth, at the edge of the near-miss band and just beyond it.",
+        "below the truth, at the edge of the near-miss band and just "
+        "beyond it.",
     caption="Where the answers go: how far each greedy answer is from the "
             "truth, before (blue) and after (orange) 40 iterations without "
             "a leash, over the RM's average opinion of each offset (black, "
@@ -665,7 +666,7 @@ for i, kl_batch in enumerate(measured_kl, 1):
 #   run, while one noisy batch still moves it by no more than 5%.
 
 # %%
-TARGET = 0.05  # nats per token: the beta = 0 runs had lost little accuracy yet
+TARGET = 0.05  # nats per token: where beta = 0 had lost little accuracy
 HORIZON = 256  # samples, 4 iterations of 64: beta moves <= 5% per iteration
 step = 0.2 * ppo.PPOConfig().batch_size / HORIZON
 print(f"target {TARGET} nats per token, horizon {HORIZON} samples: beta "
