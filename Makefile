@@ -61,8 +61,9 @@ browser: book
 	@echo "Screenshots: $(CURDIR)/_build/screenshots/ (summary.txt lists the pages checked)."
 
 # MINIRLHF_REQUIRE_TRL=1: the bridge's tests fail, rather than skip, when the extra is missing.
+# Two processes, one per core; a test file stays whole in one of them.
 unit: $(TRL_STAMP)
-	MINIRLHF_REQUIRE_TRL=1 $(PY) -m pytest -q tests
+	MINIRLHF_REQUIRE_TRL=1 $(PY) -m pytest -q -n 2 --dist loadfile -p no:cacheprovider tests
 
 # The notebooks run two at a time, one per core (pytest-xdist; each notebook stays whole in one
 # worker, its cells in order). Chapters that read another chapter's stored runs make them

@@ -677,8 +677,9 @@ show_figure(
             "samples for the verifier arm). The verifier arm's score rises "
             "a little; the rm arm's jumps with the prompts drawn and ends a "
             "little lower. The clip fraction and the approximate KL fall "
-            "to almost 0 after the first iterations, and the entropy and the completion "
-            "length hardly move: nothing here tells the arm that learned "
+            "to almost 0 after the first iterations, and the entropy and "
+            "the completion length hardly move: nothing here tells the arm "
+            "that learned "
             "sums from the one that did not.",
 )
 print(f"mean of iterations 1-5 -> 21-25   {'rm arm':>11}  "
