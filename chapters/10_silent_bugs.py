@@ -25,9 +25,9 @@
 # :class: tip
 # Chapters 1 to 9: the leash and its estimators (1, 2, 7), the completion mask (3), PPO's
 # ratio and clip (5), GRPO's k3 term (8) and DPO's loss (9). With nothing stored, a first run
-# of the notebook takes about three minutes on a 2-core CPU (it makes 30 runs), each long
-# cell with a progress bar in JupyterLab; later runs read them back, and only the checks of
-# your fixes run again (about a minute).
+# of the notebook took about four and a half minutes on a busy 2-core CPU (it makes 30 runs,
+# then plants each of your seven fixes in three more), each long cell with a progress bar in
+# JupyterLab. Later runs read the 30 runs back, and only the checks of your fixes run again.
 # ```
 
 # %%
@@ -102,8 +102,10 @@ def changed_line(bug):
 # strings, `(metric, reason)`:
 #
 # - `metric` is one of the panel titles of the run's dashboard, as written there (for
-#   example `"objective/entropy"`). It must be a metric whose curve separates the buggy run
-#   from the correct one.
+#   example `"objective/entropy"`). It must be a metric that the bug moves. For most runs
+#   that is a panel where the buggy run parts from the correct one; for three of them (C, D
+#   and E) the bug moves its panel by less than three seeds' spread, and the tell is the
+#   panel that drifts the way the bug says it should (*The tells, measured* gives the sizes).
 # - `reason` is one sentence saying why that metric moves: what the bug must be doing to the
 #   loss, the mask or the log-probs. The check looks for the mechanism in your words, not
 #   for an exact phrase.
@@ -268,8 +270,11 @@ check("tell_kl_no_grad", tell_kl_no_grad);
 # **What was wrong: the KL term carries no gradient.** The policy's log-probs are detached
 # inside the k3 term, as if it were computed under `torch.no_grad()`. The loss still shows
 # the leash's value, but its gradient is zero, so the run is GRPO with $\beta = 0$. The exact
-# KL of the evaluation leaves the correct run's band only in the second half of the run. The
-# bug is slow to show, and accuracy even looks fine.
+# KL of the evaluation drifts above the correct run's as the run goes on, but over seeds 0-2
+# it never leaves the correct run's band, and accuracy looks fine. In this arm, over 25
+# iterations, taking the leash away moves the KL by less than the spread of three seeds: of
+# the seven bugs, this is the one the dashboard does not show. The check of the leash's
+# gradient before training finds it at once.
 
 # %%
 changed_line("kl-no-grad")
@@ -371,10 +376,10 @@ show_dashboard("ratio-to-reference")
 def tell_ratio_to_reference():
     """Return (metric, reason): the panel that gives run E away, and why."""
     # BEGIN SOLUTION
-    return ("accuracy",
+    return ("kl",
             "the clip compares the policy with the reference, so once a "
             "token has moved 20% from the start its gradient stops and "
-            "accuracy stalls")
+            "the policy stays near the reference")
     # END SOLUTION
 
 # %% [hints] tell_ratio_to_reference
@@ -387,9 +392,13 @@ check("tell_ratio_to_reference", tell_ratio_to_reference);
 # now with the policy that sampled the batch, so that the clip bounds one update (chapter 5).
 # Taken against the frozen reference, the clip bounds the whole run instead. A token whose
 # probability has moved 20% from the start gets no more gradient in the direction it was
-# going. The run stops learning early, and stays close to the reference. The logged
-# `policy/clipfrac_avg` does not show it: the engine logs the clip against the sampling
-# policy, as TRL does, and that is not what this loss clipped.
+# going. The run stays close to the reference: its exact KL flattens early and low. In these
+# runs that costs no accuracy, though. Run E's accuracy follows the correct run's, so the
+# reference answer above names a panel that does not give the bug away here (the table at
+# the end: -0.003 ± 0.040); `kl` is the panel that shows it, and only late, because the
+# correct run's band is wide. The logged `policy/clipfrac_avg` does not show it either: the
+# engine logs the clip against the sampling policy, as TRL does, and that is not what this
+# loss clipped.
 
 # %%
 changed_line("ratio-to-reference")
@@ -451,10 +460,11 @@ check("tell_no_temperature", tell_no_temperature);
 # **What was wrong: the log-probs leave out the temperature.** The answers are sampled from
 # softmax(logits / 0.7), but the ratio, the leash and the logged KL use log-probs at
 # temperature 1. The gradient is that of another distribution than the one that wrote the
-# answers. No curve leaves the band point by point, only `objective/kl` over the whole run
-# (see *The tells, measured* below). The exact KL of the evaluation, computed at 0.7, ends
-# higher. Of the seven bugs, this one is the hardest to see on a dashboard, and a check before
-# training finds it at once.
+# answers. The logged `objective/kl` is lower than the correct run's on average over the
+# run (see *The tells, measured* below), though no stretch of it leaves the band. The exact
+# KL of the evaluation, computed at 0.7, does the opposite: it rises faster than the correct
+# run's in the first iterations, and ends a little higher. Two KLs that disagree are the
+# sign. A check before training finds the bug at once.
 
 # %%
 changed_line("no-temperature")
@@ -514,10 +524,10 @@ check("tell_dpo_rejected_flipped", tell_dpo_rejected_flipped);
 # %% [markdown]
 # **What was wrong: DPO's rejected log-ratio is the wrong way round.** It is computed as
 # reference minus policy, so the margin is the sum of the two log-ratios, and the loss falls
-# when the policy raises *both* answers. The run still gains accuracy, because it learns to
-# write the chosen answers, which are right. But it is SFT on both answers, not a preference:
-# `rewards/accuracies` falls to near 0. This is the one-term slip of exercise 9.1, and the
-# reason that exercise names it.
+# when the policy raises *both* answers. The run still gains accuracy, less than the correct
+# run, but it no longer learns a preference: `logps/rejected` rises where the correct run's
+# falls, `logps/chosen` does not rise, and `rewards/accuracies` falls to near 0. This is the
+# one-term slip of exercise 9.1, and the reason that exercise names it.
 
 # %%
 changed_line("dpo-rejected-flipped")
@@ -571,9 +581,14 @@ for bug, rows in table.items():
 # %% [markdown]
 # ## Which panel moves first
 #
+# Over seeds 0-2, the tells of runs A, B, F and G separate. Those of runs C, D and E do not.
+# Their KL differences have the sign the bug predicts (more KL in runs C and D, less in run
+# E), but three seeds do not tell them from noise, and run E's accuracy does not move at all.
+#
 # A dashboard is read while the run goes on, so it matters *when* a tell shows. For each run,
-# the first point at which a panel leaves the correct run's band and stays out for three
-# points (an iteration of PPO or GRPO, or a step of DPO; `-` when it never does):
+# the first points at which a panel leaves the correct run's band and stays out for three
+# points (an iteration of PPO or GRPO; for DPO, a step of its own logs, or an evaluation for
+# `accuracy` and `kl`; at most three panels a run, `-` when none does):
 
 # %%
 for bug in LETTERS:
@@ -586,15 +601,19 @@ for bug in LETTERS:
 # %% [markdown]
 # Three kinds of bug show three ways:
 #
-# - **A wrong mask** (runs A and B) shows in the first batch, in `val/completion_length` and
-#   `objective/entropy`. Those panels are averages over the mask.
-# - **A leash that does not hold** (runs C and D) shows late and only in the KL. Accuracy may
-#   even look better for a while. By the time the KL is clearly out of the band, most of the
-#   run is spent.
-# - **A wrong loss** shows in what the loss moves. Run E's KL stops growing by iteration 4.
-#   Run G's DPO logs are the wrong way up from the first step.
+# - **A wrong mask** (runs A and B) shows in the first batch, in `val/completion_length`, the
+#   mask's own sum. `objective/entropy`, another average over the mask, leaves the band at
+#   once in run B and by iteration 5 in run A.
+# - **A leash that does not hold** (runs C and D) shows late, if at all, and only in the KL.
+#   Run D's exact `kl` leaves the band at iteration 21, when most of the run is spent (its
+#   noisier `objective/kl` is out earlier, from iteration 5). Run C's never leaves it.
+# - **A wrong loss** shows in what the loss moves. Run E's KL flattens early, but the correct
+#   run's band is wide, and it leaves the band only at iteration 20. Run G's DPO logs are the
+#   wrong way up from the first step.
 #
-# And one bug does not show on the dashboard point by point at all: run F.
+# Run F's log-probs at the wrong temperature show early in the exact `kl`, from iteration 3,
+# before it comes back into the band. And one bug does not show on the dashboard point by
+# point at all: run C.
 
 # %% [markdown]
 # ## Checks before training
@@ -632,9 +651,9 @@ with sb.planted(sb.BUGS["pad-is-end"]):
     print("  run B: ", sb.check_mask(policy)[1])
 
 # %% [markdown]
-# The engine passes all five, and every bug fails at least one. Run F, which no panel showed,
-# fails two. The checks cost a second. Together they cover what a dashboard shows late or not
-# at all.
+# The engine passes all five, and every bug fails at least one. Run C, which no panel showed,
+# fails the leash-gradient check, and run F fails two. The checks cost a second. Together they
+# cover what a dashboard shows late or not at all.
 #
 # ## A debugging checklist
 #
@@ -652,16 +671,18 @@ with sb.planted(sb.BUGS["pad-is-end"]):
 #
 # **While training, panel by panel:**
 #
-# - `val/completion_length` flat at the maximum, or exactly one token off from what the
-#   answers should be: the mask.
-# - `objective/entropy` jumps at the first batch: the mask, or the temperature.
-# - The exact KL keeps growing past a healthy run's: the leash has no gradient, or one that is
-#   zero on average.
-# - The KL flattens early and accuracy stalls: the clip is measured against the wrong policy.
+# - `val/completion_length` flat at the maximum, or one token short of what the answers
+#   should be: the mask.
+# - `objective/entropy` off a healthy run's from the first batch, up or down: the mask.
+# - The exact KL creeping above a healthy run's late in the run: the leash has no gradient, or
+#   one that is zero on average. Over a few seeds it may stay inside the band, so check the
+#   leash's gradient before training instead.
+# - The KL flattens early and stays low: the clip is measured against the wrong policy.
 # - `objective/kl` disagrees with an exact KL on the same answers: the log-probs in the loss
 #   are not the sampler's.
 # - DPO's `rewards/accuracies` near 0, or `logps/rejected` rising: a sign in the loss.
 #
-# **Always:** compare with a healthy run. Several of these runs reached the same accuracy as
-# the correct run, or a better one. Only a baseline with bands over seeds tells what is
-# normal, and that is how every dashboard above was read.
+# **Always:** compare with a healthy run. Five of these runs (A, B, C, E and F) ended with
+# about the correct run's accuracy. Only a baseline with bands over seeds tells what is
+# normal, and that is how every dashboard above was read. Three seeds are not always enough:
+# they did not separate the tells of runs C, D and E.

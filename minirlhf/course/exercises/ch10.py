@@ -32,8 +32,8 @@ TELLS = {
         (("gradient",), ("detach",), ("no_grad",), ("leash", "nothing"), ("leash", "not"), ("pull",)),
         ("Accuracy and the reward look like a healthy run's. Look at the two KL panels: is the policy "
          "kept as close to the reference as in the correct run?",
-         "The evaluation's `kl` ends far above the band of the correct run: the leash is there in the loss, "
-         "but it does not hold. What must a loss term have, to move the weights?",
+         "The evaluation's `kl` drifts above the correct run's (by less than three seeds' spread): the leash "
+         "is there in the loss, but it does not hold. What must a loss term have, to move the weights?",
          "Answer `kl`, with a reason that says the leash carries no gradient, so nothing pulls the policy back.")),
     "k1-loss": (
         "the leash term's expected gradient is zero, so it pulls nowhere and the KL to the reference "
@@ -61,19 +61,19 @@ TELLS = {
          "batch. Which token of every answer is no longer counted?",
          "Answer `val/completion_length`, with a reason that says the end mark is masked out like padding.")),
     "ratio-to-reference": (
-        "the clip compares the policy with the reference, so once the policy has moved 20% from it "
-        "the gradient stops and accuracy stalls",
+        "the clip compares the policy with the reference, so once a token has moved 20% from it "
+        "its gradient stops and the policy stays near the reference",
         (("clip",), ("ratio",), ("reference",), ("stop",), ("stall",)),
-        ("Which panels stay below the correct run's band from the middle of the run on?",
-         "The evaluation's `kl` flattens low and `accuracy` stops climbing: something stops the policy "
-         "moving away from where it started. Which part of PPO's loss stops updates?",
-         "Answer `accuracy` (or `kl`), with a reason that says the clipped ratio is taken against the "
+        ("Accuracy follows the correct run's. Which panel stays low, and leaves the band late in the run?",
+         "The evaluation's `kl` flattens low early: something stops the policy moving away from where it "
+         "started. Which part of PPO's loss stops updates?",
+         "Answer `kl` (or `accuracy`), with a reason that says the clipped ratio is taken against the "
          "reference, so the clip stops every token that has moved from the start.")),
     "no-temperature": (
         "the log-probs are taken at temperature 1 while the answers are sampled at 0.7, so the "
         "logged KL is computed on the wrong distribution",
         (("temperature",), ("0.7",), ("sampl", "distribution")),
-        ("No single point of any panel leaves the band; compare the two KL panels over the whole run.",
+        ("The accuracy panel hides it; compare the two KL panels over the whole run.",
          "`objective/kl` is below the correct run's over the run, while the exact `kl` of the evaluation is "
          "not: the logged KL is computed from other log-probs than the sampler's. Which setting of the "
          "sampler could they leave out?",
@@ -83,7 +83,8 @@ TELLS = {
         "rejected answer, and its log-prob goes up",
         (("rejected", "rais"), ("rejected", "up"), ("rejected", "ris"), ("rejected", "higher"),
          ("rejected", "sign"), ("rejected", "flip")),
-        ("Accuracy even ends a little higher. Look at DPO's own logs: which of them is the wrong way up?",
+        ("Accuracy alone does not say what went wrong. Look at DPO's own logs: which of them is the wrong "
+         "way up?",
          "`rewards/accuracies` falls to near 0 and `logps/rejected` rises: the policy now makes the "
          "rejected answers more likely, not less. What in the loss could ask for that?",
          "Answer `logps/rejected` (or `rewards/accuracies`), with a reason that says the rejected answer's "
