@@ -144,7 +144,7 @@ BUGS = {
         "reference instead of the policy that sampled the batch, so the clip stops every token that has "
         "moved 20% from the start",
         "minirlhf.ppo", "grpo_token_loss", grpo_token_loss_ratio_to_reference, "grpo-verifier",
-        ("accuracy", "kl")),
+        ("kl", "accuracy")),
     "no-temperature": Bug(
         "the log-probs leave out the temperature", "completions are sampled at temperature 0.7, but the "
         "ratio, the leash and the logged KL use log-probs at temperature 1",
