@@ -1298,31 +1298,54 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 #
 # The cell below runs it (seed 0; the learning rate now anneals over 100 iterations instead of
 # 40). In this run the fall slows down and nearly stops: by iteration 40 the accuracy has fallen
-# most of the way (0.360 to 0.225), and from there to 100 it moves much less, down to 0.188 and
-# back up to 0.205. The RM score climbs no further after iteration 40: it dips and recovers
-# (1.773, 1.716, 1.761), and the KL grows a little more and then eases back (0.256, 0.340,
-# 0.295). More distance buys nothing here, on the RM's scale or the verifier's. No answer
-# becomes malformed. The RM punishes answers of the wrong size or length hard (chapter 4), and
-# a malformed answer has never been scored well, so the policy has no reason to go there; what
-# grows instead is the share of wrong numbers, near-misses and other wrong numbers alike, at
-# the edge of the near-miss band and just beyond it, where the RM objects only a little.
+# most of the way (0.360 to 0.225), and from there to 100 it stays between 0.15 and 0.25. The
+# RM score climbs no further after iteration 40 (1.773): it never gets back to that value,
+# and the KL stays below 0.4. More distance buys nothing here, on the RM's scale or the
+# verifier's. No answer becomes malformed. The RM punishes answers of the wrong size or length
+# hard (chapter 4), and a malformed answer has never been scored well, so the policy has no
+# reason to go there; what grows instead is the share of wrong numbers, near-misses and other
+# wrong numbers alike, at the edge of the near-miss band and just beyond it, where the RM
+# objects only a little.
+#
+# Why does the cell print numbers only up to iteration 40, and claims after that? Because with
+# no leash the run magnifies the tiniest difference. Run under torch's other set of CPU kernels
+# (which round a few operations differently, far below the printed digits), this run gives
+# the same digits as here for most of its length, and then they drift apart: by iteration 100
+# its accuracy and KL differ in the third decimal. The shape of the run is the same, so the
+# cell states it as claims with a margin wider than that drift; a number printed from the last
+# iterations would be true of this CPU only. Chapter 5's runs, with their leash, keep every
+# printed digit on any CPU (`make test` checks it).
 #
 # </details>
 
 # %% tags=["hide-input"]
 long_plan = {(0.0, 0): ("rm", 0.0, {"iterations": 100})}  # seed 0
 log_long = runs_of("long", long_plan)[0.0, 0]
-print("beta = 0, seed 0   iteration:   0      40      70     100")
-for key, name in (("accuracy", "accuracy"), ("rm_score", "RM score"),
-                  ("kl", "KL per token")):
-    values = np.array(log_long[key])
-    if key == "kl":  # the exact KL can come out a hair below 0
-        values = values.clip(min=0.0)
-    print(f"{name:<31}" + "".join(f"{values[i]:>8.3f}"
-                                  for i in (0, 40, 70, 100)))
+accuracy_long = np.array(log_long["accuracy"])
+score_long = np.array(log_long["rm_score"])
+kl_long = np.array(log_long["kl"]).clip(min=0.0)  # the exact KL is >= 0
+print("beta = 0, seed 0   iteration:   0      20      40")
+for name, values in (("accuracy", accuracy_long), ("RM score", score_long),
+                     ("KL per token", kl_long)):
+    print(f"{name:<31}" + "".join(f"{values[i]:>8.3f}" for i in (0, 20, 40)))
 for kind in task.KINDS:
     print(f"{'  share ' + kind:<31}" + "".join(
-        f"{log_long['kinds'][kind][i]:>8.3f}" for i in (0, 40, 70, 100)))
+        f"{log_long['kinds'][kind][i]:>8.3f}" for i in (0, 20, 40)))
+# After iteration 40: claims with a margin wider than the drift between CPUs
+later = slice(41, 101)
+malformed = np.array(log_long["kinds"]["malformed"])
+claims = (
+    ("accuracy stays between 0.15 and 0.25",
+     0.15 <= accuracy_long[later].min()
+     and accuracy_long[later].max() <= 0.25),
+    (f"the RM score stays below its value at 40 ({score_long[40]:.3f})",
+     score_long[later].max() < score_long[40]),
+    ("the KL per token stays below 0.4", kl_long[later].max() < 0.4),
+    ("no answer is malformed", malformed[later].max() == 0.0),
+)
+print("iterations 41 to 100:")
+for claim, holds in claims:
+    print(f"  {claim:<58}{'HOLDS' if holds else 'DOES NOT HOLD'}")
 
 # %% [markdown]
 # **3. Ziegler's horizon.** Rerun the adaptive arm with `kl_horizon=10_000`. How far does
