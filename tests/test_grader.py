@@ -34,6 +34,7 @@ import torch
 from minirlhf.course import grader as check, nbgen
 from minirlhf.course.cases import RETURN_CAP, Case, Exercise, ExpectArray, to_plain
 from minirlhf.course.exercises import get
+from minirlhf import paths
 from minirlhf.paths import ROOT
 
 FIXTURES = Path(__file__).parent / "grader_fixtures"
@@ -359,7 +360,8 @@ def test_a_float_subclass_gets_the_verdict_of_the_check_cell(graded):
 def test_the_notebook_file_is_out_of_reach_or_its_change_reported(graded):
     result, text = graded["01_clobbers_notebook"][:2]
     path = result.path
-    kept = path.with_name("01_clobbers_notebook.graded.ipynb")
+    kept = Path(re.search(r"the version graded is kept in (\S+\.ipynb)", text)[1])
+    assert kept.parent == paths.KEPT != path.parent and kept.name.startswith("01_clobbers_notebook.graded-")
     assert path.read_text() == "{}" and kept.exists()  # overwritten by an absolute path: reported, kept
     assert nbformat.reads(kept.read_text(), as_version=4).cells  # the version graded, whole
     assert f"the version graded is kept in {kept}" in text
