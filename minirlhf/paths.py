@@ -191,9 +191,11 @@ def output_lock(folder: Path, command: str = ""):
     the first runs gets :class:`FolderInUse` with a message that names the other process; it
     is refused, never merged. A lock left by a run that crashed (its process is gone, on this
     machine) is taken over, with no message needed; a lock from another host cannot be checked
-    and is refused, with the file to delete named. The lock file is removed when the block ends.
+    and is refused, with the file to delete named. The lock file is removed when the block ends,
+and the folder too when the block made it and left it empty.
     """
     folder = Path(folder)
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / LOCK_NAME
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -229,6 +231,9 @@ def output_lock(folder: Path, command: str = ""):
         if (_lock_holder(lock) or {}).get("pid") == me["pid"]:
             with contextlib.suppress(OSError):
                 lock.unlink()
+        if made:  # a run that wrote nothing leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _take_over(lock: Path, holder: dict | None) -> None:
