@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -243,7 +242,7 @@ def _serve_course(app, exception) -> None:
     site = Path(app.outdir) / SITE_DIR
     (site / "notebooks").mkdir(parents=True, exist_ok=True)
     for notebook in learner_notebooks(root):
-        shutil.copyfile(notebook, site / "notebooks" / notebook.name)
+        write_atomic(site / "notebooks" / notebook.name, notebook.read_bytes())
     archive = pack(site / ARCHIVE_NAME, root)
     logging.getLogger(__name__).info(
         f"course archive: {archive.relative_to(app.outdir)} ({archive.stat().st_size // 1024} KB)")
