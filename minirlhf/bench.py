@@ -179,9 +179,10 @@ def main(argv=None) -> int:
     if argv[:1] == ["--child"] and len(argv) == 2:  # a stage, in the process this one starts
         _child(argv[1])
         return 0
-    _Parser(prog="python -m minirlhf.bench", description="Time the training pipeline: each stage in a fresh process with one torch "
-                        "thread, its wall time and peak memory against its budget; prints a table and writes "
-                        "bench.json to the outputs folder (outputs/, or MINIRLHF_OUTPUTS). Takes a few minutes.",
+    what = ("Time the training pipeline: each stage in a fresh process with one torch thread, its wall time "
+            "and peak memory against its budget; prints a table and writes bench.json to the outputs folder "
+            "(outputs/, or MINIRLHF_OUTPUTS). Takes a few minutes.")
+    _Parser(prog="python -m minirlhf.bench", description=what,
             epilog="Exit status: 0 when every stage keeps within its budgets, 1 when one is over (bench.json "
                    "is written either way), 2 when bench.json cannot be written (checked before the first "
                    "stage).").parse_args(argv)

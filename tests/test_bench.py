@@ -122,8 +122,8 @@ def test_bench_json_is_checked_before_any_stage_runs(tmp_path, monkeypatch, caps
     (tmp_path / "bench.json").mkdir()
     assert bench.main([]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"python -m minirlhf.bench: error: cannot write the results: {tmp_path / 'bench.json'} is a folder, " \
-                  "not a file that can be replaced"
+    assert err == (f"python -m minirlhf.bench: error: cannot write the results: {tmp_path / 'bench.json'} is a "
+                   "folder, not a file that can be replaced")
 
 
 @pytest.mark.parametrize("over, status", [(False, 0), (True, 1)])

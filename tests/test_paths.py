@@ -142,6 +142,7 @@ def test_one_writer_per_folder_and_a_crashed_lock_is_taken_over(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     import socket
 
+    out.mkdir()  # the first run wrote nothing, so its empty folder went with its lock
     (out / paths.LOCK_NAME).write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(),
                                                    "started": "earlier", "command": "crashed"}))
     with paths.output_lock(out, "after the crash") as lock:
