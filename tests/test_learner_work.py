@@ -187,3 +187,24 @@ def test_a_learners_work_survives_generate_grade_save_and_grade_again(layout, mo
     out = capsys.readouterr().out
     assert "Result: 1 of 1 exercises pass." in out and "not graded: a copy kept" in out
     assert target.read_text() == saved["text"]
+
+
+def test_the_make_targets_list_the_learners_notebooks_only_and_lab_writes_nothing(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    (tmp_path / "notebooks").mkdir()
+    for name in ("01_kl_penalty.ipynb", "01_kl_penalty.graded.ipynb", "01_kl_penalty.graded-2.ipynb",
+                 "02_ppo_objective.backup-20261203-164000.ipynb", "02_ppo_objective.ipynb"):
+        (tmp_path / "notebooks" / name).write_text("{}")
+    done = subprocess.run(["make", "-s", "-n", "-C", str(tmp_path), "-f", str(paths.ROOT / "Makefile"), "STAMP=",
+                           "check", "nbval-notebooks", "lab", "notebooks"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    check, nbval, lab, generate = done.stdout.strip().splitlines()
+    mine = "notebooks/01_kl_penalty.ipynb notebooks/02_ppo_objective.ipynb"
+    assert check.endswith(f"-m minirlhf.course.grader {mine}")  # B8: the kept copies are not graded
+    assert nbval.endswith(f"-p no:cacheprovider {mine}")
+    assert lab.endswith("jupyter lab notebooks/")  # opens the learner's folder, writes nothing
+    assert generate.rstrip().endswith("-m minirlhf.course.nbgen")  # never --force unless FORCE=1 is given
