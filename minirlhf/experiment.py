@@ -643,9 +643,11 @@ def _keep_somewhere(results: dict) -> Path:
 def main(argv=None) -> int:
     """Run the experiment from the command line; return the exit status.
 
-    The output folder and the model folder are checked before anything runs; Ctrl-C keeps
-    the seeds that finished; a write that fails at the end keeps the results in a file of the
-    system's temporary folder and says where.
+    The output folder and the model folder are checked before anything runs, and the output
+    folder is held for this run (:func:`minirlhf.paths.output_lock`: a second run into it is
+    refused); Ctrl-C, SIGTERM and SIGHUP keep the seeds that finished and say which were not
+    kept; a write that fails at the end keeps the results in a file of the system's temporary
+    folder and says where.
 
     Defined in chapter 5.
     """
