@@ -715,6 +715,17 @@ def main(argv=None) -> int:
 def _run_and_write(args, arms: tuple, betas: dict, out: Path) -> int:
     """The runs and the writes of :func:`main`, once its checks have passed and it holds ``out``."""
     parts, interrupted = _run_seeds(args.seeds, args.iterations, arms, betas, args.workers)
+    # From here on the finished seeds are written whole: a stop signal now is ignored.
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *_STOP_SIGNALS)}
+    try:
+        return _write(args, parts, interrupted, out)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _write(args, parts: list[dict], interrupted: bool, out: Path) -> int:
+    """Print the table of the finished seeds, write them to ``out`` and say what was kept."""
     if not parts:
         print(f"{_stop_name()} before the first seed finished: nothing written", file=sys.stderr)
         return _stop_status()
@@ -723,17 +734,12 @@ def _run_and_write(args, arms: tuple, betas: dict, out: Path) -> int:
           f"RM pair accuracy {results['rm_pair_accuracy']:.3f} ({ORIGINAL['rm_pair_accuracy']:.3f}), "
           f"near-miss accuracy {results['rm_near_miss_accuracy']:.3f} ({ORIGINAL['rm_near_miss_accuracy']:.3f})")
     print(format_table(results))
-    # the finished seeds are written whole: no stop signal in the middle of the writes
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *_STOP_SIGNALS)}
     try:
         written = write_outputs(results, out)
     except OSError as exc:
         kept = _keep_somewhere(results)
         print(f"could not write to {out} ({exc.strerror or exc}); the results are kept in {kept}", file=sys.stderr)
         return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     for path in written:
         print(f"wrote {path}")
     print(f"wall time {results['wall_seconds']:.1f} s")

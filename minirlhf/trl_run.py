@@ -843,19 +843,32 @@ def _run_and_write(args, arms: tuple, out: Path) -> int:
     """The runs and the writes of :func:`main`, once its checks have passed and it holds ``out``."""
     results = compare(arms, args.seeds, args.iterations, progress=True, ours=args.compare, profile=args.profile,
                       keep_on_interrupt=True)
+    # From here on the finished seeds are written whole: a stop signal now is ignored.
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *_STOP_SIGNALS)}
+    try:
+        return _write(args, results, out)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _write(args, results: dict, out: Path) -> int:
+    """Write the finished seeds to ``out``, print the tables and say what was kept."""
     kept = results["settings"]["seeds"]
     stopped = len(kept) < args.seeds or (args.profile and "profile" not in results)
     import matplotlib
 
     matplotlib.use("Agg")
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *_STOP_SIGNALS)}
-    try:  # the finished seeds are written whole: no stop signal in the middle of the writes
+    try:
         paths.write_atomic(out / "trl_results.json", json.dumps(results, indent=1))
         for key in ("accuracy", "kl"):
             paths.save_figure(side_by_side_figure(results, key), out / f"trl_{key}.png", dpi=120)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    except OSError as exc:  # checked before the runs; kept all the same if the disk fails now
+        fd, name = tempfile.mkstemp(prefix="minirlhf-trl-results-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+        print(f"could not write to {out} ({exc.strerror or exc}); the results are kept in {name}", file=sys.stderr)
+        return 1
     print(format_side_by_side(results))
     if args.profile and "profile" in results:
         print(format_profile(results))

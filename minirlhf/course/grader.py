@@ -5,14 +5,14 @@ For each notebook:
 1. **Run it.** The notebook is read into memory and run top to bottom in a fresh kernel
    (nbclient), as "Restart and run all" would. The kernel works in an empty temporary folder,
    so a relative path in the notebook cannot reach the notebook file; the file is only read,
-   and compared after grading with what was read (a notebook whose code deleted or changed
-   it is reported, and the version graded is kept in ``kept/``, never beside the notebook; a
-   kept copy is never graded, and a file is read only up to MAX_NOTEBOOK_BYTES). A cell that
-   fails is recorded and the run goes on; a cell that runs too long is interrupted. The notebook's own check cells do
-   nothing during the run (``GRADING_ENV``): the grader runs those cases itself. The cells
-   after the last one an exercise needs (its check or its definition) are the chapter's
-   analyses, its long runs and figures: no grade depends on them, so they are not run, and
-   the report says which were left out.
+   and compared after grading with what was read (a notebook whose code deleted or changed it
+   is reported, and the version graded is kept in ``kept/``, never beside the notebook; a kept
+   copy is never graded, and a file is read only up to MAX_NOTEBOOK_BYTES). A cell that fails
+   is recorded and the run goes on; a cell that runs too long is interrupted. The notebook's
+   own check cells do nothing during the run (``GRADING_ENV``): the grader runs those cases
+   itself. The cells after the last one an exercise needs (its check or its definition) are
+   the chapter's analyses, its long runs and figures: no grade depends on them, so they are
+   not run, and the report says which were left out.
 2. **Pick the exercises.** Those of the notebook's chapter (its ``NN_`` prefix) from the
    registry :mod:`minirlhf.course.exercises`; a renamed notebook is recognised by its check cells.
 3. **Call the learner's functions.** Each exercise gets its cases plus ``n_random``
