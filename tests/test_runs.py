@@ -142,10 +142,11 @@ def test_a_folder_or_pipe_at_the_path_is_never_read_and_the_run_is_not_lost(tmp_
     run, calls = _counting()
     folder = tmp_path / "results.json"
     folder.mkdir()  # C3
-    assert _stored_ok(folder, run)["arms"] == run()["arms"]
+    assert _stored_ok(folder, lambda: print("the run") or run())["arms"] == run()["arms"]
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"stored runs: {folder} cannot be used: it is a folder, not a stored file; running again"
     assert out[1].startswith(f"stored runs: {folder} is a folder, not a file that can be replaced")
+    assert out[2] == "the run" and len(out) == 3  # said before the run, once
     assert folder.is_dir()
     pipe = tmp_path / "pipe.json"
     os.mkfifo(pipe)  # C5: would block forever if opened for reading
@@ -162,3 +163,19 @@ def test_a_file_larger_than_the_cap_is_not_read(tmp_path, monkeypatch, capsys):
     assert _stored_ok(path, run)["arms"] == run()["arms"]
     assert "larger than any stored run" in capsys.readouterr().out
     assert path.stat().st_size < 1000  # replaced by the run's own results
+
+
+def test_chapter_5s_experiment_is_not_lost_when_results_json_is_a_folder(tmp_path, monkeypatch, capsys):
+    from minirlhf import paths
+    from minirlhf.ppo import PPOConfig
+
+    done = {"arms": {arm: {"0": dict(LOG)} for arm in ("rm", "verifier")}, "seeds": [0]}
+    monkeypatch.setattr(runs, "OUTPUTS", tmp_path)
+    monkeypatch.setattr(runs.experiment, "run_experiment", lambda *a, **k: done)
+    monkeypatch.setattr(runs.experiment, "summarize", lambda results: {"rows": 1})
+    monkeypatch.setattr(runs.experiment, "write_outputs",
+                        lambda results, folder: paths.write_atomic(folder / "results.json", "{}"))
+    (tmp_path / "results.json").mkdir()
+    got = runs.stored_experiment([0], PPOConfig(iterations=1), {"rm": 0.5, "verifier": 0.08}, {})
+    assert got["arms"] == done["arms"] and got["summary"] == {"rows": 1}  # C3: the run is returned, not lost
+    assert "so the results of this run will not be kept" in capsys.readouterr().out
