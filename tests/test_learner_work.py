@@ -100,7 +100,9 @@ def test_a_notebook_without_a_fingerprint_counts_as_blank_only_when_it_is(layout
 def test_the_committed_learner_notebooks_carry_their_fingerprint():
     for source in nbgen.sources():
         nb = nbformat.read(nbgen.LEARNER_DIR / f"{source.stem}.ipynb", as_version=4)
-        assert nb.metadata["minirlhf"]["blank"] == nbgen.cells_digest(nb), source.stem
+        assert nb.metadata.get("minirlhf", {}).get("blank") == nbgen.cells_digest(nb), (
+            f"notebooks/{source.stem}.ipynb: its fingerprint is not that of its cells; run "
+            f"`python -m minirlhf.course.nbgen {source.stem[:2]} --prose-only` (keeps the solution's outputs)")
 
 
 # ----------------------------------------------------------------------------- the grader's copies
