@@ -554,10 +554,13 @@ def test_a_deleted_notebook_is_written_back_and_a_changed_one_kept(tmp_path):
     assert check._check_file(path, b"original") == ""
     path.write_bytes(b"changed")
     message = check._check_file(path, b"original")
-    kept = tmp_path / "01_x.graded.ipynb"
+    kept = Path(message.rsplit(" ", 1)[1])
     assert message.endswith(f"the version graded is kept in {kept}") and kept.read_bytes() == b"original"
+    assert kept.parent == paths.KEPT and kept.name.startswith("01_x.graded-")  # never beside the notebook
     assert path.read_bytes() == b"changed"  # a change is never undone: it may be the learner's edit
-    assert check._check_file(path, b"original").endswith(f"{tmp_path / '01_x.graded-1.ipynb'}")
+    again = Path(check._check_file(path, b"original").rsplit(" ", 1)[1])
+    assert again != kept and again.parent == paths.KEPT and kept.read_bytes() == b"original"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["01_x.ipynb"]
 
 
 def test_a_chapter_without_exercises_is_not_an_error(tmp_path):
