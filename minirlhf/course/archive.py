@@ -110,6 +110,9 @@ your functions on many inputs the notebooks never show; one notebook:
 
     .venv/bin/python -m minirlhf.course.grader notebooks/01_kl_penalty.ipynb
 
+The grader only reads your notebooks. If you save one while it is graded, the version it
+graded is kept in `kept/`, and your file is left as you saved it.
+
 Without `make`:
 
     python3 -m venv .venv
