@@ -174,12 +174,19 @@ def _alive(pid: int) -> bool:
 def _lock_holder(lock: Path) -> dict | None:
     """Return what a lock file says (``pid``, ``host``, ``started``, ``command``), or None when it
     cannot be read as a lock (empty, half written, not JSON)."""
+    try:  # opened without blocking, and read only if a regular file: a pipe there cannot hang us
+        fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
     try:
-        with open(lock, "rb") as f:
-            data = json.loads(f.read(4096).decode("utf-8"))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = json.loads(os.read(fd, 4096).decode("utf-8"))
         return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -192,7 +199,7 @@ def output_lock(folder: Path, command: str = ""):
     is refused, never merged. A lock left by a run that crashed (its process is gone, on this
     machine) is taken over, with no message needed; a lock from another host cannot be checked
     and is refused, with the file to delete named. The lock file is removed when the block ends,
-and the folder too when the block made it and left it empty.
+    and the folder too when the block made it and left it empty.
     """
     folder = Path(folder)
     made = not folder.exists()
