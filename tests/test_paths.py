@@ -151,7 +151,6 @@ def test_one_writer_per_folder_and_a_crashed_lock_is_taken_over(tmp_path):
     with paths.output_lock(out):
         pass
     assert not (out / paths.LOCK_NAME).exists()
-    out.mkdir()
     (out / paths.LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "another-machine", "started": "now"}))
     with pytest.raises(paths.FolderInUse, match=re.escape(f"on another-machine, started now); wait for it to end, "
                                                           f"or choose another folder (if no run is going there, "
