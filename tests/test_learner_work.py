@@ -97,6 +97,15 @@ def test_a_notebook_without_a_fingerprint_counts_as_blank_only_when_it_is(layout
     assert nbgen.main(["01", "--no-execute"]) == 1 and target.read_text() == '{"cells": ['
 
 
+def test_a_notebook_too_large_to_read_is_left_as_it_is(layout, monkeypatch, capsys):
+    nbgen.main(["01", "--no-execute"])
+    target = layout / "notebooks" / f"{CHAPTER_1.stem}.ipynb"
+    monkeypatch.setattr(nbgen, "MAX_NOTEBOOK_BYTES", 1_000_000, raising=False)
+    os.truncate(target, 50_000_000)  # read only up to the cap, never replaced
+    assert nbgen.main(["01", "--no-execute"]) == 1 and target.stat().st_size == 50_000_000
+    assert "larger than any notebook the generator reads (1 MB)" in capsys.readouterr().err
+
+
 def test_the_committed_learner_notebooks_carry_their_fingerprint():
     for source in nbgen.sources():
         nb = nbformat.read(nbgen.LEARNER_DIR / f"{source.stem}.ipynb", as_version=4)

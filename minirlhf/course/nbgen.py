@@ -66,6 +66,7 @@ _KIND = re.compile(r"^\s*\[(?P<kind>\w+)\]\s*(?P<arg>[\w.]*)")
 _TAGS = re.compile(r"tags\s*=\s*(\[[^\]]*\])")
 _BEGIN, _END = "# BEGIN SOLUTION", "# END SOLUTION"
 PLACEHOLDER = 'raise NotImplementedError("your code here")'
+MAX_NOTEBOOK_BYTES = 100_000_000  # a learner notebook larger than this is not read, and not replaced
 # The book's toggle over a solution cell says what it hides (myst-nb's cell-level setting).
 SOLUTION_PROMPTS = {"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 # The metadata JupyterLab writes when it opens a notebook on ipykernel: with it already there, a
@@ -221,7 +222,11 @@ def learner_work(path: Path, blank: nbformat.NotebookNode) -> str:
     if paths.kind_of(path) != "a regular file":  # nothing there; anything else write_atomic refuses
         return ""
     try:
-        nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+        with open(path, "rb") as f:
+            raw = f.read(MAX_NOTEBOOK_BYTES + 1)
+        if len(raw) > MAX_NOTEBOOK_BYTES:
+            return f"it is larger than any notebook the generator reads ({MAX_NOTEBOOK_BYTES / 1e6:,.0f} MB)"
+        nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
     except Exception as exc:  # noqa: BLE001 - half saved, or not a notebook: still someone's file
         return f"it is not a notebook the generator can read ({type(exc).__name__}), so it may be your work"
     recorded = nb.metadata.get("minirlhf", {}).get("blank") if isinstance(nb.metadata.get("minirlhf"), dict) else None
