@@ -219,3 +219,12 @@ def test_the_make_targets_list_the_learners_notebooks_only_and_lab_writes_nothin
     assert nbval.endswith(f"-p no:cacheprovider {mine}")
     assert lab.endswith("jupyter lab notebooks/")  # opens the learner's folder, writes nothing
     assert generate.rstrip().endswith("-m minirlhf.course.nbgen")  # never --force unless FORCE=1 is given
+
+
+def test_the_generator_checks_both_targets_before_it_executes_anything(layout, monkeypatch, capsys):
+    monkeypatch.setattr(nbgen, "execute", lambda *a, **k: pytest.fail("the solution was executed"))
+    (layout / "solutions" / f"{CHAPTER_1.stem}.ipynb").mkdir()
+    assert nbgen.main(["01"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {layout / 'solutions' / CHAPTER_1.stem}.ipynb is a folder, not a file that can be replaced"
+    assert not (layout / "notebooks" / f"{CHAPTER_1.stem}.ipynb").exists()  # nothing written either

@@ -319,7 +319,11 @@ def generate(source: Path, run: bool = True, prose_only: bool = False, force: bo
         solution = keep_outputs(solution, SOLUTION_DIR / f"{source.stem}.ipynb")
         run = False
     learner, target, said = build(cells, learner=True), LEARNER_DIR / f"{source.stem}.ipynb", ""
-    work = learner_work(target, learner)  # checked before the solution runs for minutes
+    for path in (target, SOLUTION_DIR / f"{source.stem}.ipynb"):  # before the solution runs for minutes
+        problem = paths.file_problem(path)
+        if problem:
+            raise paths.NotRegularFile(problem)
+    work = learner_work(target, learner)
     if work and not force:
         said = (f"left {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} as it is: {work}; "
                 f"to replace it by the blank all the same, run `python -m minirlhf.course.nbgen "
