@@ -19,7 +19,8 @@ help:
 	@echo "make browser    every page of the built book in headless Chromium; screenshots in"
 	@echo "                _build/screenshots/"
 	@echo "make lab        JupyterLab on notebooks/"
-	@echo "make notebooks  regenerate notebooks/ and solutions/ from chapters/"
+	@echo "make notebooks  regenerate notebooks/ and solutions/ from chapters/ (never overwrites"
+	@echo "                a notebook you edited; FORCE=1 does, after keeping a copy in kept/)"
 	@echo "make check      grade every learner notebook against the solutions"
 	@echo "make bench      time the training pipeline; writes outputs/bench.json"
 	@echo "make trl        install the TRL extra; run TRL's trainers beside ours (book/trl/)"
@@ -74,23 +75,30 @@ NBVAL_PARALLEL := -n 2 --dist loadfile
 nbval-solutions: $(STAMP)
 	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider solutions/
 
+# The learner's notebooks, by name: never a copy a command kept (NAME.graded*.ipynb,
+# NAME.backup*.ipynb), should one be left in notebooks/ by an older version.
+LEARNER_NOTEBOOKS = $(filter-out $(wildcard notebooks/*.graded*.ipynb notebooks/*.backup*.ipynb),\
+	$(wildcard notebooks/[0-9][0-9]_*.ipynb))
+
 nbval-notebooks: $(STAMP)
-	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/
+	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval-lax --nbval-current-env -p no:cacheprovider $(LEARNER_NOTEBOOKS)
 
 test: unit nbval-solutions nbval-notebooks book-strict browser
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
+# Never overwrites a learner notebook that holds edits (it says so, and exits 1); FORCE=1
+# replaces it after keeping a copy in kept/.
 notebooks: $(STAMP)
-	$(PY) -m minirlhf.course.nbgen
+	$(PY) -m minirlhf.course.nbgen $(if $(FORCE),--force)
 
 bench: $(STAMP)
 	$(PY) -m minirlhf.bench
 
 # Exits non-zero unless every exercise of every notebook passes.
 check: $(STAMP)
-	$(PY) -m minirlhf.course.grader notebooks/[0-9][0-9]_*.ipynb
+	$(PY) -m minirlhf.course.grader $(LEARNER_NOTEBOOKS)
 
 # TRL's GRPO, RLOO and PPO trainers beside our arms, 5 seeds, with a profile: the results the
 # page "From toy to real" reads (about 4 minutes).
@@ -104,5 +112,6 @@ trl: $(TRL_STAMP)
 		[c.remove_cache(r.pk) for r in c.list_cache_records() if r.uri.endswith("book/toy-to-real.md")]'
 	@touch book/toy-to-real.md
 
+# kept/ (copies of your notebooks that a command kept) is never removed here.
 clean:
 	rm -rf _build outputs

@@ -4,7 +4,10 @@ Each stage runs in a fresh Python process with one torch thread, so that its wal
 peak memory (maximum resident set size) are its own. Wall time is measured inside the
 process, after the imports; the process start is not counted. Models are trained into a
 temporary folder, so the stages never reuse (or disturb) the models in ``outputs/models``.
-Prints a table and writes ``outputs/bench.json``. The two TRL stages run only when the
+Prints a table and writes ``outputs/bench.json`` (its place is checked before the first
+stage runs). Exit status: 0 when every stage keeps within its budgets, 1 when one is over (the
+table marks it OVER; ``bench.json`` is written either way), 2 when ``bench.json`` cannot be
+written there or an argument is wrong. The two TRL stages run only when the
 optional extra is installed (``pip install -e ".[trl]"``); they import TRL before the clock
 starts, since importing it takes longer than the run.
 
@@ -17,6 +20,7 @@ one worker process per core.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -161,14 +165,31 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ending in where to look."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help says what it does)\n")
+
+
 def main(argv=None) -> int:
-    """Run every stage, print the table, write outputs/bench.json; return the exit status."""
+    """Run every stage, print the table, write outputs/bench.json; return the exit status
+    (0 all within budget, 1 a stage over budget, 2 bench.json cannot be written)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--child"]:
+    if argv[:1] == ["--child"] and len(argv) == 2:  # a stage, in the process this one starts
         _child(argv[1])
         return 0
-    if argv:
-        print(f"usage: python -m minirlhf.bench   (unexpected arguments: {' '.join(argv)})", file=sys.stderr)
+    what = ("Time the training pipeline: each stage in a fresh process with one torch thread, its wall time "
+            "and peak memory against its budget; prints a table and writes bench.json to the outputs folder "
+            "(outputs/, or MINIRLHF_OUTPUTS). Takes a few minutes.")
+    _Parser(prog="python -m minirlhf.bench", description=what,
+            epilog="Exit status: 0 when every stage keeps within its budgets, 1 when one is over (bench.json "
+                   "is written either way), 2 when bench.json cannot be written (checked before the first "
+                   "stage).").parse_args(argv)
+    target = paths.OUTPUTS / "bench.json"
+    problem = paths.file_problem(target)  # before minutes of stages, not after
+    if problem:
+        print(f"python -m minirlhf.bench: error: cannot write the results: {problem}", file=sys.stderr)
         return 2
     rows = []
     with tempfile.TemporaryDirectory(prefix="minirlhf-bench-") as tmp:
@@ -191,13 +212,17 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"peak memory budget {MEMORY_BUDGET_MB:.0f} MB; load average at the end {load:.2f} "
           f"on {os.cpu_count()} cores (other work on the machine slows every stage)")
-    out = paths.write_atomic(paths.OUTPUTS / "bench.json", json.dumps({
+    out = paths.write_atomic(target, json.dumps({
         "stages": rows, "memory_budget_mb": MEMORY_BUDGET_MB, "all_within_budget": ok,
         "speedup_two_workers": ratio,
         "machine": {"cpus": os.cpu_count(), "load_average_1min": load, "python": platform.python_version(),
                     "platform": platform.platform()},
     }, indent=1))
     print(f"wrote {out}")
+    if not ok:
+        over = [row["stage"] for row in rows if not row["within_budget"]]
+        print(f"over budget: {', '.join(over)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -486,7 +486,7 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
         landmarks = results.get("rm_landmarks") if key == "rm_score" else None
         ax = plot_curves(results, key, ylabel, title, landmarks=landmarks)
         ax.figure.tight_layout()
-        ax.figure.savefig(out / name, dpi=120)
+        paths.save_figure(ax.figure, out / name, dpi=120)  # atomic: a stop mid-write leaves no half PNG
         plt.close(ax.figure)
         written.append(out / name)
     payload = {**results, "summary": summarize(results), "original": ORIGINAL}
@@ -496,6 +496,7 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
 
 
 MAX_SEEDS = 1000  # --seeds above this is refused: at a few seconds a seed, that is hours already
+MAX_ITERATIONS = 1000  # --iterations above this is refused: 40 times the book's 25, minutes per run already
 SECONDS_PER_ARM_ITERATION = 0.17  # a rough cost on a laptop CPU in float64, for the estimate made before the first seed
 SECONDS_PER_DPO_RUN = 18.0  # a DPO arm's run with its default settings (200 steps), likewise rough
 # The files write_outputs makes, so the command can check their places before it runs.
@@ -523,6 +524,13 @@ def _seed_count(text: str) -> int:
     value = _positive_int(text)
     if value > MAX_SEEDS:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_SEEDS}, got {value} (each seed runs every arm)")
+    return value
+
+
+def _iteration_count(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_ITERATIONS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_ITERATIONS}, got {value} (the book runs 25)")
     return value
 
 
@@ -558,10 +566,32 @@ def _merge(parts: list[dict]) -> dict:
     return merged
 
 
+# SIGTERM and SIGHUP stop the command as Ctrl-C does: the finished seeds are written.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+_stopped_by: list = []  # the stop signal that arrived, if one did
+
+
+def _on_stop_signal(signum, frame):
+    for sig in _STOP_SIGNALS:  # one is enough: the finished seeds are written undisturbed
+        signal.signal(sig, signal.SIG_IGN)
+    _stopped_by.append(signum)
+    raise KeyboardInterrupt
+
+
+def _stop_name() -> str:
+    """How the run was stopped, in words: "interrupted" (Ctrl-C) or "stopped by SIGTERM"."""
+    return f"stopped by {signal.Signals(_stopped_by[0]).name}" if _stopped_by else "interrupted"
+
+
+def _stop_status() -> int:
+    return 128 + (_stopped_by[0] if _stopped_by else signal.SIGINT)
+
+
 def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict, workers: int = 1) -> tuple[list[dict], bool]:
     """Run the experiment, saying, for a long run, the time it will take. With one worker, one
     seed at a time ("seed k of N"); with more, all the runs at once, a line or a bar per run
-    that finishes. Return (the results of the seeds that finished, whether Ctrl-C stopped it)."""
+    that finishes. Return (the results of the seeds that finished, whether Ctrl-C, SIGTERM or
+    SIGHUP stopped it)."""
     parts: list[dict] = []
     n_dpo = sum(REGISTRY[arm].trainer == "dpo" for arm in arms)  # a DPO run's length ignores --iterations
     guess = seeds * ((len(arms) - n_dpo) * iterations * SECONDS_PER_ARM_ITERATION + n_dpo * SECONDS_PER_DPO_RUN)
@@ -613,9 +643,11 @@ def _keep_somewhere(results: dict) -> Path:
 def main(argv=None) -> int:
     """Run the experiment from the command line; return the exit status.
 
-    The output folder and the model folder are checked before anything runs; Ctrl-C keeps
-    the seeds that finished; a write that fails at the end keeps the results in a file of the
-    system's temporary folder and says where.
+    The output folder and the model folder are checked before anything runs, and the output
+    folder is held for this run (:func:`minirlhf.paths.output_lock`: a second run into it is
+    refused); Ctrl-C, SIGTERM and SIGHUP keep the seeds that finished and say which were not
+    kept; a write that fails at the end keeps the results in a file of the system's temporary
+    folder and says where.
 
     Defined in chapter 5.
     """
@@ -628,8 +660,9 @@ def main(argv=None) -> int:
                              "listed below)")
     parser.add_argument("--seeds", type=_seed_count, default=5,
                         help=f"number of seeds, 0..n-1 (default 5, at most {MAX_SEEDS})")
-    parser.add_argument("--iterations", type=_positive_int, default=25,
-                        help="PPO iterations per run (default 25; a DPO arm runs its own 200 steps)")
+    parser.add_argument("--iterations", type=_iteration_count, default=25,
+                        help=f"PPO iterations per run (default 25, at most {MAX_ITERATIONS}; a DPO arm runs its "
+                             "own 200 steps)")
     for arm in ARMS:
         what = "beta in the loss" if REGISTRY[arm].trainer == "dpo" else "KL coefficient"
         parser.add_argument(f"--beta-{arm}", type=_beta, default=None,
@@ -667,37 +700,62 @@ def main(argv=None) -> int:
 
     matplotlib.use("Agg")  # files only; set here, not in write_outputs, which notebooks call too
     torch.set_num_threads(1)  # an entry point's choice: runs are bit-identical at a fixed count
+    _stopped_by.clear()
+    previous = {sig: signal.signal(sig, _on_stop_signal) for sig in _STOP_SIGNALS}
+    try:
+        with paths.output_lock(out, "python -m minirlhf.experiment"):
+            return _run_and_write(args, arms, betas, out)
+    except paths.FolderInUse as exc:
+        parser.error(f"{where}: {exc}")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_and_write(args, arms: tuple, betas: dict, out: Path) -> int:
+    """The runs and the writes of :func:`main`, once its checks have passed and it holds ``out``."""
     parts, interrupted = _run_seeds(args.seeds, args.iterations, arms, betas, args.workers)
+    # From here on the finished seeds are written whole: a stop signal now is ignored.
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *_STOP_SIGNALS)}
+    try:
+        return _write(args, parts, interrupted, out)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _write(args, parts: list[dict], interrupted: bool, out: Path) -> int:
+    """Print the table of the finished seeds, write them to ``out`` and say what was kept."""
     if not parts:
-        print("interrupted before the first seed finished: nothing written", file=sys.stderr)
-        return 130
+        print(f"{_stop_name()} before the first seed finished: nothing written", file=sys.stderr)
+        return _stop_status()
     results = _merge(parts)
     print(f"SFT policy accuracy {results['sft_accuracy']:.3f} (original run {ORIGINAL['sft_accuracy']:.3f}); "
           f"RM pair accuracy {results['rm_pair_accuracy']:.3f} ({ORIGINAL['rm_pair_accuracy']:.3f}), "
           f"near-miss accuracy {results['rm_near_miss_accuracy']:.3f} ({ORIGINAL['rm_near_miss_accuracy']:.3f})")
     print(format_table(results))
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the finished seeds are written whole
     try:
         written = write_outputs(results, out)
     except OSError as exc:
         kept = _keep_somewhere(results)
         print(f"could not write to {out} ({exc.strerror or exc}); the results are kept in {kept}", file=sys.stderr)
         return 1
-    finally:
-        signal.signal(signal.SIGINT, previous)
     for path in written:
         print(f"wrote {path}")
     print(f"wall time {results['wall_seconds']:.1f} s")
     if interrupted:
         kept = results["settings"]["seeds"]
         n = len(kept)
+        lost = [seed for seed in range(args.seeds) if seed not in kept]
         if kept == list(range(n)):
-            print(f"interrupted during seed {n + 1} of {args.seeds}: wrote the {n} finished seed{'s' if n > 1 else ''}",
-                  file=sys.stderr)
+            rest = f"seed {n} is" if n == args.seeds - 1 else f"seeds {n} to {args.seeds - 1} are"
+            print(f"{_stop_name()} during seed {n + 1} of {args.seeds}: wrote the {n} finished "
+                  f"seed{'s' if n > 1 else ''}; {rest} not kept", file=sys.stderr)
         else:  # runs in parallel finish out of turn
-            print(f"interrupted with {args.seeds - n} of {args.seeds} seeds unfinished: wrote the {n} finished "
-                  f"seed{'s' if n > 1 else ''} ({', '.join(map(str, kept))})", file=sys.stderr)
-        return 130
+            print(f"{_stop_name()} with {len(lost)} of {args.seeds} seeds unfinished: wrote the {n} finished "
+                  f"seed{'s' if n > 1 else ''} ({', '.join(map(str, kept))}); not kept: "
+                  f"{', '.join(map(str, lost))}", file=sys.stderr)
+        return _stop_status()
     return 0
 
 

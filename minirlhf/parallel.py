@@ -124,6 +124,8 @@ def _serve(conn, fn, items, payload) -> None:
     global _IN_WORKER
     _IN_WORKER = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the caller, which ends us
+    if hasattr(signal, "SIGHUP"):  # so is a hang-up (the caller keeps the finished runs)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _end_with_the_caller()
     _progress.silence()

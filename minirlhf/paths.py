@@ -1,18 +1,45 @@
 """Where the package keeps what it makes, how it checks a folder before a long run writes there,
-and how it writes a file so that it is never half there."""
+how it writes a file so that it is never half there, and how one run keeps a folder to itself.
+
+Every file the package writes goes through :func:`write_atomic`, which replaces regular files
+only: a folder, a named pipe, a device or a symbolic link to one is never replaced. A command
+that runs for minutes checks its output paths first (:func:`folder_problem`,
+:func:`file_problem`), and holds its output folder with :func:`output_lock` while it runs.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
+import socket
 import stat
 import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["ROOT", "OUTPUTS", "write_atomic", "folder_problem", "kind_of"]
+__all__ = ["ROOT", "OUTPUTS", "KEPT", "write_atomic", "save_figure", "folder_problem", "file_problem", "kind_of",
+           "NotRegularFile", "FolderInUse", "output_lock", "LOCK_NAME"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # MINIRLHF_OUTPUTS moves the outputs; set but empty counts as unset (not "the current folder").
 OUTPUTS = Path(os.environ.get("MINIRLHF_OUTPUTS") or ROOT / "outputs")
+# Copies of a learner's notebook that a command kept rather than lose: the version the grader
+# graded when the file changed meanwhile, and what `make notebooks --force` replaced. Not under
+# notebooks/ (no glob of notebooks there matches them) and not under outputs/ (`make clean`
+# removes that).
+KEPT = Path(os.environ.get("MINIRLHF_KEPT") or ROOT / "kept")
+LOCK_NAME = ".minirlhf-lock"  # the lock file output_lock keeps in the folder it holds
+
+
+class NotRegularFile(OSError):
+    """Raised by :func:`write_atomic` when something other than a regular file stands at the
+    target (a folder, a named pipe, a device, ...): it is never replaced."""
+
+
+class FolderInUse(OSError):
+    """Raised by :func:`output_lock` when another running process holds the folder."""
 
 
 def kind_of(path: Path) -> str:
@@ -51,7 +78,7 @@ def folder_problem(folder: Path, files=()) -> str:
             return f"{folder} is a folder this user cannot write to"
         for name in files:
             what = kind_of(folder / name)
-            if what not in ("nothing", "a regular file"):
+            if not _replaceable(what):
                 return f"{folder / name} is {what}, where the output file should go"
         return ""
     parent = folder.absolute().parent
@@ -66,13 +93,42 @@ def folder_problem(folder: Path, files=()) -> str:
     return ""
 
 
+def _replaceable(what: str) -> bool:
+    # what kind_of says: a regular file may be replaced; where nothing is, a file may be made
+    return what == "a regular file" or what.startswith("nothing")
+
+
+def file_problem(path: Path) -> str:
+    """Return why a file cannot be written at ``path`` by :func:`write_atomic`, or "".
+
+    The name must not be empty, what stands at ``path`` must be nothing or a regular file
+    (a symbolic link is followed), and its folder must be a folder that exists or can be made.
+    Meant to be called before a long run, so that the run does not end in a failed write.
+    """
+    if str(path) == "":
+        return "the file name is empty"
+    path = Path(path)
+    what = kind_of(path)
+    if not _replaceable(what):
+        return f"{path} is {what}, not a file that can be replaced"
+    return folder_problem(path.parent)
+
+
 def write_atomic(path: Path, data: bytes | str, encoding: str = "utf-8") -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder, then rename it.
 
     A crash mid-write leaves the old file (or none), never half a file. The file is readable
-    by all (0644), like any other output. Returns ``path``.
+    by all (0644), like any other output. Returns ``path``. Raises :class:`NotRegularFile`,
+    before writing anything, when ``path`` is empty or something other than a regular file
+    stands there (a folder, a named pipe, a device, a symbolic link to one of those): that is
+    never replaced.
     """
+    if str(path) == "":
+        raise NotRegularFile("the file name is empty")
     path = Path(path)
+    what = kind_of(path)
+    if not _replaceable(what):
+        raise NotRegularFile(f"{path} is {what}, not a file that can be replaced")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
@@ -81,8 +137,114 @@ def write_atomic(path: Path, data: bytes | str, encoding: str = "utf-8") -> Path
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private
+        what = kind_of(path)  # once more: something may have been put there meanwhile
+        if not _replaceable(what):
+            raise NotRegularFile(f"{path} is {what}, not a file that can be replaced")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def save_figure(figure, path: Path, **savefig_kwargs) -> Path:
+    """Save a matplotlib ``figure`` to ``path`` through :func:`write_atomic` (rendered in memory
+    first, so a run stopped mid-write leaves the old picture or none, never half a PNG); the
+    format follows the file's suffix. Returns ``path``."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **savefig_kwargs)
+    return write_atomic(path, buffer.getvalue())
+
+
+def _alive(pid: int) -> bool:
+    """Return True when a process ``pid`` runs on this machine (or might: no permission to ask)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _lock_holder(lock: Path) -> dict | None:
+    """Return what a lock file says (``pid``, ``host``, ``started``, ``command``), or None when it
+    cannot be read as a lock (empty, half written, not JSON)."""
+    try:  # opened without blocking, and read only if a regular file: a pipe there cannot hang us
+        fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = json.loads(os.read(fd, 4096).decode("utf-8"))
+        return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def output_lock(folder: Path, command: str = ""):
+    """Hold ``folder`` for this process while the block runs: one writer per output folder.
+
+    The lock is a file, :data:`LOCK_NAME`, in the folder (made if needed), that names this
+    process (pid, host, start time, ``command``). A second run that asks for the folder while
+    the first runs gets :class:`FolderInUse` with a message that names the other process; it
+    is refused, never merged. A lock left by a run that crashed (its process is gone, on this
+    machine) is taken over, with no message needed; a lock from another host cannot be checked
+    and is refused, with the file to delete named. The lock file is removed when the block ends,
+    and the folder too when the block made it and left it empty.
+    """
+    folder = Path(folder)
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK_NAME
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+          "command": command}
+    for _ in range(5):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            holder = _lock_holder(lock)
+            if holder is None:  # being written this instant, or damaged: look again shortly
+                time.sleep(0.2)
+                holder = _lock_holder(lock)
+                if holder is None:
+                    _take_over(lock, None)
+                    continue
+            if holder.get("host") == me["host"] and not _alive(holder["pid"]):
+                _take_over(lock, holder)  # its run crashed: the folder is free
+                continue
+            where = "" if holder.get("host") == me["host"] else f" on {holder.get('host')}"
+            raise FolderInUse(
+                f"{folder} is in use by another run (process {holder['pid']}{where}, started "
+                f"{holder.get('started', '?')}{': ' + holder['command'] if holder.get('command') else ''}); "
+                f"wait for it to end, or choose another folder"
+                + ("" if not where else f" (if no run is going there, delete {lock})"))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(me, f)
+        break
+    else:
+        raise FolderInUse(f"{folder}: could not take the lock file {lock}; delete it if no run is going")
+    try:
+        yield lock
+    finally:
+        if (_lock_holder(lock) or {}).get("pid") == me["pid"]:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+        if made:  # a run that wrote nothing leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def _take_over(lock: Path, holder: dict | None) -> None:
+    """Remove a stale lock, unless another process replaced it meanwhile."""
+    if _lock_holder(lock) == holder:
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()

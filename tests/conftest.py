@@ -1,11 +1,20 @@
-"""Every test runs at one torch thread: runs are bit-identical only at a fixed thread count."""
+"""Every test runs at one torch thread: runs are bit-identical only at a fixed thread count.
+The copies a command keeps of a learner's notebook go to a temporary folder, not the repository's."""
 
-import pytest
-import torch
+import atexit
+import os
+import shutil
+import tempfile
 
-from minirlhf import task
-from minirlhf.model import GPTConfig, TinyGPT
-from minirlhf.ppo import EvalSet
+os.environ["MINIRLHF_KEPT"] = tempfile.mkdtemp(prefix="minirlhf-kept-")  # before minirlhf.paths is imported
+atexit.register(shutil.rmtree, os.environ["MINIRLHF_KEPT"], True)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from minirlhf import task  # noqa: E402
+from minirlhf.model import GPTConfig, TinyGPT  # noqa: E402
+from minirlhf.ppo import EvalSet  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -190,3 +190,33 @@ def test_the_theme_shows_the_buttons_only_with_a_url(tmp_path, url):
     # Not the course's repository (no notebooks/): no archive to offer, and none written.
     assert "minirlhf-course.zip" not in html
     assert not (tmp_path / "out" / archive.SITE_DIR).exists()
+
+
+def test_the_command_refuses_an_out_that_is_not_a_regular_file_before_packing(tmp_path, capsys, monkeypatch):
+    import os
+    import stat
+
+    from minirlhf.course import archive
+
+    packed = []
+    monkeypatch.setattr(archive, "members", lambda *a: packed.append(1) or [])
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    device = tmp_path / "null"  # D7: a stand-in for /dev/null, a device only to os.stat
+    device.write_text("")
+    real = os.stat
+
+    def fake_stat(path, *args, **kwargs):
+        found = real(path, *args, **kwargs)
+        if str(path) != str(device):
+            return found
+        return os.stat_result([stat.S_IFCHR | 0o666, *list(found)[1:]])
+
+    monkeypatch.setattr(os, "stat", fake_stat)
+    for out, words in ((device, "is a character device"), (tmp_path / "folder", "is a folder"),
+                       (tmp_path / "pipe", "is a named pipe (FIFO)"), ("", "the file name is empty")):
+        assert archive.main([str(out)]) == 2  # D7, D8: no traceback
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("ERROR OUT: ") and words in err
+    monkeypatch.undo()
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "pipe").st_mode) and device.read_text() == "" and not packed

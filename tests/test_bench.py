@@ -100,3 +100,43 @@ def test_the_paired_stages_run_the_experiment_with_one_and_two_workers(monkeypat
     for stage in bench.PAIRED:
         bench._work(stage)
     assert calls == [{"seeds": 5, "progress": False, "workers": 1}, {"seeds": 5, "progress": False, "workers": 2}]
+
+
+# ---- the command line (D10): help, the output file checked first, the exit status
+
+
+def test_help_says_what_it_does_and_the_exit_status(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "usage: python -m minirlhf.bench" in out and "Exit status" in out
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--fast"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1 and "unrecognized arguments" in err
+
+
+def test_bench_json_is_checked_before_any_stage_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "run_stage", lambda *a: pytest.fail("a stage ran"))
+    monkeypatch.setattr(bench.paths, "OUTPUTS", tmp_path)
+    (tmp_path / "bench.json").mkdir()
+    assert bench.main([]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"python -m minirlhf.bench: error: cannot write the results: {tmp_path / 'bench.json'} is a "
+                   "folder, not a file that can be replaced")
+
+
+@pytest.mark.parametrize("over, status", [(False, 0), (True, 1)])
+def test_a_stage_over_budget_gives_exit_status_1_and_the_file_all_the_same(tmp_path, monkeypatch, capsys, over, status):
+    import json
+
+    monkeypatch.setattr(bench.paths, "OUTPUTS", tmp_path)
+    monkeypatch.setattr(bench, "_has_trl", lambda: True)
+    budget = dict(bench.STAGES)
+    monkeypatch.setattr(bench, "run_stage", lambda stage, outputs: {
+        "stage": stage, "seconds": budget[stage][1] + (1.0 if over and stage == "pipeline" else -1.0),
+        "peak_mb": 100.0})
+    assert bench.main([]) == status
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved["all_within_budget"] is not over
+    assert ("over budget: pipeline" in capsys.readouterr().err) is over

@@ -143,7 +143,8 @@ def test_ctrl_c_keeps_the_finished_seeds_and_nothing_partial(tiny_models, tmp_pa
     argv = ["--seeds", "3", "--iterations", "2", "--workers", "1", "--out", str(tmp_path)]
     assert experiment.main(argv) == 130
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == "interrupted during seed 2 of 3: wrote the 1 finished seed"
+    assert err.strip().splitlines()[-1] == ("interrupted during seed 2 of 3: wrote the 1 finished seed; "
+                                            "seeds 1 to 2 are not kept")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["settings"]["seeds"] == [0] and set(results["arms"]["rm"]) == {"0"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(experiment.OUTPUT_FILES)  # no .tmp left
@@ -349,3 +350,66 @@ def test_the_estimate_counts_a_dpo_run_by_its_own_cost(monkeypatch, capsys):
     assert f"about {experiment._duration(guess)}" in capsys.readouterr().out
     experiment._run_seeds(20, 25, ("rm", "dpo"), {}, workers=2)  # two workers: half the time
     assert f"on 2 worker processes: about {experiment._duration(guess)}" in capsys.readouterr().out
+
+
+# ---- a stop signal keeps what is finished; one writer per folder; bounds
+
+
+STOPPED_RUN = """
+import os, signal, sys
+import torch
+from minirlhf import experiment, task
+from minirlhf.model import GPTConfig, TinyGPT
+from minirlhf.ppo import EvalSet
+
+torch.manual_seed(0)
+small = GPTConfig(n_layer=1, n_embd=16, n_head=2)
+policy, rm = TinyGPT(small).eval(), TinyGPT(small, scalar_head=True).eval()
+experiment.load_sft = lambda **kw: (policy, {"accuracy": 0.0})
+experiment.load_rm = lambda **kw: (rm, {"pair_accuracy": 0.5, "near_miss_accuracy": 0.5})
+experiment.EvalSet = lambda: EvalSet(task.eval_pairs()[:40])
+real = experiment.run_experiment
+
+def stopped_at_seed_2(seeds, *args, **kwargs):
+    if seeds == [1]:
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        signal.pause()  # the signal arrives during the run
+    return real(seeds, *args, **kwargs)
+
+experiment.run_experiment = stopped_at_seed_2
+sys.exit(experiment.main(["--seeds", "3", "--iterations", "1", "--workers", "1", "--out", sys.argv[2]]))
+"""
+
+
+@pytest.mark.parametrize("name, status", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_and_sighup_keep_the_finished_seeds_as_ctrl_c_does(tmp_path, name, status):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", STOPPED_RUN, name, str(out)], capture_output=True, text=True,
+                          env={**os.environ, "MINIRLHF_OUTPUTS": str(tmp_path / "outputs")}, timeout=300)
+    assert done.returncode == status, done.stderr  # C11: not killed, finished seeds not lost
+    assert done.stderr.strip().splitlines()[-1] == (f"stopped by {name} during seed 2 of 3: wrote the 1 finished "
+                                                    "seed; seeds 1 to 2 are not kept")
+    assert "Traceback" not in done.stderr
+    assert json.loads((out / "results.json").read_text())["settings"]["seeds"] == [0]
+    assert sorted(p.name for p in out.iterdir()) == sorted(experiment.OUTPUT_FILES)  # no lock or .tmp left
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, monkeypatch, capsys):
+    import os
+
+    from minirlhf import paths
+
+    monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: pytest.fail("the run started"))
+    with paths.output_lock(tmp_path / "run", "the first run"):
+        message = one_line_error(["--out", str(tmp_path / "run")], capsys)  # C9
+    assert f"--out: {tmp_path / 'run'} is in use by another run (process {os.getpid()}" in message
+    assert "the first run" in message
+
+
+def test_absurd_iteration_counts_are_refused(capsys):
+    assert f"must be at most {experiment.MAX_ITERATIONS}, got 1000000000" in one_line_error(  # D2
+        ["--iterations", "1000000000"], capsys)

@@ -34,6 +34,7 @@ import torch
 from minirlhf.course import grader as check, nbgen
 from minirlhf.course.cases import RETURN_CAP, Case, Exercise, ExpectArray, to_plain
 from minirlhf.course.exercises import get
+from minirlhf import paths
 from minirlhf.paths import ROOT
 
 FIXTURES = Path(__file__).parent / "grader_fixtures"
@@ -359,7 +360,8 @@ def test_a_float_subclass_gets_the_verdict_of_the_check_cell(graded):
 def test_the_notebook_file_is_out_of_reach_or_its_change_reported(graded):
     result, text = graded["01_clobbers_notebook"][:2]
     path = result.path
-    kept = path.with_name("01_clobbers_notebook.graded.ipynb")
+    kept = Path(re.search(r"the version graded is kept in (\S+\.ipynb)", text)[1])
+    assert kept.parent == paths.KEPT != path.parent and kept.name.startswith("01_clobbers_notebook.graded-")
     assert path.read_text() == "{}" and kept.exists()  # overwritten by an absolute path: reported, kept
     assert nbformat.reads(kept.read_text(), as_version=4).cells  # the version graded, whole
     assert f"the version graded is kept in {kept}" in text
@@ -552,10 +554,13 @@ def test_a_deleted_notebook_is_written_back_and_a_changed_one_kept(tmp_path):
     assert check._check_file(path, b"original") == ""
     path.write_bytes(b"changed")
     message = check._check_file(path, b"original")
-    kept = tmp_path / "01_x.graded.ipynb"
+    kept = Path(message.rsplit(" ", 1)[1])
     assert message.endswith(f"the version graded is kept in {kept}") and kept.read_bytes() == b"original"
+    assert kept.parent == paths.KEPT and kept.name.startswith("01_x.graded-")  # never beside the notebook
     assert path.read_bytes() == b"changed"  # a change is never undone: it may be the learner's edit
-    assert check._check_file(path, b"original").endswith(f"{tmp_path / '01_x.graded-1.ipynb'}")
+    again = Path(check._check_file(path, b"original").rsplit(" ", 1)[1])
+    assert again != kept and again.parent == paths.KEPT and kept.read_bytes() == b"original"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["01_x.ipynb"]
 
 
 def test_a_chapter_without_exercises_is_not_an_error(tmp_path):

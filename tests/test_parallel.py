@@ -193,7 +193,10 @@ def test_workers_leave_ctrl_c_to_the_caller():
 
 
 @FORK  # the patched run_arm below reaches the workers only when they are forked
-def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("name, status, words", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "stopped by SIGTERM"),
+                                                 ("SIGHUP", 129, "stopped by SIGHUP")])
+def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(tmp_path, monkeypatch, capsys, name,
+                                                                            status, words):
     torch.manual_seed(0)
     small = GPTConfig(n_layer=1, n_embd=16, n_head=2)
     policy, rm = TinyGPT(small).eval(), TinyGPT(small, scalar_head=True).eval()
@@ -214,16 +217,17 @@ def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(tmp_
             on_result(i, result)
             seen.append(i)
             if len(seen) == 2:  # both runs of seed 0
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), getattr(signal, name))
 
         return real_map(fn, items, workers, progress, desc, label, hook)
 
     monkeypatch.setattr(experiment, "run_arm", seed_0_only)  # the workers are forked with it
     monkeypatch.setattr(experiment.parallel, "map_runs", ctrl_c_after_seed_0)
     argv = ["--seeds", "3", "--iterations", "2", "--workers", "2", "--out", str(tmp_path)]
-    assert experiment.main(argv) == 130
+    assert experiment.main(argv) == status  # SIGTERM and SIGHUP as Ctrl-C: the finished seed kept (C11)
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == "interrupted during seed 2 of 3: wrote the 1 finished seed"
+    assert err.strip().splitlines()[-1] == (f"{words} during seed 2 of 3: wrote the 1 finished seed; "
+                                            "seeds 1 to 2 are not kept")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["settings"]["seeds"] == [0] and set(results["arms"]["verifier"]) == {"0"}
 

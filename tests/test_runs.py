@@ -50,7 +50,9 @@ def test_stored_experiment_runs_once_then_reads_the_file(tmp_path, monkeypatch):
         return {"seeds": list(seeds)}
 
     def fake_write(done, folder):
-        (folder / "results.json").write_text(json.dumps({"arms": {"rm": {}}, **done}))
+        log = {"accuracy": [0.5], "rm_score": [1.0], "kl": [0.0]}
+        arms = {arm: {str(s): log for s in done["seeds"]} for arm in ("rm", "verifier")}
+        (folder / "results.json").write_text(json.dumps({"arms": arms, **done}))
 
     monkeypatch.setattr(runs, "OUTPUTS", tmp_path)
     monkeypatch.setattr(runs.experiment, "run_experiment", fake_run)
@@ -62,3 +64,118 @@ def test_stored_experiment_runs_once_then_reads_the_file(tmp_path, monkeypatch):
     assert first["settings"]["seeds"] == [0, 1] and first["settings"]["ppo"]["iterations"] == 3
     runs.stored_experiment([0, 1, 2], cfg, beta, {})  # other seeds: run again
     assert len(made) == 2
+
+
+# ----------------------------------------------------------------------------- what sits at the path
+
+
+import json
+import os
+
+import pytest
+
+LOG = {"accuracy": [0.5, 0.6], "rm_score": [1.0, 1.1], "kl": [0.0, 0.1]}
+
+
+def _counting():
+    calls = []
+
+    def run():
+        calls.append(1)
+        return {"arms": {"rm": {"0": dict(LOG)}}}
+
+    return run, calls
+
+
+def _stored_ok(path, run):
+    return runs.load_or_run(path, {"beta": 0.5}, {}, run)
+
+
+@pytest.mark.parametrize("content, why", [
+    ('{"settings": {"beta"', "not readable JSON"),                       # C1: cut short
+    ("[]", "a JSON list, not an object"),                                  # C2
+    ("null", "a JSON NoneType, not an object"),
+    ('{"arms": {}}', "it has no settings"),
+])
+def test_a_damaged_file_is_run_again_and_said_so(tmp_path, capsys, content, why):
+    run, calls = _counting()
+    path = tmp_path / "stored.json"
+    path.write_text(content)
+    assert _stored_ok(path, run)["arms"] == run()["arms"] and len(calls) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"stored runs: {path} cannot be used: ") and why in out[0]
+    assert _stored_ok(path, run) and len(calls) == 2  # stored whole this time
+
+
+def test_right_settings_with_a_wrong_layout_or_non_numbers_are_run_again(tmp_path, capsys):
+    run, calls = _counting()
+    path = tmp_path / "stored.json"
+    first = _stored_ok(path, run)
+    stored = json.loads(path.read_text())
+    for arms, words in (([], "its arms are not a table of runs"),                              # C2
+                        ({"rm": {"0": {**LOG, "accuracy": "not numbers"}}}, "is not a list of numbers")):  # C7
+        bad = {**stored, "arms": arms}
+        bad.pop("digest")
+        path.write_text(json.dumps(bad))
+        assert _stored_ok(path, run) == first
+        assert words in capsys.readouterr().out
+    assert len(calls) == 3
+
+
+def test_numbers_edited_after_the_run_make_the_file_stale(tmp_path, capsys):
+    run, calls = _counting()
+    path = tmp_path / "stored.json"
+    first = _stored_ok(path, run)
+    assert "digest" not in first and "digest" in json.loads(path.read_text())
+    stored = json.loads(path.read_text())
+    stored["arms"]["rm"]["0"]["accuracy"][-1] = 0.637  # C6: tampered, settings untouched
+    path.write_text(json.dumps(stored))
+    assert _stored_ok(path, run) == first and len(calls) == 2
+    assert "do not match the fingerprint" in capsys.readouterr().out
+    old = json.loads(path.read_text())
+    old.pop("digest")  # a file written before fingerprints: still read, as it was
+    path.write_text(json.dumps(old))
+    assert _stored_ok(path, run) == first and len(calls) == 2 and capsys.readouterr().out == ""
+
+
+def test_a_folder_or_pipe_at_the_path_is_never_read_and_the_run_is_not_lost(tmp_path, capsys):
+    run, calls = _counting()
+    folder = tmp_path / "results.json"
+    folder.mkdir()  # C3
+    assert _stored_ok(folder, lambda: print("the run") or run())["arms"] == run()["arms"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"stored runs: {folder} cannot be used: it is a folder, not a stored file; running again"
+    assert out[1].startswith(f"stored runs: {folder} is a folder, not a file that can be replaced")
+    assert out[2] == "the run" and len(out) == 3  # said before the run, once
+    assert folder.is_dir()
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)  # C5: would block forever if opened for reading
+    assert _stored_ok(pipe, run)["arms"] == run()["arms"]
+    assert "it is a named pipe (FIFO), not a stored file" in capsys.readouterr().out
+
+
+def test_a_file_larger_than_the_cap_is_not_read(tmp_path, monkeypatch, capsys):
+    run, calls = _counting()
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as f:  # C4, a symlink to /dev/zero in the report: here a sparse file
+        f.truncate(50_000_000)
+    monkeypatch.setattr(runs, "MAX_STORED_BYTES", 1000)
+    assert _stored_ok(path, run)["arms"] == run()["arms"]
+    assert "larger than any stored run" in capsys.readouterr().out
+    assert path.stat().st_size < 1000  # replaced by the run's own results
+
+
+def test_chapter_5s_experiment_is_not_lost_when_results_json_is_a_folder(tmp_path, monkeypatch, capsys):
+    from minirlhf import paths
+    from minirlhf.ppo import PPOConfig
+
+    done = {"arms": {arm: {"0": dict(LOG)} for arm in ("rm", "verifier")}, "seeds": [0]}
+    monkeypatch.setattr(runs, "OUTPUTS", tmp_path)
+    monkeypatch.setattr(runs.experiment, "run_experiment", lambda *a, **k: done)
+    monkeypatch.setattr(runs.experiment, "summarize", lambda results: {"rows": 1})
+    monkeypatch.setattr(runs.experiment, "write_outputs",
+                        lambda results, folder: paths.write_atomic(folder / "results.json", "{}"))
+    (tmp_path / "results.json").mkdir()
+    got = runs.stored_experiment([0], PPOConfig(iterations=1), {"rm": 0.5, "verifier": 0.08}, {})
+    assert got["arms"] == done["arms"] and got["summary"] == {"rows": 1}  # C3: the run is returned, not lost
+    assert "so the results of this run will not be kept" in capsys.readouterr().out

@@ -198,3 +198,66 @@ def test_two_process_launch(tmp_path):
         assert all(0.0 <= a <= 1.0 for a in log["accuracy"])
     # every process trains the whole group of each of its prompts; the logged batch is global
     assert len(results["trl"]["grpo-verifier"]["0"]["trl_log"]["reward"]) == 3
+
+
+# ----------------------------------------------------------------------------- the command line keeps what finished
+
+
+def _one_line_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        trl_run.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_the_output_folder_and_the_counts_are_checked_before_anything_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(trl_run, "_import_trl", lambda: pytest.fail("TRL was imported: the runs would start"))
+    (tmp_path / "file").write_text("x")
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "out" / "trl_results.json").mkdir(parents=True)
+    for out, words in ((tmp_path / "file", "is a regular file, not a folder"),  # D3: not after the runs
+                       (tmp_path / "pipe", "is a named pipe (FIFO), not a folder"),
+                       (tmp_path / "out", "trl_results.json is a folder, where the output file should go"),
+                       ("", "is empty")):
+        assert words in _one_line_error(["--out", str(out)], capsys)
+    assert f"must be at most {trl_run.MAX_SEEDS}, got 1000000000" in _one_line_error(  # D5
+        ["--seeds", "1000000000"], capsys)
+    assert f"must be at most {trl_run.MAX_ITERATIONS}, got 100000" in _one_line_error(
+        ["--iterations", "100000"], capsys)
+
+
+STOPPED_TRL_RUN = """
+import os, signal, sys
+from minirlhf import store, trl_run
+
+trl_run._import_trl = lambda: None
+trl_run._versions = lambda: {}
+store.load_sft = lambda progress: ("policy", {})
+store.load_rm = lambda progress: ("rm", {})
+
+def fake_run(arm, policy, rm, seed, config, evalset=None, progress=True, **kwargs):
+    if seed == 1:
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        signal.pause()
+    return {"accuracy": [0.1, 0.2], "kl": [0.0, 0.1], "rm_score": [1.0, 1.1], "seconds": 1.0}
+
+trl_run.run_trl_arm = fake_run
+trl_run.EvalSet = lambda: None
+sys.exit(trl_run.main(["--seeds", "3", "--iterations", "1", "--out", sys.argv[2]]))
+"""
+
+
+@pytest.mark.parametrize("name, status", [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_stop_signal_writes_the_finished_seeds(tmp_path, name, status):
+    out = tmp_path / "trl"
+    done = subprocess.run([sys.executable, "-c", STOPPED_TRL_RUN, name, str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == status, done.stderr  # D4: no traceback, the finished seed kept
+    assert "Traceback" not in done.stderr
+    stopped = "interrupted" if name == "SIGINT" else f"stopped by {name}"
+    assert done.stderr.strip().splitlines()[-1] == (f"{stopped}: wrote the 1 finished seed; seeds 1 to 2 are "
+                                                    "not kept")
+    results = json.loads((out / "trl_results.json").read_text())
+    assert results["settings"]["seeds"] == [0] and list(results["trl"]["grpo-verifier"]) == ["0"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(trl_run.OUTPUT_FILES)  # no lock or .tmp left

@@ -33,12 +33,11 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import shutil
 import sys
 import zipfile
 from pathlib import Path
 
-from ..paths import ROOT, write_atomic
+from ..paths import ROOT, file_problem, write_atomic
 
 __all__ = ["ARCHIVE_NAME", "FOLDER", "SITE_DIR", "TOP_FILES", "learner_notebooks", "members",
            "readme", "pack", "repository_buttons", "download_buttons", "setup"]
@@ -110,6 +109,9 @@ To grade yourself, `make check` runs every notebook in a fresh kernel and tests 
 your functions on many inputs the notebooks never show; one notebook:
 
     .venv/bin/python -m minirlhf.course.grader notebooks/01_kl_penalty.ipynb
+
+The grader only reads your notebooks. If you save one while it is graded, the version it
+graded is kept in `kept/`, and your file is left as you saved it.
 
 Without `make`:
 
@@ -243,7 +245,7 @@ def _serve_course(app, exception) -> None:
     site = Path(app.outdir) / SITE_DIR
     (site / "notebooks").mkdir(parents=True, exist_ok=True)
     for notebook in learner_notebooks(root):
-        shutil.copyfile(notebook, site / "notebooks" / notebook.name)
+        write_atomic(site / "notebooks" / notebook.name, notebook.read_bytes())
     archive = pack(site / ARCHIVE_NAME, root)
     logging.getLogger(__name__).info(
         f"course archive: {archive.relative_to(app.outdir)} ({archive.stat().st_size // 1024} KB)")
@@ -263,12 +265,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m minirlhf.course.archive",
         description="Pack the course archive: the learner's notebooks, the package, and what"
                     " `make lab` needs.")
-    parser.add_argument("out", nargs="?", default=ARCHIVE_NAME, type=Path,
-                        help=f"the zip to write (default: {ARCHIVE_NAME})")
+    parser.add_argument("out", nargs="?", default=ARCHIVE_NAME,
+                        help=f"the zip to write (default: {ARCHIVE_NAME}); a regular file there is replaced, "
+                             "anything else (a folder, a device, a pipe) is refused")
     args = parser.parse_args(argv)
+    problem = file_problem(args.out)  # before packing: never replace what is not a regular file
+    if problem:
+        print(f"ERROR OUT: {problem}", file=sys.stderr)
+        return 2
     try:
-        out = pack(args.out)
-    except FileNotFoundError as error:
+        out = pack(Path(args.out))
+    except OSError as error:  # a missing file to pack, or the write refused or failed
         print(f"ERROR {error}", file=sys.stderr)
         return 2
     print(f"{out}: {len(members()) + 1} files, {out.stat().st_size // 1024} KB")

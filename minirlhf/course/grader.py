@@ -5,13 +5,14 @@ For each notebook:
 1. **Run it.** The notebook is read into memory and run top to bottom in a fresh kernel
    (nbclient), as "Restart and run all" would. The kernel works in an empty temporary folder,
    so a relative path in the notebook cannot reach the notebook file; the file is only read,
-   and compared after grading with what was read (a notebook whose code deleted or changed
-   it is reported, and the version graded is kept). A cell that fails is recorded and the
-   run goes on; a cell that runs too long is interrupted. The notebook's own check cells do
-   nothing during the run (``GRADING_ENV``): the grader runs those cases itself. The cells
-   after the last one an exercise needs (its check or its definition) are the chapter's
-   analyses, its long runs and figures: no grade depends on them, so they are not run, and
-   the report says which were left out.
+   and compared after grading with what was read (a notebook whose code deleted or changed it
+   is reported, and the version graded is kept in ``kept/``, never beside the notebook; a kept
+   copy is never graded, and a file is read only up to MAX_NOTEBOOK_BYTES). A cell that fails
+   is recorded and the run goes on; a cell that runs too long is interrupted. The notebook's
+   own check cells do nothing during the run (``GRADING_ENV``): the grader runs those cases
+   itself. The cells after the last one an exercise needs (its check or its definition) are
+   the chapter's analyses, its long runs and figures: no grade depends on them, so they are
+   not run, and the report says which were left out.
 2. **Pick the exercises.** Those of the notebook's chapter (its ``NN_`` prefix) from the
    registry :mod:`minirlhf.course.exercises`; a renamed notebook is recognised by its check cells.
 3. **Call the learner's functions.** Each exercise gets its cases plus ``n_random``
@@ -458,7 +459,8 @@ class _Runner:
 
         ensure_event_loop().set_exception_handler(_quiet_leftovers)  # a safety net for what is left
         self.nb = nb
-        self.cell_timeout, self.grace = cell_timeout, grace
+        # nbclient's limit is whole seconds, at least 1: keep the one used, so messages name it
+        self.cell_timeout, self.grace = max(1, math.ceil(cell_timeout)), grace
         self.nb.cells.append(_new_code_cell(""))  # scratch cell for the grading code
         self.scratch = len(self.nb.cells) - 1
         env = dict(os.environ, **{GRADING_ENV: "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
@@ -741,11 +743,9 @@ def _read_notebook(path: Path):
     if not path.is_file():  # a pipe would block the read, a device would never end
         return None, None, f"{path} is not a regular file (a pipe, a socket or a device?), so not a notebook"
     try:
-        size = path.stat().st_size
-        if size > MAX_NOTEBOOK_BYTES:
-            return None, None, (f"{path} is {size / 1e6:,.0f} MB, larger than any notebook the grader reads "
-                                f"({MAX_NOTEBOOK_BYTES / 1e6:,.0f} MB)")
-        raw = path.read_bytes()
+        raw = _read_capped(path)
+        if raw is None:
+            return None, None, _too_large(path)
     except OSError as exc:
         return None, None, f"{path} could not be read ({exc.strerror or type(exc).__name__})"
     try:
@@ -771,11 +771,33 @@ def _read_notebook(path: Path):
     return nb, raw, ""
 
 
+def _read_capped(path: Path) -> bytes | None:
+    """Return the bytes of the regular file ``path``, or None when it holds more than
+    MAX_NOTEBOOK_BYTES (never read further, whatever the file grows to). Raises OSError."""
+    from ..store import _open_regular
+
+    file = _open_regular(path)
+    if file is None:
+        raise FileNotFoundError(2, "no such file", str(path))
+    with file:
+        raw = file.read(MAX_NOTEBOOK_BYTES + 1)
+    return None if len(raw) > MAX_NOTEBOOK_BYTES else raw
+
+
+def _too_large(path: Path) -> str:
+    return f"{path} is larger than any notebook the grader reads ({MAX_NOTEBOOK_BYTES / 1e6:,.0f} MB)"
+
+
 def _check_file(path: Path, raw: bytes) -> str:
     """Compare the notebook file with the bytes read before grading; if it is gone or changed,
-    keep the version graded and say where (empty when the file is as it was)."""
+    keep the version graded and say where (empty when the file is as it was). The file is read
+    only up to MAX_NOTEBOOK_BYTES: one that grew beyond that counts as changed."""
     try:
-        now = path.read_bytes() if path.is_file() else None
+        now = _read_capped(path) if path.is_file() else None
+        if now is None and path.is_file():  # grown past the cap: keep what was graded first
+            return (f"the notebook file grew larger than any notebook the grader reads "
+                    f"({MAX_NOTEBOOK_BYTES / 1e6:,.0f} MB) while it was graded; the version graded is kept in "
+                    f"{_keep_copy(path, raw)}")
     except OSError:
         now = None
     if now == raw:
@@ -796,9 +818,17 @@ def _check_file(path: Path, raw: bytes) -> str:
 
 
 def _keep_copy(path: Path, raw: bytes) -> Path:
-    """Write ``raw`` to a new file beside ``path`` (or in the system's temporary folder) and return it."""
+    """Write ``raw`` to a new file in the kept copies' folder (``paths.KEPT``; never the folder
+    graded from), or else in the system's temporary folder, and return it."""
+    from ..paths import KEPT
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        KEPT.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
     for k in range(100):
-        candidate = path.with_name(f"{path.stem}.graded{'' if k == 0 else f'-{k}'}.ipynb")
+        candidate = KEPT / f"{path.stem}.graded-{stamp}{'' if k == 0 else f'-{k}'}.ipynb"
         try:
             with open(candidate, "xb") as f:
                 f.write(raw)
@@ -811,6 +841,19 @@ def _keep_copy(path: Path, raw: bytes) -> Path:
     with os.fdopen(fd, "wb") as f:
         f.write(raw)
     return Path(name)
+
+
+def is_kept_copy(path: Path) -> bool:
+    """True for a copy a command kept of a learner's notebook (``NAME.graded*.ipynb``,
+    ``NAME.backup*.ipynb``, or anything in ``paths.KEPT``): never graded."""
+    from ..paths import KEPT
+
+    if re.search(r"\.(graded|backup)(-[^.]*)?\.ipynb$", Path(path).name):
+        return True
+    try:
+        return Path(path).resolve().is_relative_to(KEPT.resolve())
+    except (OSError, ValueError):
+        return False
 
 
 def _did_you_mean(path: Path) -> str:
@@ -860,6 +903,9 @@ def grade_notebook(path, seed: int | None = None, time_limit: float | None = Non
     budget = BUDGET if budget is None else float(budget)
     grade = NotebookGrade(path, seed)
     started = time.perf_counter()
+    if is_kept_copy(path):
+        grade.note = "not graded: a copy kept by the grader or by `make notebooks`, not a notebook to grade"
+        return grade
     nb, raw, grade.error = _read_notebook(path)
     if grade.error:
         return grade

@@ -25,6 +25,14 @@ A ``[hints] name`` cell becomes a markdown cell of collapsible hints taken from 
 exercise registry (:mod:`minirlhf.course.exercises`), one ``<details>`` block per hint, so the
 hints live in one place and the grader can quote them too.
 
+``notebooks/`` is also where the learner works (``make lab``), so the generator never
+overwrites a learner's edits: each learner notebook it writes records a fingerprint of its
+cells (``metadata.minirlhf.blank``), and a notebook whose cells no longer match that
+fingerprint, nor the blank about to be written, holds the learner's work. It is left as it
+is, the line says so, and the exit status is 1 (the solutions are still written). With
+``--force`` it is replaced, after a copy is kept in ``kept/`` (``paths.KEPT``) under a name
+with the date and time: ``kept/01_kl_penalty.backup-20261203-164000.ipynb``.
+
 Run ``python -m minirlhf.course.nbgen`` (or ``make notebooks``) after editing a source.
 After editing only its prose, ``python -m minirlhf.course.nbgen 05 --prose-only`` rewrites the
 chapter's notebooks and keeps the recorded outputs, without executing it; it refuses when a
@@ -34,6 +42,7 @@ code cell changed.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -44,6 +53,7 @@ from pathlib import Path
 
 import nbformat
 
+from .. import paths
 from ..paths import ROOT, write_atomic
 from .frontend import BOOK_BUILD_ENV
 
@@ -56,6 +66,7 @@ _KIND = re.compile(r"^\s*\[(?P<kind>\w+)\]\s*(?P<arg>[\w.]*)")
 _TAGS = re.compile(r"tags\s*=\s*(\[[^\]]*\])")
 _BEGIN, _END = "# BEGIN SOLUTION", "# END SOLUTION"
 PLACEHOLDER = 'raise NotImplementedError("your code here")'
+MAX_NOTEBOOK_BYTES = 100_000_000  # a learner notebook larger than this is not read, and not replaced
 # The book's toggle over a solution cell says what it hides (myst-nb's cell-level setting).
 SOLUTION_PROMPTS = {"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 # The metadata JupyterLab writes when it opens a notebook on ipykernel: with it already there, a
@@ -190,7 +201,54 @@ def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
     # Stable cell ids, so regenerating an unchanged source gives an unchanged file.
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"c{i:03d}"
+    if learner:  # what the generator wrote, so that a later run can tell the learner's edits
+        nb.metadata["minirlhf"] = {"blank": cells_digest(nb)}
     return nb
+
+
+def cells_digest(nb) -> str:
+    """Return a short digest of a notebook's cells: their kinds and sources, in order (not the
+    outputs: running a notebook does not change it)."""
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        h.update(json.dumps([cell.get("cell_type"), cell.get("source")]).encode())
+    return h.hexdigest()[:16]
+
+
+def learner_work(path: Path, blank: nbformat.NotebookNode) -> str:
+    """Return what of the learner's would be lost if ``blank`` replaced the notebook at
+    ``path``, in words, or "" when nothing would (no notebook there, or its cells are those
+    the generator wrote, by its fingerprint, or those of ``blank``)."""
+    if paths.kind_of(path) != "a regular file":  # nothing there; anything else write_atomic refuses
+        return ""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_NOTEBOOK_BYTES + 1)
+        if len(raw) > MAX_NOTEBOOK_BYTES:
+            return f"it is larger than any notebook the generator reads ({MAX_NOTEBOOK_BYTES / 1e6:,.0f} MB)"
+        nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - half saved, or not a notebook: still someone's file
+        return f"it is not a notebook the generator can read ({type(exc).__name__}), so it may be your work"
+    recorded = nb.metadata.get("minirlhf", {}).get("blank") if isinstance(nb.metadata.get("minirlhf"), dict) else None
+    if cells_digest(nb) in (recorded, cells_digest(blank)):
+        return ""
+    mine, new = nb.cells, blank.cells
+    changed = [i + 1 for i in range(max(len(mine), len(new)))
+               if i >= len(mine) or i >= len(new) or mine[i].get("source") != new[i].get("source")]
+    shown = ", ".join(map(str, changed[:8])) + (", ..." if len(changed) > 8 else "")
+    return f"{len(changed)} of its cells differ from the blank notebook (cell{'s' if len(changed) > 1 else ''} {shown})"
+
+
+def keep_backup(path: Path) -> Path:
+    """Copy the notebook at ``path`` into ``paths.KEPT`` under a new name with the date and
+    time (``NAME.backup-YYYYMMDD-HHMMSS.ipynb``); return the copy's path."""
+    raw = path.read_bytes()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for k in range(100):
+        target = paths.KEPT / f"{path.stem}.backup-{stamp}{'' if k == 0 else f'-{k}'}.ipynb"
+        if not target.exists() and not target.is_symlink():
+            return write_atomic(target, raw)
+    raise FileExistsError(f"no free name for a backup of {path.name} in {paths.KEPT}")
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbformat.NotebookNode:
@@ -247,7 +305,12 @@ def keep_outputs(solution: nbformat.NotebookNode, recorded_path: Path) -> nbform
     return solution
 
 
-def generate(source: Path, run: bool = True, prose_only: bool = False) -> None:
+def generate(source: Path, run: bool = True, prose_only: bool = False, force: bool = False) -> str:
+    """Write the chapter's learner notebook and its solution (executed unless ``run`` is False;
+    with ``prose_only``, with the recorded outputs). Return "" or, when the learner notebook
+    holds the learner's edits and ``force`` is False, a line saying it was left as it is (the
+    solution is written all the same). With ``force`` the edited notebook is replaced after a
+    copy is kept (:func:`keep_backup`), and the line says where."""
     cells = parse(source.read_text(encoding="utf-8"), str(source.relative_to(ROOT)))
     LEARNER_DIR.mkdir(exist_ok=True)
     SOLUTION_DIR.mkdir(exist_ok=True)
@@ -255,13 +318,27 @@ def generate(source: Path, run: bool = True, prose_only: bool = False) -> None:
     if prose_only:  # checked before anything is written
         solution = keep_outputs(solution, SOLUTION_DIR / f"{source.stem}.ipynb")
         run = False
-    write(build(cells, learner=True), LEARNER_DIR / f"{source.stem}.ipynb")
+    learner, target, said = build(cells, learner=True), LEARNER_DIR / f"{source.stem}.ipynb", ""
+    for path in (target, SOLUTION_DIR / f"{source.stem}.ipynb"):  # before the solution runs for minutes
+        problem = paths.file_problem(path)
+        if problem:
+            raise paths.NotRegularFile(problem)
+    work = learner_work(target, learner)
+    if work and not force:
+        said = (f"left {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} as it is: {work}; "
+                f"to replace it by the blank all the same, run `python -m minirlhf.course.nbgen "
+                f"{source.stem[:2]} --force` (a copy of it is kept in {paths.KEPT.name}/ first)")
+    else:
+        if work:
+            said = f"replaced {target.name} ({work}); your version is kept in {keep_backup(target)}"
+        write(learner, target)
     if run:
         start = time.perf_counter()
         print(f"executing solutions/{source.stem}.ipynb ...", flush=True)
         execute(solution, SOLUTION_DIR)
         print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
     write(solution, SOLUTION_DIR / f"{source.stem}.ipynb")
+    return said
 
 
 def main(argv=None) -> int:
@@ -270,18 +347,24 @@ def main(argv=None) -> int:
     parser.add_argument("--no-execute", action="store_true", help="write the solutions without running them")
     parser.add_argument("--prose-only", action="store_true",
                         help="after editing only markdown: keep the recorded outputs (refused when code changed)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a learner notebook that holds edits, after keeping a copy in kept/")
     args = parser.parse_args(argv)
     found = sources(args.chapters)
     if not found:
         parser.error(f"no chapter source matches {args.chapters} in {SOURCES}")
     os.environ.pop(BOOK_BUILD_ENV, None)  # solutions record the live (JupyterLab) outputs
+    left = 0
     for source in found:
         try:
-            generate(source, run=not args.no_execute, prose_only=args.prose_only)
-        except ValueError as exc:
+            said = generate(source, run=not args.no_execute, prose_only=args.prose_only, force=args.force)
+        except (ValueError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    return 0
+        if said:
+            print(said, file=sys.stderr, flush=True)
+            left += said.startswith("left")
+    return 1 if left else 0
 
 
 if __name__ == "__main__":

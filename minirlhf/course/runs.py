@@ -4,6 +4,15 @@ A chapter that shows a minute of PPO runs should not repeat them on every execut
 never show results that other code or other settings made. :func:`load_or_run` keys a stored
 file on the run's settings, on a fingerprint of the engine code that makes the runs, and on
 the starting point of a few runs the chapter has just made itself.
+
+A stored file is trusted only as far as it can be checked. It is opened only when it is a
+regular file (a folder, a named pipe or a device at its path is never read), and read only up
+to :data:`MAX_STORED_BYTES`; it must hold JSON in the layout the chapter reads, with numbers
+where numbers belong; and a file written by this module carries a digest of its own contents,
+so numbers edited after the run make it stale. Anything else is run again, and one line names
+the file and says why (a missing file, or one made by other code or settings, is the normal
+case and is run again without a word). When the file cannot be written, the results are
+used all the same and the line says they were not kept.
 """
 
 from __future__ import annotations
@@ -16,11 +25,11 @@ from pathlib import Path
 
 from .. import experiment
 from ..parallel import map_runs
-from ..paths import OUTPUTS, write_atomic
-from ..store import code_fingerprint
+from ..paths import OUTPUTS, file_problem, kind_of, write_atomic
+from ..store import _open_regular, code_fingerprint
 from ..studies.robustness import gain
 
-__all__ = ["same_curves", "load_or_run", "stored_experiment", "stored_arms", "stored_starts",
+__all__ = ["MAX_STORED_BYTES", "same_curves", "load_or_run", "stored_experiment", "stored_arms", "stored_starts",
            "weights_digest", "stored_runs", "stored_bug_runs"]
 
 
@@ -30,24 +39,99 @@ def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
     return all(list(a[k])[:upto] == list(b[k])[:upto] for k in ("accuracy", "rm_score", "kl"))
 
 
-def load_or_run(path: Path, settings: dict, starts: dict, run) -> dict:
+MAX_STORED_BYTES = 200_000_000  # a stored file larger than this is not read (the book's largest is a few MB)
+_CURVES = ("accuracy", "rm_score", "kl")
+
+
+def _digest(stored: dict) -> str:
+    """Return the fingerprint of a stored file's contents (everything but the fingerprint)."""
+    body = {k: v for k, v in stored.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _layout_problem(stored) -> str:
+    """Return why ``stored`` is not in the layout of a stored file, or ""."""
+    if not isinstance(stored, dict):
+        return f"it holds a JSON {type(stored).__name__}, not an object"
+    if not isinstance(stored.get("settings"), dict):
+        return "it has no settings"
+    if "digest" in stored and stored["digest"] != _digest(stored):
+        return "its numbers do not match the fingerprint stored with them (edited after the run?)"
+    if "arms" in stored:
+        if not isinstance(stored["arms"], dict) or not all(isinstance(v, dict) for v in stored["arms"].values()):
+            return "its arms are not a table of runs"
+        for name, runs in stored["arms"].items():
+            for seed, log in runs.items():
+                for key in _CURVES:
+                    if isinstance(log, dict) and key in log and not (
+                            isinstance(log[key], list) and all(_is_number(x) for x in log[key])):
+                        return f"the {key} of run {name}, {seed} is not a list of numbers"
+    return ""
+
+
+def _read_stored(path: Path) -> tuple[dict | None, str]:
+    """Return (what is stored at ``path``, "") or (None, why it cannot be used; "" when missing)."""
+    try:
+        file = _open_regular(path)
+    except OSError:  # a folder, a named pipe, a device, ...: never read
+        return None, f"it is {kind_of(path)}, not a stored file"
+    if file is None:
+        return None, ""
+    with file:
+        data = file.read(MAX_STORED_BYTES + 1)
+    if len(data) > MAX_STORED_BYTES:
+        return None, f"it is larger than any stored run ({MAX_STORED_BYTES / 1e6:,.0f} MB), so it was not read"
+    try:
+        stored = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return None, f"it is not readable JSON (cut short?): {type(exc).__name__}"
+    problem = _layout_problem(stored)
+    return (None, problem) if problem else (stored, "")
+
+
+def load_or_run(path: Path, settings: dict, starts: dict, run, check=None) -> dict:
     """Return the results stored at ``path`` if the current engine code made them with
     ``settings`` from the same starting point as the runs in ``starts`` (``{(arm, seed_key):
     log}``, may be empty); otherwise call ``run()``, store what it returns with the settings,
     and return that, exactly as a later load will return it.
+
+    ``check(stored)``, when given, raises (KeyError, TypeError, ValueError, ...) when the stored
+    results lack what the caller reads. A stored file that cannot be trusted (see the module's
+    docstring) is run again, with one line that names it and says why; when ``path`` cannot
+    take a file, that is said before the run, and the results are returned without being kept.
     """
     path = Path(path)
     settings = json.loads(json.dumps({**settings, "code": code_fingerprint(experiment)}, default=str))
+    stored, why = _read_stored(path)
+    if stored is not None:
+        try:
+            if stored["settings"] == settings and all(
+                    same_curves(stored["arms"][arm][key], log, upto=1) for (arm, key), log in starts.items()):
+                if check is not None:
+                    check(stored)
+                stored.pop("digest", None)
+                return stored
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            why = f"it lacks what the chapter reads ({type(exc).__name__}: {str(exc)[:80]})"
+    if why:
+        print(f"stored runs: {path} cannot be used: {why}; running again", flush=True)
+    problem = file_problem(path)
+    if problem:
+        print(f"stored runs: {problem}, so the results of this run will not be kept", flush=True)
+    stored = json.loads(json.dumps({**run(), "settings": settings}))
+    stored["digest"] = _digest(stored)
     try:
-        stored = json.loads(path.read_text())
-        if stored["settings"] == settings and all(
-                same_curves(stored["arms"][arm][key], log, upto=1) for (arm, key), log in starts.items()):
-            return stored
-    except (OSError, ValueError, KeyError):
-        pass
-    stored = {**run(), "settings": settings}
-    write_atomic(path, json.dumps(stored, indent=1))
-    return json.loads(path.read_text())
+        write_atomic(path, json.dumps(stored, indent=1))
+    except OSError as exc:
+        if not problem:
+            print(f"stored runs: could not write {path} ({exc.strerror or exc}); the results are used now "
+                  "and run again next time", flush=True)
+    stored.pop("digest")
+    return stored
 
 
 def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = False,
@@ -67,11 +151,24 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
     def run():
         done = experiment.run_experiment(seeds, cfg.iterations, beta["rm"], beta["verifier"], cfg,
                                          progress=progress, workers=workers)
-        experiment.write_outputs(done, OUTPUTS)
+        try:
+            experiment.write_outputs(done, OUTPUTS)
+        except OSError:  # load_or_run has said why; the results are not lost for it
+            return {**done, "summary": experiment.summarize(done), "original": experiment.ORIGINAL}
         return json.loads((OUTPUTS / "results.json").read_text())
 
     settings = {"seeds": list(seeds), "iterations": cfg.iterations, "beta": beta, "ppo": asdict(cfg)}
-    return load_or_run(OUTPUTS / "results.json", settings, starts, run)
+    return load_or_run(OUTPUTS / "results.json", settings, starts, run, _every_run(beta, seeds))
+
+
+def _every_run(arms, seeds):
+    """Return a check for :func:`load_or_run`: every arm of ``arms`` has a log for every seed."""
+    def check(found):
+        for arm in arms:
+            for seed in seeds:
+                if not isinstance(found["arms"][arm][str(seed)], dict):
+                    raise TypeError(f"run {arm}, seed {seed} is not a log")
+    return check
 
 
 def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bool = False,
@@ -94,7 +191,7 @@ def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bo
         return experiment.run_experiment(list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress,
                                          workers=workers)
 
-    return load_or_run(Path(path), settings, starts or {}, run)
+    return load_or_run(Path(path), settings, starts or {}, run, _every_run(arms, seeds))
 
 
 def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int | None = None) -> dict:
@@ -114,7 +211,8 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int 
     settings = {"seeds": [int(s) for s in seeds], "bugs": list(silent_bugs.BUGS), "ppo": asdict(PPOConfig()),
                 "dpo": asdict(DPOConfig()), "study": source}
     return load_or_run(Path(path), settings, {},
-                       lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress, workers=workers)})
+                       lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress, workers=workers)},
+                       lambda found: found["runs"].items())
 
 
 def _gain_from(job, policies, rm, cfg, progress):
@@ -153,7 +251,13 @@ def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: 
 
     settings = {"sft_seeds": list(starts), "ppo_seeds": list(ppo_seeds), "beta": beta,
                 "ppo": asdict(cfg), "steps": {str(s): m["steps"] for s, (_, m) in starts.items()}}
-    return load_or_run(Path(path), settings, {}, run)["arms"]
+    def check(found):
+        for seed in starts:
+            row = found["arms"][str(seed)]
+            if not all(isinstance(row[arm], list) and all(map(_is_number, row[arm])) for arm in beta):
+                raise TypeError(f"the gains from start {seed} are not lists of numbers")
+
+    return load_or_run(Path(path), settings, {}, run, check)["arms"]
 
 
 def weights_digest(model) -> str:
@@ -210,5 +314,10 @@ def stored_runs(path, plan: dict, policy, rm, keep=None, answers: bool = False,
                          for (name, seed), (arm, beta, changes) in plan.items()],
                 "keep": None if keep is None else list(keep), "answers": answers,
                 "policy": weights_digest(policy), "rm": weights_digest(rm)}
-    stored = load_or_run(Path(path), settings, {}, run)["arms"]
+    def check(found):
+        for name, seed in plan:
+            if not isinstance(found["arms"][str(name)][str(seed)], dict):
+                raise TypeError(f"run {name}, {seed} is not a log")
+
+    stored = load_or_run(Path(path), settings, {}, run, check)["arms"]
     return {(name, seed): stored[str(name)][str(seed)] for name, seed in plan}

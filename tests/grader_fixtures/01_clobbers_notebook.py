@@ -1,7 +1,7 @@
 # Grader fixture: cells that delete the notebook by its relative path and overwrite it by
 # its absolute path (GRADER_FIXTURE_FOLDER, set by the test), then a right function.
 # Expected: the relative path reaches nothing (the kernel works in an empty folder); the
-# overwrite is reported and the version graded is kept beside the notebook.
+# overwrite is reported and the version graded is kept in kept/ (never beside the notebook).
 # verdict: pass
 # says: raised FileNotFoundError
 # says: FILE  the notebook file changed while it was graded
