@@ -24,6 +24,10 @@ __all__ = ["EXERCISES", "get", "for_chapter", "check", "GRADING_ENV"]
 # (and many more), so the notebook's own check cells skip the work.
 GRADING_ENV = "MINIRLHF_GRADING"
 
+# Exercise name -> {mistake: how many checks failed with it}, in this kernel: the last hint
+# (nearly the answer) shows only when a check fails the same way a second time.
+_FAILED: dict[str, dict[str, int]] = {}
+
 _MODULES = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("ch"))
 
 
@@ -89,11 +93,18 @@ def check(name: str, fn, show: bool = True) -> Report:
     (``report.passed`` is True when all pass), except in IPython, where it was displayed and
     None is returned. While the grader runs the notebook it returns an empty report at once
     and shows nothing.
+
+    The verdict shows the diagnosis and the hint that fits the mistake; when that hint is the
+    last one (nearly the answer), it shows only from the second check that fails the same way.
     """
     exercise = get(name)
     if os.environ.get(GRADING_ENV) == "1":
         return Report(exercise)
     report = run_cases(fn, exercise)
+    if report.state == "fail":  # count the failures of each kind, for the hint it may show
+        failed = _FAILED.setdefault(name, {})
+        report.seen = failed.get(report.way, 0)
+        failed[report.way] = report.seen + 1
     if show:
         try:
             from IPython import get_ipython

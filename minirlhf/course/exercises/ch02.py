@@ -13,7 +13,12 @@ from ...pg import reinforce_loss
 
 class ExpectLoss(ExpectScalarTensor):
     """A 0-d tensor loss close to the expected number that still carries the gradient of
-    ``logp`` (every case passes log-probs that require one)."""
+    ``logp`` (every case passes log-probs that require one): its gradient with respect to the
+    log-probs (``logp``, or ``new_logp`` for the leash term of chapter 10) is compared with the
+    reference's."""
+
+    def __init__(self, *args, grad_wrt=("logp", "new_logp"), **kwargs):
+        super().__init__(*args, grad_wrt=grad_wrt, **kwargs)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if hasattr(expected, "detach"):  # the reference's own loss, when it sets the answer

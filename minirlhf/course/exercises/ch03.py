@@ -62,7 +62,8 @@ MASKED_SFT_LOSS = Exercise(
     name="masked_sft_loss",
     chapter=3,
     title="The masked SFT loss",
-    expect=ExpectScalarTensor(atol=1e-4, per="position", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS),
+    expect=ExpectScalarTensor(atol=1e-4, per="position", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS,
+                              grad_wrt=("logits",)),
     cases=(
         Case({"logits": torch.zeros(1, 3, 13), "targets": _t([[0, 5, 12]], torch.long), "mask": torch.ones(1, 3)},
              math.log(13), "uniform logits over 13 tokens: every position costs log 13"),

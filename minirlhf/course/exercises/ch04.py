@@ -59,7 +59,8 @@ BRADLEY_TERRY_LOSS = Exercise(
     name="bradley_terry_loss",
     chapter=4,
     title="The Bradley-Terry loss",
-    expect=ExpectScalarTensor(atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS),
+    expect=ExpectScalarTensor(atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS,
+                              grad_wrt=("r_chosen", "r_rejected")),
     cases=(
         _case([0.0], [0.0], math.log(2), "equal scores: the model is unsure, -log(1/2) = log 2"),
         _case([2.0], [0.0], _softplus(-2.0), "margin +2: log(1 + e^-2)"),

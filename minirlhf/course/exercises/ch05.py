@@ -225,7 +225,7 @@ PPO_TOKEN_LOSS = Exercise(
         atol=1e-4, per="token (over the tokens the mask keeps)",
         why_inf="look for an exp of a huge number",
         sign_hint="the loss is minus the clipped objective, because the optimizer minimises it",
-        slips=SLIPS),
+        slips=SLIPS, grad_wrt=("new_logp",)),
     cases=(
         _case([[-1.0], [-2.0]], [[-1.0], [-2.0]], [[1.0], [-0.5]], [[1.0], [1.0]], 0.2,
               -(1.0 - 0.5) / 2, "on-policy: ratio 1, so the loss is minus the mean advantage, -(1 - 0.5) / 2"),

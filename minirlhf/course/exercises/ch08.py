@@ -282,7 +282,7 @@ GRPO_TOKEN_LOSS = Exercise(
         atol=1e-4, per="token (over the tokens the mask keeps)",
         why_inf="look for an exp of a huge number (is d clamped?)",
         sign_hint="the loss is minus the surrogate plus beta times k3, because the optimizer minimises it",
-        slips=LOSS_SLIPS),
+        slips=LOSS_SLIPS, grad_wrt=("new_logp",)),
     cases=(
         _loss_case([[-1.0, -1.0], [-2.0, -2.0]], [[-1.0, -1.0], [-2.0, -2.0]], [[-1.0, -1.0], [-2.0, -2.0]],
                    [[1.0, 1.0], [-0.5, -0.5]], [[1.0, 1.0], [1.0, 1.0]], -(2.0 - 1.0) / 4,

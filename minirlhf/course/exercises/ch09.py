@@ -91,7 +91,7 @@ DPO_LOSS = Exercise(
     expect=ExpectScalarTensor(
         atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE,
         sign_hint="the loss is minus the log of the sigmoid, because the optimizer minimises it",
-        slips=SLIPS),
+        slips=SLIPS, grad_wrt=("policy_chosen_logps", "policy_rejected_logps")),
     cases=(
         _case([-3.0, -5.0], [-4.0, -2.0], [-3.0, -5.0], [-4.0, -2.0], LOG2,
               "the policy is the reference: every log-ratio 0, margin 0, so log 2 = 0.6931 (the "
