@@ -57,7 +57,7 @@ import numpy as np
 from ..palette import BLUE, DARK_YELLOW, GREEN, ORANGE
 
 __all__ = [
-    "Case", "Raises", "Exercise", "Slip", "Tell", "ExpectTell", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
+    "Case", "Raises", "Exercise", "Slip", "known_slip", "Tell", "ExpectTell", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
     "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat", "ExpectScalarTensor",
     "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
     "raised", "printable", "NO_GRADIENT", "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "wrap",
@@ -165,6 +165,15 @@ class Slip:
     kind: str
     fn: Callable
     says: str
+
+
+def known_slip(kind: str, kinds) -> str:
+    """Return ``kind`` when it is one of ``kinds``, else raise ValueError: a slip factory must not
+    make a function for a kind it does not know, which would leave the computation right (an
+    exact copy of the reference, reachable from the exercise registry)."""
+    if kind not in kinds:
+        raise ValueError(f"no slip called {kind!r}; known: {sorted(kinds)}")
+    return kind
 
 
 @dataclass(frozen=True)
