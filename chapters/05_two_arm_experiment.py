@@ -43,6 +43,7 @@ import torch
 
 from minirlhf import experiment, ppo, store, task
 from minirlhf.course.cases import run_cases
+from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
@@ -385,9 +386,12 @@ check("ppo_token_loss", ppo_token_loss);
 # ## Your functions drive the run
 #
 # `ppo_train` takes both as arguments, `advantage_fn` and `loss_fn`, with exactly the
-# signatures of the exercises. The next cell hands it yours when they pass every check;
-# otherwise the package's own versions, `minirlhf.ppo.kl_shaped_advantages` and
-# `minirlhf.ppo.ppo_token_loss`, and it says which.
+# signatures of the exercises. The next cell hands it yours when they pass every check and
+# then give the package's answer (and, for the loss, its gradient) on one batch of the runs'
+# size, 64 completions; otherwise the package's own versions,
+# `minirlhf.ppo.kl_shaped_advantages` and `minirlhf.ppo.ppo_token_loss`, and it says which
+# and why. During the runs each of your results is checked again (a finite tensor, and a loss
+# with a gradient): a bad one stops the run with a line that names your function.
 
 # %%
 mine = {
@@ -397,9 +401,13 @@ mine = {
 drive = {}
 for name, (yours, package_fn) in mine.items():
     verdict = run_cases(yours, get(name))
-    if verdict.passed:
-        drive[name] = yours
+    refused = preflight(name, yours) if verdict.passed else ""
+    if verdict.passed and not refused:
+        drive[name] = guard(name, yours)
         print(f"Your {name} passes every check: it drives the runs below.")
+    elif refused:
+        drive[name] = package_fn
+        print(f"{refused}\nThe runs below use minirlhf.ppo.{name}.")
     else:
         drive[name] = package_fn
         n_checks = len(verdict.results)

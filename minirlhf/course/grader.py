@@ -391,15 +391,16 @@ def _parse_record(line: str | None, expected_index: int) -> dict:
         else:
             return broken("an unknown ending")
         return done
-    fields = {"index", "kind", "message", "n_printed", "seconds", "value", "grads", "named"}
-    if set(data) != fields:
+    fields = {"index", "kind", "message", "n_printed", "seconds", "value"}
+    if not fields <= set(data) <= fields | {"grads", "named"}:
         return broken("unexpected fields")
+    data = {"grads": None, "named": None, **data}
     if (type(data["index"]) is not int or data["index"] != expected_index or data["kind"] not in _KINDS
             or type(data["message"]) is not str or type(data["n_printed"]) is not int or data["n_printed"] < 0
             or type(data["seconds"]) not in (int, float) or not 0 <= data["seconds"] < 1e9
             or data["named"] not in (None, True, False)):
         return broken("a field out of place")
-    record = {k: data[k] for k in fields}
+    record = {k: data[k] for k in fields | {"grads", "named"}}
     record["message"] = printable(shorten(record["message"], 600))
     record["seconds"] = float(record["seconds"])
     if record["kind"] in ("ok", "mutated"):

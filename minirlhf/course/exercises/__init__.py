@@ -16,6 +16,7 @@ import pkgutil
 import threading
 from collections.abc import Iterator, Mapping
 
+from .. import answers
 from ..cases import Exercise, Report, run_cases
 
 __all__ = ["EXERCISES", "get", "for_chapter", "check", "GRADING_ENV"]
@@ -67,6 +68,8 @@ class _Registry(Mapping):
 
 
 EXERCISES: Mapping[str, Exercise] = _Registry()
+
+answers.register()  # the chapters import this module first: their worked answers' cells can fold
 
 
 def get(name: str) -> Exercise:
