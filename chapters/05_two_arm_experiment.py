@@ -299,12 +299,12 @@ for name, reward_fn in (("rm", ppo.rm_reward(rm)),
 # divergence. The second has $G = (0, 0, 0)$. The baselines are $(0.35, 0.375, 0.425)$, and the
 # advantages are $\pm$ those.
 #
-# **How it is judged.** Ten cases worked by hand, listed in the check's report: no divergence
+# **How it is judged.** Eleven cases worked by hand, listed in the check's report: no divergence
 # (the score reaches every token), the example above, a shorter completion, a baseline over
 # the rows that reach a position, a runaway log-ratio clamped, `kl_clamp` as an argument, a
-# negative KL, a padding token whose KL must not count, a batch of one, and three rows whose
-# baselines differ by position. The result must be a (B, T) tensor within $10^{-4}$ of the
-# values worked by hand.
+# negative KL, a padding token whose KL must not count, a batch of one, three rows whose
+# baselines differ by position, and a position no completion reaches. The result must be a
+# (B, T) tensor within $10^{-4}$ of the values worked by hand.
 
 # %% tags=["solution"]
 def kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta,
@@ -364,7 +364,8 @@ check("kl_shaped_advantages", kl_shaped_advantages);
 # $A > 0$ and below with $A < 0$, a fallen ratio with $A > 0$ left unclipped, a rising ratio
 # with $A < 0$ left unclipped, a mean over tokens rather than of row means, advantages that
 # differ token by token, `epsilon` as an argument, and a zero advantage. The result must be a
-# 0-d tensor within $10^{-4}$ of the value worked by hand.
+# 0-d tensor within $10^{-4}$ of the value worked by hand, whose gradient with respect to
+# `new_logp` is the package's.
 
 # %% tags=["solution"]
 def ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon=0.2):

@@ -255,7 +255,9 @@ check("group_advantages", group_advantages);
 # $k_3 = e^{-1} + 1 - 1 = 0.368$, and with $\beta = 0.5$ the loss is $0.184$.
 #
 # **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
-# batches, against the package's `minirlhf.ppo.grpo_token_loss`.
+# batches, against the package's `minirlhf.ppo.grpo_token_loss`: its value and its gradient
+# with respect to `new_logp` (a k3 term built from a detached `new_logp` has the right value
+# and no pull).
 
 # %% tags=["solution"]
 def grpo_token_loss(new_logp, old_logp, ref_logp, advantages, mask,

@@ -145,7 +145,7 @@ print(f"DPO: {dcfg.steps} steps of {dcfg.batch_size} pairs, Adam at "
 #
 # **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
 # batches (now and then a policy far from the reference), against the package's
-# `minirlhf.dpo.dpo_loss`.
+# `minirlhf.dpo.dpo_loss`: the value, and the gradient with respect to both policy log-probs.
 
 # %% tags=["solution"]
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,

@@ -356,3 +356,22 @@ def test_the_fold_shows_html_behind_a_dropdown_and_plain_text_in_full():
     bundle = Folded("KL 0.0123\n", [])._repr_mimebundle_()
     assert bundle["text/html"].startswith('<details class="mr-answer"><summary>') and "KL 0.0123" in bundle["text/html"]
     assert bundle["text/plain"] == "KL 0.0123"
+
+
+def test_the_magic_folds_what_the_cell_prints_while_someone_watches(monkeypatch):
+    from IPython.testing.globalipapp import start_ipython
+
+    from minirlhf.course import answers
+
+    shell = start_ipython()
+    answers.register()
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(objs))
+    for watching in (True, False):
+        monkeypatch.setattr(answers, "someone_watching", lambda: watching)
+        shown.clear()
+        result = shell.run_cell(f"%%{MAGIC}\nprint('KL 0.0123')\nanswer_x = 41 + 1\n")
+        assert result.success and shell.user_ns["answer_x"] == 42
+        folded = [o for o in shown if isinstance(o, Folded)]
+        assert (len(folded) == 1 and folded[0].stdout == "KL 0.0123\n") if watching else not folded
+    assert not shell.run_cell(f"%%{MAGIC}\nraise ValueError('inside')\n").success  # a machine sees the error

@@ -57,8 +57,8 @@ def worked_answer(line: str, cell: str):
     from IPython.utils.capture import capture_output
 
     shell = get_ipython()
-    if not someone_watching():
-        shell.run_cell(cell, store_history=False)
+    if not someone_watching():  # a machine runs it: as it is, and an error fails the cell
+        shell.run_cell(cell, store_history=False).raise_error()
         return None
     with capture_output(stdout=True, stderr=False, display=True) as captured:
         result = shell.run_cell(cell, store_history=False)

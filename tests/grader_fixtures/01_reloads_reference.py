@@ -1,7 +1,7 @@
 # Grader fixture: the exercise reloads the package's module to get a fresh, unblocked copy of
 # the reference.
 # verdict: fail
-# says: the package's own solution, which is not available while grading
+# says: the package's own solution, which is not available while the grader runs
 
 # %%
 import importlib

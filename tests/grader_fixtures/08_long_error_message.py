@@ -27,6 +27,3 @@ def grpo_token_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon=0.2,
     d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)
     k3 = torch.exp(d) - d - 1
     return (-(surrogate * mask).sum() + beta * (k3 * mask).sum()) / mask.sum()
-
-# %%
-check("grpo_token_loss", grpo_token_loss);
