@@ -4,7 +4,7 @@
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectDict2, ExpectScalarTensor, Slip, known_slip
+from ..cases import NO_GRADIENT, Case, Exercise, ExpectDict2, ExpectScalarTensor, Slip, known_slip
 from ...objectives import ppo_rlhf_objective
 from ...pg import reinforce_loss
 
@@ -25,8 +25,8 @@ class ExpectLoss(ExpectScalarTensor):
             expected = expected.detach()
         found = super().diagnose(got, expected)
         if found is None and not bool(getattr(got, "requires_grad", True)):
-            return "no-grad", ("the loss carries no gradient: keep logp in the computation (no .detach() "
-                               "or torch.no_grad()), or training cannot move the policy")
+            return "no-grad", (f"{NO_GRADIENT} Keep the log-probs in the computation (no .detach() or "
+                               "torch.no_grad()), or training cannot move the policy")
         return found
 
 
