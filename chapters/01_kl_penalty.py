@@ -203,7 +203,9 @@ print(f"std of one k1 sample         {show(kl_draws.std(axis=0))}")
 # - Return a Python `float`, rounded to 2 decimals with Python's built-in `round`. `round`
 #   sends an exact half to the even neighbour and works on the binary value of the float, so
 #   `round(0.125, 2)` is `0.12` and `round(0.375, 2)` is `0.38`. The checks expect exactly
-#   this rule.
+#   this rule. NumPy's `np.round` follows another: it rounds `100 * x`, which for 0.405 lands
+#   exactly on a tie and goes to the even digit, so `np.round(0.405, 2)` gives `0.4` where
+#   `round(0.405, 2)` gives `0.41`.
 # - Keep the sign. One token's $\mathrm{kl}_t$ can be negative, and so can the mean over a few
 #   tokens. Do not clip at 0 and do not take absolute values: the estimate is unbiased only
 #   with its negative samples.
@@ -218,7 +220,7 @@ print(f"std of one k1 sample         {show(kl_draws.std(axis=0))}")
 #
 # **How it is judged.** The check cell runs your function on the cases listed in its report,
 # among them both examples, a single token, a negative mean, plain lists, NumPy arrays,
-# $\beta = 0$ and a rounding tie, and compares each result with the expected float.
+# $\beta = 0$, a rounding tie and 0.405, and compares each result with the expected float.
 # Open the hints one at a time if you are stuck.
 
 # %% tags=["solution"]

@@ -207,8 +207,10 @@ for name, b in (("0", 0.0), (f"E[R] = {value:.2f}", value),
 #
 # **How it is judged.** The check runs your function on the cases in its report (both
 # examples, one sample, a negative baseline, negative rewards, every reward equal to the
-# baseline, and a batch where a sum and a mean differ) and checks that the result still
-# carries the gradient of `logp`. Every expected value was worked out by hand.
+# baseline, and a batch where a sum and a mean differ) and checks that the result carries
+# the gradient of `logp`: it differentiates your loss and compares the gradient with the
+# package's, so a loss computed under `torch.no_grad()` or rebuilt from `.item()` fails even
+# with the right value. Every expected value was worked out by hand.
 
 # %% tags=["solution"]
 def reinforce_loss(logp, rewards, baseline):
@@ -445,8 +447,9 @@ for kl_follows_new, name in ((True, "kl from new_logp"),
 #
 # **How it is judged.** The check runs your function on the cases in its report: both
 # examples, negative advantages, ratios clipped from above and from below, $\beta = 0$, a
-# mixed batch and a KL large enough to turn a positive reward into a negative advantage.
-# Every expected value was worked out by hand.
+# mixed batch, a KL large enough to turn a positive reward into a negative advantage, and
+# $J = 0.405$, which Python's `round` gives as 0.41 (chapter 1). Every expected value was
+# worked out by hand.
 
 # %% tags=["solution"]
 def ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon,

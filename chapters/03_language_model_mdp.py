@@ -272,7 +272,7 @@ for name, row in rows.items():
 # predicted prompt positions that must not count, rows with different numbers of answer
 # tokens, a logit of 1000 (finite only if you stay in log space) and a batch shaped like the
 # book's with an integer mask. The result must be a 0-d tensor within $10^{-4}$ of the value
-# worked by hand.
+# worked by hand, and its gradient with respect to `logits` must be the package's.
 
 # %% tags=["solution"]
 def masked_sft_loss(logits, targets, mask):

@@ -128,7 +128,8 @@ print("\n".join(rows))  # one print per cell keeps the output in one piece
 #
 # **How it is judged.** Equal scores, margins of $\pm 2$, the same margin shifted by 103, a
 # batch mean, a batch with one pair in the wrong order, a margin of $-100$ and one of $+60$;
-# the result must be a 0-d tensor within $10^{-4}$ of the value worked by hand.
+# the result must be a 0-d tensor within $10^{-4}$ of the value worked by hand, with the
+# package's gradient with respect to both scores.
 
 # %% tags=["solution"]
 def bradley_terry_loss(r_chosen, r_rejected):

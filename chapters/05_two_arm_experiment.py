@@ -43,6 +43,7 @@ import torch
 
 from minirlhf import experiment, ppo, store, task
 from minirlhf.course.cases import run_cases
+from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
@@ -298,12 +299,12 @@ for name, reward_fn in (("rm", ppo.rm_reward(rm)),
 # divergence. The second has $G = (0, 0, 0)$. The baselines are $(0.35, 0.375, 0.425)$, and the
 # advantages are $\pm$ those.
 #
-# **How it is judged.** Ten cases worked by hand, listed in the check's report: no divergence
+# **How it is judged.** Eleven cases worked by hand, listed in the check's report: no divergence
 # (the score reaches every token), the example above, a shorter completion, a baseline over
 # the rows that reach a position, a runaway log-ratio clamped, `kl_clamp` as an argument, a
-# negative KL, a padding token whose KL must not count, a batch of one, and three rows whose
-# baselines differ by position. The result must be a (B, T) tensor within $10^{-4}$ of the
-# values worked by hand.
+# negative KL, a padding token whose KL must not count, a batch of one, three rows whose
+# baselines differ by position, and a position no completion reaches. The result must be a
+# (B, T) tensor within $10^{-4}$ of the values worked by hand.
 
 # %% tags=["solution"]
 def kl_shaped_advantages(scores, old_logp, ref_logp, mask, beta,
@@ -363,7 +364,8 @@ check("kl_shaped_advantages", kl_shaped_advantages);
 # $A > 0$ and below with $A < 0$, a fallen ratio with $A > 0$ left unclipped, a rising ratio
 # with $A < 0$ left unclipped, a mean over tokens rather than of row means, advantages that
 # differ token by token, `epsilon` as an argument, and a zero advantage. The result must be a
-# 0-d tensor within $10^{-4}$ of the value worked by hand.
+# 0-d tensor within $10^{-4}$ of the value worked by hand, whose gradient with respect to
+# `new_logp` is the package's.
 
 # %% tags=["solution"]
 def ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon=0.2):
@@ -385,9 +387,12 @@ check("ppo_token_loss", ppo_token_loss);
 # ## Your functions drive the run
 #
 # `ppo_train` takes both as arguments, `advantage_fn` and `loss_fn`, with exactly the
-# signatures of the exercises. The next cell hands it yours when they pass every check;
-# otherwise the package's own versions, `minirlhf.ppo.kl_shaped_advantages` and
-# `minirlhf.ppo.ppo_token_loss`, and it says which.
+# signatures of the exercises. The next cell hands it yours when they pass every check and
+# then give the package's answer (and, for the loss, its gradient) on one batch of the runs'
+# size, 64 completions; otherwise the package's own versions,
+# `minirlhf.ppo.kl_shaped_advantages` and `minirlhf.ppo.ppo_token_loss`, and it says which
+# and why. During the runs each of your results is checked again (a finite tensor, and a loss
+# with a gradient): a bad one stops the run with a line that names your function.
 
 # %%
 mine = {
@@ -397,9 +402,13 @@ mine = {
 drive = {}
 for name, (yours, package_fn) in mine.items():
     verdict = run_cases(yours, get(name))
-    if verdict.passed:
-        drive[name] = yours
+    refused = preflight(name, yours) if verdict.passed else ""
+    if verdict.passed and not refused:
+        drive[name] = guard(name, yours)
         print(f"Your {name} passes every check: it drives the runs below.")
+    elif refused:
+        drive[name] = package_fn
+        print(f"{refused}\nThe runs below use minirlhf.ppo.{name}.")
     else:
         drive[name] = package_fn
         n_checks = len(verdict.results)

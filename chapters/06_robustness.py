@@ -163,12 +163,13 @@ print("seed 0 of the stored experiment and the runs above agree to the\n"
 # rewards with `group_size=4` are one prompt, so $W = V = 2$ and the share is 0.
 # `torch.tensor([1.0, 1.0, 3.0, 3.0])` with `group_size=2` gives 1.
 #
-# **How it is judged.** Ten cases worked by hand, listed in the check's report: the examples
+# **How it is judged.** Eleven cases worked by hand, listed in the check's report: the examples
 # above, the same scores under every prompt, rewards where grouping side by side and grouping
 # every $K$-th give different shares, a prompt whose answers all score alike, all rewards
 # equal, scores below 0, three prompts of two (so a variance along the wrong axis shows),
-# and a verifier's 0s and 1s. The result must be a Python float within $10^{-4}$ of the value
-# worked by hand.
+# a verifier's 0s and 1s, and all rewards equal at 1.3, which float32 cannot hold exactly
+# (their variance can come out near $10^{-14}$ rather than 0). The result must be a Python
+# float within $10^{-4}$ of the value worked by hand.
 
 # %% tags=["solution"]
 def prompt_share(rewards, group_size):

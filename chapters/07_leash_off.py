@@ -860,10 +860,10 @@ show_figure(
 # `array([0.25, 0.3, 0.2])`; with `lam=1.0`, `array([0.5, 0.4, 0.2])`; with `lam=0.0`,
 # `array([0.1, 0.2, 0.2])`.
 #
-# **How it is judged.** Ten cases worked by hand, compared within $10^{-6}$: the three
+# **How it is judged.** Eleven cases worked by hand, compared within $10^{-6}$: the three
 # above; a discount of $\gamma = 0.5$; a single token; a reward on every token; KL-shaped
-# rewards; a perfect critic; a batch of two completions; and $\gamma$ and $\lambda$ both
-# below 1.
+# rewards; a perfect critic; a batch of two completions; $\gamma$ and $\lambda$ both below
+# 1; and the worked example as written, with the rewards a list of ints.
 
 # %% tags=["solution"]
 def gae(rewards, values, gamma, lam):

@@ -45,6 +45,7 @@ import torch
 
 from minirlhf import experiment, ppo, sft, store, task
 from minirlhf.course.cases import run_cases
+from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import someone_watching
@@ -254,7 +255,9 @@ check("group_advantages", group_advantages);
 # $k_3 = e^{-1} + 1 - 1 = 0.368$, and with $\beta = 0.5$ the loss is $0.184$.
 #
 # **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
-# batches, against the package's `minirlhf.ppo.grpo_token_loss`.
+# batches, against the package's `minirlhf.ppo.grpo_token_loss`: its value and its gradient
+# with respect to `new_logp` (a k3 term built from a detached `new_logp` has the right value
+# and no pull).
 
 # %% tags=["solution"]
 def grpo_token_loss(new_logp, old_logp, ref_logp, advantages, mask,
@@ -301,9 +304,12 @@ for name in ("verifier", "grpo-verifier"):
           f"changed:\n  {arm.settings or 'none'}")
 
 # %% [markdown]
-# The next cell hands `ppo_train` your two functions when they pass every check, through
+# The next cell hands `ppo_train` your two functions when they pass every check and give the
+# package's answer (and, for the loss, its gradient) on one batch of the run's size, through
 # `advantage_fn` and `loss_fn` (with the leash in the loss, `ppo_update` calls `loss_fn`
-# with `ref_logp` and $\beta$ too); otherwise the package's own, and it says which. Then it
+# with `ref_logp` and $\beta$ too); otherwise the package's own, and it says which and why.
+# During the run each of your results is checked again, and a bad one stops the run with a
+# line that names your function. Then it
 # runs the GRPO arm with the verifier, seed 0, from chapter 5's partial-SFT policy: one run,
 # as long as those whose wall times are printed after the next table.
 
@@ -313,9 +319,13 @@ mine = {"group_advantages": (group_advantages, ppo.group_advantages),
 drive = {}
 for name, (yours, package_fn) in mine.items():
     verdict = run_cases(yours, get(name))
-    drive[name] = yours if verdict.passed else package_fn
-    if verdict.passed:
+    refused = preflight(name, yours) if verdict.passed else ""
+    drive[name] = package_fn
+    if verdict.passed and not refused:
+        drive[name] = guard(name, yours)
         print(f"Your {name} passes every check: it drives the run.")
+    elif refused:
+        print(f"{refused}\nThe run uses minirlhf.ppo.{name}.")
     else:
         print(f"Your {name} does not pass its checks yet, so the run "
               f"uses\nminirlhf.ppo.{name}. Fix it and run this cell again.")

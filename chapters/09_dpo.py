@@ -43,6 +43,7 @@ import torch
 
 from minirlhf import dpo, experiment, ppo, reward_model, store, task
 from minirlhf.course.cases import run_cases
+from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import someone_watching
@@ -144,7 +145,7 @@ print(f"DPO: {dcfg.steps} steps of {dcfg.batch_size} pairs, Adam at "
 #
 # **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
 # batches (now and then a policy far from the reference), against the package's
-# `minirlhf.dpo.dpo_loss`.
+# `minirlhf.dpo.dpo_loss`: the value, and the gradient with respect to both policy log-probs.
 
 # %% tags=["solution"]
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
@@ -210,15 +211,21 @@ for name, comp in (("chosen", chosen[:1]), ("rejected", rejected[:1])):
 # the end matched that of chapter 5's rm arm, which learnt from the same pairs through the RM.
 # The sweep was made for an earlier, single-precision run of this book, and $\beta$ was not
 # picked again for these runs: the seed-by-seed test further down checks that the two KLs
-# still match. The next cell hands `train_dpo` your `dpo_loss` if it passes every check
-# (otherwise the package's, and it says which) and runs seed 0, under a minute on a 2-core
-# CPU.
+# still match. The next cell hands `train_dpo` your `dpo_loss` if it passes every check and
+# gives the package's loss and gradient on one batch of 64 pairs (otherwise the package's,
+# and it says which and why; during the run each loss is checked again, and a NaN or a loss
+# with no gradient stops it with a line that names your function), and runs seed 0, under a
+# minute on a 2-core CPU.
 
 # %%
 verdict = run_cases(dpo_loss, get("dpo_loss"))
-loss_fn = dpo_loss if verdict.passed else dpo.dpo_loss
-if verdict.passed:
+refused = preflight("dpo_loss", dpo_loss) if verdict.passed else ""
+loss_fn = dpo.dpo_loss
+if verdict.passed and not refused:
+    loss_fn = guard("dpo_loss", dpo_loss)
     print("Your dpo_loss passes every check: it drives the run.")
+elif refused:
+    print(f"{refused}\nThe run uses minirlhf.dpo.dpo_loss.")
 else:
     print("Your dpo_loss does not pass its checks yet, so the run uses\n"
           "minirlhf.dpo.dpo_loss. Fix it and run this cell again.")

@@ -168,9 +168,14 @@ def test_a_mistake_no_slip_explains_falls_back_to_the_share_of_passing_cases(nam
 
 
 def test_a_wrong_value_says_how_far_off_it_is():
-    failure = check("bradley_terry_loss", bt_swapped, show=False).first_failure
+    report = check("bradley_terry_loss", bt_swapped, show=False)
+    failure = next(r for r in report.results if not r.passed and r.message.startswith("the loss is"))
     assert failure.message == ("the loss is 2.127, expected 0.1269 (off by 2); that is the loss with chosen and "
                                "rejected swapped: the margin is r_chosen - r_rejected")
+    # at margin 0 the swapped loss has the right value, log 2, and the gradient of the other sign
+    first = report.first_failure
+    assert first.mistake == "margin-sign" and first.message.startswith(
+        "the value is right, but the gradient with respect to r_chosen is not: 0.5 at [0], expected -0.5")
 
 
 @pytest.mark.parametrize("name", NAMES)

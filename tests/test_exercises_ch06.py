@@ -166,7 +166,8 @@ def test_random_inputs_are_fair_and_cover_the_edges():
         r, k = kw["rewards"], kw["group_size"]
         assert isinstance(r, torch.Tensor) and r.dtype == torch.float32 and r.ndim == 1
         assert k >= 2 and len(r) % k == 0
-        assert torch.equal(r * 8, (r * 8).round())  # on a grid of 1/8: equal means exactly equal
+        # on a grid of 1/8, so equal means exactly equal; or all equal, at a value float32 cannot hold
+        assert torch.equal(r * 8, (r * 8).round()) or bool((r == r[0]).all())
         share = SHARE.reference(**kw)  # inside the contract: the reference does not refuse
         assert -1e-9 <= share <= 1 + 1e-9
         assert share == pytest.approx(float(_by_hand(r.tolist(), k)), abs=1e-9)

@@ -258,7 +258,7 @@ def test_a_function_that_ends_the_kernel(graded):
 def test_printing_a_lot_passes_with_a_note(graded):
     exercise, text = only_exercise(graded, "01_prints_a_lot")
     assert exercise.passed
-    assert re.search(r"note: it printed [\d,]+ characters over 110 calls", text)
+    assert re.search(r"note: it printed [\d,]+ characters over 111 calls", text)  # 11 cases, 100 randomized
     assert graded["01_prints_a_lot"].seconds < 30
 
 
@@ -305,7 +305,7 @@ def test_a_partly_wrong_function_shows_the_first_failing_input_and_the_next_hint
     exercise, text = only_exercise(graded, "01_partly_wrong")
     visible = exercise.results[: exercise.n_cases]
     randomized = exercise.results[exercise.n_cases:]
-    assert sum(r.passed for r in visible) == 7 and len(randomized) == 100
+    assert sum(r.passed for r in visible) == 8 and len(randomized) == 100
     assert 0 < sum(r.passed for r in randomized) < 100  # wrong exactly when the mean is negative
     assert "first failure: second example: the mean is negative, keep the sign" in text
     assert "expected  -1.5" in text and "returned  1.5" in text
@@ -334,7 +334,7 @@ def test_correct_but_slow_is_never_wrong(graded):
     ran = [r for r in exercise.results if not r.out_of_time]
     assert 2 <= len(ran) <= 5 and all(r.passed for r in ran)
     assert 0.25 < exercise.seconds_per_call < 0.6 and re.search(r"; a call takes 0\.\d+ s\n", text)
-    assert f"right on all {len(ran)} inputs that ran" in text and f"{110 - len(ran)} of 110 inputs left" in text
+    assert f"right on all {len(ran)} inputs that ran" in text and f"{111 - len(ran)} of 111 inputs left" in text
     assert "hint" not in text and "first failure" not in text and "FAIL" not in text
 
 
@@ -727,3 +727,22 @@ def test_the_grader_loads_in_the_kernel_before_the_first_timed_call(tmp_path):
     assert ending == "error" and "could not load in the kernel" in stuck and "120 s" in stuck
     dead = _FakeRunner(["dead"])
     assert check._call_in_kernel(dead, spec, 1)[2] == "dead" and dead.restarts == 1
+
+
+# --------------------------------------------------------------------------- honest verdicts (issue 28)
+
+
+def test_a_message_cannot_draw_lines_of_the_report(graded):
+    text = graded["01_forges_a_pass"].text
+    assert "\x1b" not in text and "\r" not in text
+    assert not [line for line in text.splitlines() if line.lstrip().startswith(("PASS", "Result"))]
+
+
+def test_a_loss_without_a_gradient_fails_in_the_grader_as_in_the_check_cell(graded):
+    loss, _ = only_exercise(graded, "02_loss_without_gradient")
+    assert loss.n_passed == 0 and {r.mistake for r in loss.results} == {"no-grad"}
+
+
+def test_a_reloaded_reference_is_not_available(graded):
+    exercise, _ = only_exercise(graded, "01_reloads_reference")
+    assert exercise.n_passed == 0 and all(r.kind == "error" for r in exercise.results)

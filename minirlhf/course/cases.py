@@ -57,10 +57,10 @@ import numpy as np
 from ..palette import BLUE, DARK_YELLOW, GREEN, ORANGE
 
 __all__ = [
-    "Case", "Raises", "Exercise", "Slip", "Tell", "ExpectTell", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
+    "Case", "Raises", "Exercise", "Slip", "known_slip", "Tell", "ExpectTell", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
     "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat", "ExpectScalarTensor",
     "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
-    "raised", "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "wrap",
+    "raised", "printable", "NO_GRADIENT", "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "wrap",
     "STATE_STYLE", "RETURN_CAP",
 ]
 
@@ -83,6 +83,7 @@ MISTAKES = {
     "not-averaged": "one value per item where the contract asks for their mean",
     "nan": "NaN", "inf": "an infinity",
     "no-grad": "a loss that carries no gradient",
+    "grad": "a loss with the right value and the wrong gradient",
     "missing-key": "a dict without a key of the contract", "extra-key": "a dict with a key too many",
     "opaque": "a value the checker cannot read",
     "mutated": "an input changed in place", "error": "an exception",
@@ -166,6 +167,15 @@ class Slip:
     says: str
 
 
+def known_slip(kind: str, kinds) -> str:
+    """Return ``kind`` when it is one of ``kinds``, else raise ValueError: a slip factory must not
+    make a function for a kind it does not know, which would leave the computation right (an
+    exact copy of the reference, reachable from the exercise registry)."""
+    if kind not in kinds:
+        raise ValueError(f"no slip called {kind!r}; known: {sorted(kinds)}")
+    return kind
+
+
 @dataclass(frozen=True)
 class Exercise:
     """An exercise: its function name, cases, progressive hints and reference solution.
@@ -202,6 +212,11 @@ class Call:
     printed: str = ""  # the first PRINT_CAP characters written to stdout or stderr
     n_printed: int = 0  # how many characters were written in all
     seconds: float = 0.0
+    # With ``grad_wrt``: the gradient of the returned loss with respect to each of those inputs
+    # (None where the loss has no path to it), or a sentence when it could not be computed.
+    grads: Any = None
+    # With ``mentions``: whether the raised exception's whole message names it.
+    named: bool | None = None
 
 
 @dataclass
@@ -251,6 +266,7 @@ class Report:
     exercise: Exercise
     results: list = field(default_factory=list)
     problem: str = ""
+    seen: int = 0  # earlier checks of this exercise that failed with the same mistake
 
     @property
     def n_passed(self) -> int:
@@ -305,6 +321,24 @@ class Report:
         return next_hint(hints, self.n_passed, len(self.results))
 
     @property
+    def way(self) -> str:
+        """How the function fails, for counting failures "the same way": the mistake the hint is
+        about, else the first failure's mistake, else "" (it passes, or nothing failed)."""
+        first = self.first_failure
+        return self.mistake or (first.mistake if first is not None else "")
+
+    def shown_hint(self) -> tuple[int, str, str]:
+        """Return (number, text, note) of the hint the report shows: the one :meth:`hint` picks,
+        except that the last hint (nearly the answer) is held back until the function has failed
+        the same way before (``seen``). Held back, the text is "" and the note says when it shows."""
+        number, text = self.hint()
+        hints = self.exercise.hints
+        if text and number == len(hints) > 1 and self.seen < 1:
+            return 0, "", (f"Hint {number} of {number} (nearly the answer) shows here if the check fails "
+                           "the same way again; the hints above open one at a time.")
+        return number, text, ""
+
+    @property
     def mistake(self) -> str:
         """The mistake the hint is about: that of the first failure whose mistake the exercise
         ties to a hint, or "" when no failure's mistake has one."""
@@ -352,9 +386,11 @@ class Report:
                 pieces = _kwarg_pieces(r.case.kwargs) if label == "input" else None
                 lines += wrap(text, f"       {label:<9} ", " " * 17, pieces)
         lines += [f"  {'... ' if note.startswith('and') else ''}{note}" for note in _left_out(more, not_run)]
-        number, text = self.hint()
+        number, text, held = self.shown_hint()
         if text:
             lines += wrap(f"Hint {number} of {len(self.exercise.hints)}: {text}", "", "  ")
+        if held:
+            lines += wrap(held, "", "  ")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -380,15 +416,17 @@ class Report:
                            f"<td {cell}><code>{html.escape(describe_kwargs(r.case.kwargs))}</code></td>"
                            f"<td {cell}><code>{html.escape(describe(r.case.expected))}</code></td>"
                            f"<td {cell}><code>{html.escape(returned)}</code></td>"
-                           f"<td {cell}>{html.escape(r.message)}</td></tr>")
+                           f"<td {cell}>{html.escape(printable(r.message))}</td></tr>")
             out.append("</tbody></table>")
             notes = _left_out(more, not_run)
             if notes:
                 out.append(f'<p style="margin:0.3em 0">{html.escape("; ".join(notes))}.</p>')
-            number, text = self.hint()
+            number, text, held = self.shown_hint()
             if text:
                 out.append(f'<p style="margin:0.3em 0"><b>Hint {number} of {len(self.exercise.hints)}:</b> '
                            f"{_inline_code(text)}</p>")
+            if held:
+                out.append(f'<p style="margin:0.3em 0"><small>{html.escape(held)}</small></p>')
         elif state == "pass":
             rows = "".join(f"<li><code>{html.escape(describe_kwargs(r.case.kwargs))}</code>"
                            f" &rarr; <code>{html.escape(describe(r.case.expected))}</code>"
@@ -428,8 +466,24 @@ def failure_lines(r: CaseResult) -> list[tuple[str, str]]:
     lines = [("input", describe_kwargs(r.case.kwargs)), ("expected", describe(r.case.expected))]
     if r.kind in ("ok", "mutated"):
         lines.append(("returned", describe(r.returned)))
-    lines.append(("problem", r.message))
+    lines.append(("problem", printable(r.message)))
     return lines
+
+
+# Characters that move the cursor, end a line, or reorder text on a terminal: a message from the
+# learner's code must not be able to draw a line of its own (a fake "PASS" or "Result" line).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with every control, line-breaking or bidirectional character written as
+    an escape (``\\n``, ``\\x1b``, ``\\u202e``), so that it stays on one line and draws nothing."""
+    def escape(m) -> str:
+        c = m[0]
+        return _ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+
+    return _UNPRINTABLE.sub(escape, str(text))
 
 
 def shorten(text: str, width: int) -> str:
@@ -587,6 +641,9 @@ class Expect:
     what = "the result"
     plural = False
     slips: tuple = ()
+    # A loss's differentiable inputs: the checker makes them require a gradient, differentiates
+    # the returned value with respect to them, and compares that with the reference's gradient.
+    grad_wrt: tuple = ()
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -777,9 +834,10 @@ class ExpectScalarTensor(ExpectArray):
     """
 
     def __init__(self, atol: float = 1e-4, per: str = "position", why_inf: str = "",
-                 sign_hint: str = "", what: str = "the loss", slips=()):
+                 sign_hint: str = "", what: str = "the loss", slips=(), grad_wrt=()):
         super().__init__(atol=atol, kind="torch", what=what, plural=False, slips=slips)
         self.per, self.why_inf, self.sign_hint = per, why_inf, sign_hint
+        self.grad_wrt = tuple(grad_wrt)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if isinstance(got, (float, int, np.generic)) and not isinstance(got, bool):
@@ -1219,21 +1277,76 @@ def _same(a, b) -> bool:
         return True
 
 
-def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None) -> Call:
+def _exception_name(exc: BaseException) -> str:
+    """The name of ``exc``'s class: ``ValueError`` for Python's own, ``module.Name`` for any
+    other, so that a class of the notebook's called ValueError is not taken for Python's."""
+    kind = type(exc)
+    name, module = _type_name(kind), _type_module(kind)
+    return name if module == "builtins" else f"{module if type(module) is str else '?'}.{name}"
+
+
+def _exception_text(exc: BaseException) -> tuple[str, bool]:
+    """Return (``str(exc)`` on one line, True) or, when that raises, runs past a second or is
+    not a string, ("<unprintable Name>", False). Never raises."""
+    try:
+        with _time_limit(1.0):
+            text = str(exc)
+        if not isinstance(text, str):
+            raise TypeError
+        return printable(str.__getitem__(text, slice(0, 100_000))), True
+    except BaseException:  # its __str__ is the learner's code too
+        return f"<unprintable {_exception_name(exc)}>", False
+
+
+def _require_grad(kwargs: dict, names) -> None:
+    """Make the floating-point tensors ``kwargs[name]`` leaves that require a gradient."""
+    if not names:
+        return
+    import torch
+
+    for name in names:
+        value = kwargs.get(name)
+        if type(value) is torch.Tensor and value.is_floating_point():
+            kwargs[name] = value.detach().clone().requires_grad_(True)
+
+
+def _gradients(loss, kwargs: dict, names):
+    """Return {input name: gradient of ``loss`` (None where it has no path to that input)} for
+    the inputs ``names`` that require a gradient, or None when ``loss`` is not a 0-d float tensor."""
+    import torch
+
+    inputs = [(k, kwargs[k]) for k in names if type(kwargs.get(k)) is torch.Tensor and kwargs[k].requires_grad]
+    if (not inputs or type(loss) not in (torch.Tensor, torch.nn.Parameter) or loss.dim() != 0
+            or not loss.is_floating_point()):
+        return None
+    if loss.grad_fn is None:  # a leaf (torch.tensor(x.item(), requires_grad=True)) or no gradient at all
+        return {k: None for k, _ in inputs}
+    found = torch.autograd.grad(loss, [t for _, t in inputs], allow_unused=True)
+    return {k: None if g is None else g.detach().clone() for (k, _), g in zip(inputs, found)}
+
+
+def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None, grad_wrt=(),
+                mentions: str | None = None) -> Call:
     """Return what ``fn(**kwargs)`` did, called on a copy of ``kwargs``; never raises.
 
     Printed output is captured (the first ``PRINT_CAP`` characters kept); ``time_limit``
     seconds stop a call that runs too long, where the platform has interval timers.
+    ``grad_wrt`` names the inputs of a loss: they are made to require a gradient, and the
+    returned loss's gradient with respect to them is recorded (``Call.grads``). ``mentions``:
+    a word the contract's exception must name; whether the whole message names it is recorded
+    (``Call.named``), so that a message cut short for the report is still judged whole.
     """
     kwargs = copy.deepcopy(kwargs)
+    _require_grad(kwargs, grad_wrt)
     before = copy.deepcopy(kwargs)
     out = _CappedText(PRINT_CAP)
     start = time.perf_counter()
 
     note = {"signal": False}
+    extra = {}
 
     def done(kind, value=None, message=""):
-        return Call(kind, value, message, out.getvalue(), out.total, time.perf_counter() - start)
+        return Call(kind, value, message, out.getvalue(), out.total, time.perf_counter() - start, **extra)
 
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), _time_limit(time_limit), \
@@ -1241,7 +1354,8 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None) -> 
             got = fn(**kwargs)
     except NotImplementedError as exc:
         if _raised_by_library(exc):  # torch or Python saying it cannot do something, not a blank exercise
-            return done("error", message=f"raised NotImplementedError: {shorten(str(exc), 200)}{_where(exc)}")
+            text, _ = _exception_text(exc)
+            return done("error", message=f"raised NotImplementedError: {shorten(text, 200)}{_where(exc)}")
         return done("todo", message="not implemented yet")
     except _InputCalled as exc:
         return done("error", message=f"called input(){_where(exc)}, which waits for someone to type: "
@@ -1259,18 +1373,39 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None) -> 
     except SystemExit:
         return done("error", message="called exit(): return a value instead")
     except BaseException as exc:  # the learner's code may raise anything
-        return done("error", message=f"raised {type(exc).__name__}: {exc}{_where(exc)}")
+        text, readable = _exception_text(exc)
+        if mentions is not None:
+            extra["named"] = readable and mentions.lower() in text.lower()
+        return done("error", message=f"raised {_exception_name(exc)}: {text}{_where(exc)}")
     if time_limit and time.perf_counter() - start > time_limit:  # it swallowed the alarm, or no alarms here
         return done("timeout", message=f"took longer than {time_limit:g} s: is there a loop that never ends?")
     for key in before:
         if not _same(before[key], kwargs[key]):
             return done("mutated", got, f"changed its input {key!r} in place: work on a copy")
+    if grad_wrt:
+        extra["grads"] = _grads_safely(got, kwargs, grad_wrt, time_limit)
     return done("ok", got)
 
 
-def judge(call: Call, case: Case, expect: Expect) -> CaseResult:
+def _grads_safely(loss, kwargs: dict, names, time_limit: float | None):
+    """:func:`_gradients` of the learner's loss, or a sentence saying why there is none."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                _time_limit(time_limit), _no_input():
+            return _gradients(loss, kwargs, names)
+    except _TimeLimit:
+        return f"its gradient took longer than {time_limit:g} s to compute"
+    except BaseException as exc:  # a backward of the learner's own (an autograd.Function) may raise
+        text, _ = _exception_text(exc)
+        return f"computing its gradient raised {_exception_name(exc)}: {shorten(text, 200)}"
+
+
+def judge(call: Call, case: Case, expect: Expect, reference: Callable | None = None) -> CaseResult:
     """Compare what a call did with the case's expected value; return the case's result,
-    with the kind of mistake when it failed (see :data:`MISTAKES` and :class:`Slip`)."""
+    with the kind of mistake when it failed (see :data:`MISTAKES` and :class:`Slip`).
+
+    For a loss (``expect.grad_wrt``) whose value is right, the gradient the call recorded is
+    compared with ``reference``'s on the same input."""
     if isinstance(case.expected, Raises):
         return _judge_raise(call, case, case.expected)
     if call.kind != "ok":
@@ -1286,14 +1421,16 @@ def judge(call: Call, case: Case, expect: Expect) -> CaseResult:
             bad = ("error", f"returned a value that could not be compared ({type(exc).__name__}: {exc})")
         if bad is not None and bad[0] in ("value", "sign"):
             kind, says = _which_slip(expect, call.value, case)
-            if kind:
-                bad = (kind, f"{bad[1]}; {says}" if says else bad[1])
+            if kind or says:
+                bad = (kind or bad[0], f"{bad[1]}; {says}" if says else bad[1])
+        if bad is None and expect.grad_wrt and reference is not None:
+            bad = _grad_problem(call.grads, case, expect, reference)
     mistake, message = bad if bad is not None else ("", "")
     return CaseResult(case, bad is None, call.value, message, call.printed, call.n_printed, "ok", call.seconds,
                       mistake)
 
 
-_RAISED = re.compile(r"raised (\w+): (.*)\Z", re.S)  # the message call_safely writes for an exception
+_RAISED = re.compile(r"raised ([\w.]+): (.*)\Z", re.S)  # the message call_safely writes for an exception
 _WHERE = re.compile(r" \(in [^\n(]*, line \d+: [^\n]*\)\Z")  # its closing " (in f, line N: code)"
 
 
@@ -1326,7 +1463,8 @@ def _judge_raise(call: Call, case: Case, want: Raises) -> CaseResult:
         return result(False, "wrong-error", f"raised {name} ({shorten(text, 120)}), but on this input the "
                                             f"contract asks for a {error}{naming}: check the input first and "
                                             f"raise it yourself")
-    if want.mentions.lower() not in text.lower():
+    named = call.named if call.named is not None else want.mentions.lower() in text.lower()
+    if not named:
         return result(False, "error-message", f"raised {name} ({shorten(text, 120)}), but its message does not "
                                               f"name {want.mentions}: say which argument is wrong")
     return result(True, message="")
@@ -1346,9 +1484,100 @@ def _which_slip(expect: Expect, got, case: Case) -> tuple[str, str]:
                 found.append(slip)
         except Exception:  # a slip that does not apply to this input (a shape it cannot take)
             continue
-    if not found or any(s.kind != found[0].kind for s in found):
+    return _named_slips(found)
+
+
+def _named_slips(found: list) -> tuple[str, str]:
+    """(kind, says) for the slips whose answer the learner's equals: their kind ("" when they are
+    of different kinds, which the numbers cannot tell apart), and every one's words ("either
+    ..., or ...")."""
+    if not found:
         return "", ""
-    return found[0].kind, found[0].says if len(found) == 1 else ""
+    kind = found[0].kind if all(s.kind == found[0].kind for s in found) else ""
+    says = list(dict.fromkeys(s.says for s in found if s.says))
+    if len(says) > 1:
+        return kind, "either " + ", or ".join(says)
+    return kind, says[0] if says else ""
+
+
+NO_GRADIENT = "your loss has no gradient: was it computed under no_grad, or rebuilt from .item()?"
+
+
+def _input_grads(fn: Callable, kwargs: dict, names):
+    """Return (value, gradients) of ``fn`` on a copy of ``kwargs``, as :func:`_gradients` gives them."""
+    kwargs = copy.deepcopy(kwargs)
+    _require_grad(kwargs, names)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        value = fn(**kwargs)
+        return value, _gradients(value, kwargs, names)
+
+
+def _grad_gap(got, want) -> tuple | None:
+    """None when two gradients agree, else (index, got, expected) at the largest gap. A missing
+    gradient (no path to that input) counts as zeros."""
+    w = np.asarray(want.detach().double().numpy() if want is not None else 0.0, dtype=float)
+    g = np.asarray(got.detach().double().numpy() if hasattr(got, "detach") else (got if got is not None else 0.0),
+                   dtype=float)
+    if w.ndim and g.ndim and w.shape != g.shape:
+        return (), math.nan, float(w.ravel()[0]) if w.size else math.nan
+    g, w = np.broadcast_arrays(g, w)
+    gap = np.abs(g - w)
+    gap = np.where(np.isnan(gap), np.inf, gap)
+    tol = 1e-5 + 1e-3 * np.abs(w)
+    if (gap <= tol).all():
+        return None
+    worst = np.unravel_index(int(np.argmax(gap - tol)), gap.shape) if gap.ndim else ()
+    return worst, float(g[worst]), float(w[worst])
+
+
+def _grad_problem(grads, case: Case, expect: Expect, reference: Callable) -> tuple[str, str] | None:
+    """Compare the gradient a call recorded with the reference's; None when they agree."""
+    if isinstance(grads, str):
+        return "error", f"the value is right, but {grads}"
+    try:
+        _, want = _input_grads(reference, case.kwargs, expect.grad_wrt)
+    except Exception:  # the reference cannot differentiate this input: nothing to compare
+        return None
+    if not want:
+        return None
+    if not isinstance(grads, dict) or set(grads) != set(want):
+        return "no-grad", f"{NO_GRADIENT} (its gradient could not be read)"
+    if all(g is None for g in grads.values()) and any(g is not None for g in want.values()):
+        names = " and ".join(want)
+        return "no-grad", (f"{NO_GRADIENT} The value is right, but training moves the policy through the "
+                           f"gradient with respect to {names}, and this loss has none.")
+    for name in want:
+        gap = _grad_gap(grads[name], want[name])
+        if gap is None:
+            continue
+        where, a, b = gap
+        a, b = _pair(a, b)
+        kind, says = _which_grad_slip(expect, grads, want, case)
+        at = f" at {_index(where)}" if where else ""
+        text = (f"the value is right, but the gradient with respect to {name} is not: {a}{at}, expected {b}")
+        if kind or says:
+            return kind or "grad", f"{text}; {says}"
+        return "grad", (f"{text}. A term built from a detached tensor (.detach(), .item(), old_logp in place of "
+                        f"new_logp) keeps its value and loses its gradient")
+    return None
+
+
+def _which_grad_slip(expect: Expect, grads: dict, want: dict, case: Case) -> tuple[str, str]:
+    """(kind, says) of the slips whose value is right on ``case`` and whose gradient is wrong
+    and equals the learner's."""
+    found = []
+    for slip in expect.slips:
+        try:
+            value, theirs = _input_grads(slip.fn, case.kwargs, expect.grad_wrt)
+            if expect.problem(value, case.expected) is not None or not isinstance(theirs, dict):
+                continue
+            if all(_grad_gap(theirs[k], want[k]) is None for k in want):
+                continue
+            if all(_grad_gap(grads[k], theirs[k]) is None for k in want):
+                found.append(slip)
+        except Exception:
+            continue
+    return _named_slips(found)
 
 
 def run_case(fn: Callable, case: Case, exercise: Exercise) -> CaseResult:
@@ -1357,10 +1586,12 @@ def run_case(fn: Callable, case: Case, exercise: Exercise) -> CaseResult:
     The returned value is judged as the grader would receive it (see :func:`to_plain`), so a
     check cell and the grader give the same verdict.
     """
-    call = call_safely(fn, case.kwargs, exercise.time_limit)
+    mentions = case.expected.mentions if isinstance(case.expected, Raises) else None
+    call = call_safely(fn, case.kwargs, exercise.time_limit, exercise.expect.grad_wrt, mentions)
     if call.kind in ("ok", "mutated"):
         call.value = _round_trip(call.value)
-    return judge(call, case, exercise.expect)
+        call.grads = _round_trip(call.grads)
+    return judge(call, case, exercise.expect, exercise.reference)
 
 
 def not_run(case: Case) -> CaseResult:

@@ -74,8 +74,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cases import (Call, Case, CaseResult, Exercise, Opaque, Report, RETURN_CAP, call_safely, from_plain,
-                    failure_lines, judge, not_run, shorten, to_plain)
+from .cases import (Call, Case, CaseResult, Exercise, Opaque, Raises, Report, RETURN_CAP, call_safely, from_plain,
+                    failure_lines, judge, not_run, printable, shorten, to_plain)
 
 __all__ = ["grade_notebook", "NotebookGrade", "ExerciseGrade", "CellProblem", "render", "main",
            "BUDGET", "CELL_TIMEOUT"]
@@ -170,25 +170,105 @@ def _reference_stub(*args, **kwargs):
     raise grader._ReferenceNotAvailable("the package's reference solution is not available while grading")
 
 
-def _block_reference(where) -> None:
-    """Make the function ``module.name`` (``where``) raise while its exercise is graded.
+def _stub_code(n_free: int):
+    """The code of :func:`_reference_stub`, with ``n_free`` free variables (a closure's code can
+    only be swapped for code with as many)."""
+    if n_free == 0:
+        return _reference_stub.__code__
+    names = [f"_v{i}" for i in range(n_free)]
+    source = (f"def _outer():\n    {' = '.join(names)} = None\n"
+              f"    def _reference_stub(*args, **kwargs):\n        {', '.join(names)}\n"
+              "        grader = __import__('minirlhf.course.grader', fromlist=['_'])\n"
+              "        grader._ReferenceNotAvailable.used = True\n"
+              "        raise grader._ReferenceNotAvailable(\"the package's reference solution is not available "
+              "while grading\")\n    return _reference_stub\n")
+    space: dict = {}
+    exec(compile(source, __file__, "exec"), space)
+    return space["_outer"]().__code__
+
+
+class _NoFreshCopy:
+    """An import hook, first on ``sys.meta_path`` while an exercise is graded: it refuses to
+    load the reference's module again (``importlib.reload``, or an import after deleting it from
+    ``sys.modules``), which would make a fresh, unblocked copy of the reference."""
+
+    def __init__(self, module: str):
+        self.module = module
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.module:
+            _ReferenceNotAvailable.used = True
+            raise _ReferenceNotAvailable(f"{fullname} cannot be loaded again while grading")
+        return None
+
+
+_HOOKS: list = []
+
+
+def _block(fn) -> None:
+    if isinstance(fn, types.FunctionType) and fn not in _BLOCKED:
+        code = fn.__code__
+        stub = _stub_code(len(code.co_freevars))
+        _BLOCKED[fn] = code
+        fn.__code__ = stub
+
+
+def _block_reference(where, name: str = "") -> None:
+    """Make the reference of exercise ``name`` (the function ``module.name``, ``where``) raise
+    while its exercise is graded.
 
     Its code is swapped, not its name, so every way to reach it raises: the name imported
-    from any module, a wrapper that calls it, a ``functools.partial`` of it.
+    from any module, a wrapper that calls it, a ``functools.partial`` of it, the exercise's
+    own ``reference`` (a closure too). So is the code of every other function that is a copy
+    of it (the same code, in a module loaded twice), and its module cannot be loaded again.
     """
     _unblock_references()
-    if not where:
+    found = []
+    if name:
+        try:
+            from .exercises import get
+
+            found.append(get(name).reference)
+        except Exception:  # no such exercise here: the module and name below still apply
+            pass
+    if where:
+        try:
+            found.append(getattr(importlib.import_module(where[0]), where[1]))
+        except Exception:  # not importable here: nothing to block
+            pass
+    found = [inspect_unwrap(fn) for fn in found]
+    codes = {fn.__code__ for fn in found if isinstance(fn, types.FunctionType)}
+    if not codes:
         return
+    import gc
+
+    for obj in gc.get_objects():  # copies of the reference: the same code in another function
+        if type(obj) is types.FunctionType and obj.__code__ in codes:
+            _block(obj)
+    for fn in found:
+        _block(fn)
+    for module in {fn.__module__ for fn in found if isinstance(getattr(fn, "__module__", None), str)}:
+        if module.startswith("minirlhf."):
+            hook = _NoFreshCopy(module)
+            sys.meta_path.insert(0, hook)
+            _HOOKS.append(hook)
+
+
+def inspect_unwrap(fn):
+    """``fn`` without its ``functools.wraps`` wrappers."""
+    import inspect
+
     try:
-        fn = getattr(importlib.import_module(where[0]), where[1])
-    except Exception:  # not importable here: nothing to block
-        return
-    if isinstance(fn, types.FunctionType) and fn.__closure__ is None:
-        _BLOCKED[fn] = fn.__code__
-        fn.__code__ = _reference_stub.__code__
+        return inspect.unwrap(fn)
+    except Exception:
+        return fn
 
 
 def _unblock_references() -> None:
+    while _HOOKS:
+        hook = _HOOKS.pop()
+        if hook in sys.meta_path:
+            sys.meta_path.remove(hook)
     while _BLOCKED:
         fn, code = _BLOCKED.popitem()
         fn.__code__ = code
@@ -218,7 +298,7 @@ class _KernelSession:
             self.fn = fn
             with open(spec["inputs"], "rb") as f:
                 self.inputs = pickle.load(f)  # written by the grader, not by the notebook
-            _block_reference(spec.get("reference"))
+            _block_reference(spec.get("reference"), name)
 
     def _write(self, record: dict) -> None:
         self.out.write(json.dumps(record, allow_nan=False) + "\n")
@@ -237,7 +317,9 @@ class _KernelSession:
         until = time.perf_counter() + self.spec["slice"]
         while self.i < len(self.inputs) and time.perf_counter() < until:
             _ReferenceNotAvailable.used = False
-            call = call_safely(self.fn, self.inputs[self.i], self.spec["time_limit"])
+            mentions = self.spec.get("mentions") or [None] * len(self.inputs)
+            call = call_safely(self.fn, self.inputs[self.i], self.spec["time_limit"],
+                               tuple(self.spec.get("grad_wrt", ())), mentions[self.i])
             self._write(_call_record(self.i, call, _ReferenceNotAvailable.used, self.spec.get("reference")))
             self.i += 1
             self.spent += call.seconds
@@ -252,13 +334,15 @@ class _KernelSession:
 def _call_record(index: int, call: Call, used_reference: bool = False, reference=None) -> dict:
     """Return the JSON-ready record of a call: what happened, and what it returned as plain data."""
     record = {"index": index, "kind": call.kind, "message": shorten(str(call.message), 600),
-              "n_printed": int(call.n_printed), "seconds": float(call.seconds), "value": None}
+              "n_printed": int(call.n_printed), "seconds": float(call.seconds), "value": None,
+              "grads": None, "named": call.named if type(call.named) is bool else None}
     if used_reference:  # whatever it did after that, it leaned on the package's answer
         name = ".".join(reference) if reference else "the package's reference"
         record.update(kind="error", message=f"calls {name}, the package's own solution, which is not available "
                                             "while the grader runs: write the computation yourself")
     elif call.kind in ("ok", "mutated"):
         record["value"] = to_plain(call.value)
+        record["grads"] = to_plain(call.grads)
     return record
 
 
@@ -304,27 +388,33 @@ def _parse_record(line: str | None, expected_index: int) -> dict:
             done["setup"] = data["setup"]
             names = data.get("names", [])
             done["names"] = [n for n in names if isinstance(n, str)][:200] if isinstance(names, list) else []
-            done["detail"] = shorten(data["detail"], 200) if isinstance(data.get("detail"), str) else ""
+            done["detail"] = printable(shorten(data["detail"], 200)) if isinstance(data.get("detail"), str) else ""
         else:
             return broken("an unknown ending")
         return done
     fields = {"index", "kind", "message", "n_printed", "seconds", "value"}
-    if set(data) != fields:
+    if not fields <= set(data) <= fields | {"grads", "named"}:
         return broken("unexpected fields")
+    data = {"grads": None, "named": None, **data}
     if (type(data["index"]) is not int or data["index"] != expected_index or data["kind"] not in _KINDS
             or type(data["message"]) is not str or type(data["n_printed"]) is not int or data["n_printed"] < 0
-            or type(data["seconds"]) not in (int, float) or not 0 <= data["seconds"] < 1e9):
+            or type(data["seconds"]) not in (int, float) or not 0 <= data["seconds"] < 1e9
+            or data["named"] not in (None, True, False)):
         return broken("a field out of place")
-    record = {k: data[k] for k in fields}
-    record["message"] = shorten(record["message"], 600)
+    record = {k: data[k] for k in fields | {"grads", "named"}}
+    record["message"] = printable(shorten(record["message"], 600))
     record["seconds"] = float(record["seconds"])
     if record["kind"] in ("ok", "mutated"):
         try:
             record["value"] = from_plain(data["value"])
         except ValueError as exc:
             record["value"] = Opaque("value", "", f"its data arrived malformed: {exc}")
+        try:
+            record["grads"] = from_plain(data["grads"])
+        except ValueError as exc:
+            record["grads"] = f"its gradient arrived malformed ({exc})"
     else:
-        record["value"] = None
+        record["value"] = record["grads"] = None
     return record
 
 
@@ -411,12 +501,19 @@ def _cell_problem(number: int, source: str, text: str, line: int | None = None) 
     else:
         line, code = None, next((l.strip() for l in lines if l.strip()), "")
     defines = tuple(re.findall(r"^\s*def\s+(\w+)\s*\(", source, flags=re.M))
-    return CellProblem(number, text, line, shorten(code, 100), defines)
+    return CellProblem(number, printable(text), line, printable(shorten(code, 100)), defines)
 
 
 def _error_text(output: dict) -> tuple[str, int | None]:
-    """Return (one line saying what an error output means, the line of the cell it points at)."""
-    ename, evalue = output.get("ename", "Error"), str(output.get("evalue", ""))
+    """Return (one line saying what an error output means, the line of the cell it points at).
+    Control characters and line breaks of the error's text are escaped: a cell's error must not
+    be able to draw lines of the report."""
+    text, line = _error_text_raw(output)
+    return printable(text), line
+
+
+def _error_text_raw(output: dict) -> tuple[str, int | None]:
+    ename, evalue = str(output.get("ename", "Error")), str(output.get("evalue", ""))
     trace = _ANSI.sub("", "\n".join(output.get("traceback", [])))
     line = re.search(r"In\s*\[\d*\], line (\d+)", trace)
     if ename in ("SyntaxError", "IndentationError", "TabError"):
@@ -681,7 +778,9 @@ def _grade_exercise(runner: _Runner, exercise: Exercise, seed: int, tmp: Path,
     everything = list(exercise.cases) + _random_cases(exercise, seed)
     spec = {"name": exercise.name, "inputs": str(tmp / f"{exercise.name}.in.pkl"),
             "results": str(tmp / f"{exercise.name}.out.jsonl"), "time_limit": limit,
-            "slice": SLICE, "budget": budget, "reference": _reference_name(exercise)}
+            "slice": SLICE, "budget": budget, "reference": _reference_name(exercise),
+            "grad_wrt": list(exercise.expect.grad_wrt),
+            "mentions": [c.expected.mentions if isinstance(c.expected, Raises) else None for c in everything]}
     with open(spec["inputs"], "wb") as f:
         pickle.dump([c.kwargs for c in everything], f)  # the inputs only: expected values stay here
     records, stuck, ending = _call_in_kernel(runner, spec, len(everything))
@@ -720,8 +819,9 @@ def _grade_exercise(runner: _Runner, exercise: Exercise, seed: int, tmp: Path,
 
 
 def _judge_record(record: dict, case: Case, exercise: Exercise) -> CaseResult:
-    call = Call(record["kind"], record["value"], record["message"], "", record["n_printed"], record["seconds"])
-    return judge(call, case, exercise.expect)
+    call = Call(record["kind"], record["value"], record["message"], "", record["n_printed"], record["seconds"],
+                record.get("grads"), record.get("named"))
+    return judge(call, case, exercise.expect, exercise.reference)
 
 
 # --------------------------------------------------------------------------- the notebook file
@@ -1028,7 +1128,7 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
                 lines.append(f"  {s('fail', word)}  {name}  not defined, because code cell {culprit.number} "
                              "failed (above)")
             else:
-                lines.append(f"  {s('fail', word)}  {name}  {e.problem}")
+                lines.append(f"  {s('fail', word)}  {name}  {printable(e.problem)}")
             continue
         counts = f"{e.n_passed}/{len(e.results)}"
         n_random = len(e.results) - e.n_cases
@@ -1055,9 +1155,13 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
                 why = (f" (the calls used up the {e.budget:g} s budget, --budget)" if e.stopped == "budget"
                        else "")
                 lines.append(f"          {not_run_n} inputs not run after that{why}")
-            number, text = e.hint()
+            number, text, held = e.shown_hint()
             if text:
                 lines.append(f"        {s('bold', f'hint {number} of {len(e.exercise.hints)}')}: {text}")
+            elif held:
+                last = len(e.exercise.hints)
+                lines.append(f"        hint {last} of {last} (nearly the answer) fits this mistake: it is in the "
+                             "notebook, under the exercise")
         if e.printed:
             lines.append(f"        note: it printed {e.printed:,} characters over {len(e.results)} calls (prints or "
                          "warnings, not shown); only what it returns counts.")

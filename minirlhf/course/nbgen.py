@@ -55,6 +55,7 @@ import nbformat
 
 from .. import paths
 from ..paths import ROOT, write_atomic
+from . import answers
 from .frontend import BOOK_BUILD_ENV
 
 SOURCES = ROOT / "chapters"
@@ -165,12 +166,22 @@ def _md_escape(text: str) -> str:
     return text.replace("<", "&lt;") if "`" not in text else text
 
 
+def _answers_numbers(cells: list[dict], number: int) -> bool:
+    """True when cell ``number`` prints the numbers of the worked answer just above it: a hidden
+    code cell right after a markdown cell holding a worked answer's dropdown. In the learner's
+    notebook such a cell starts with ``%%worked_answer``, which folds its output on "Run all"."""
+    cell = cells[number]
+    before = cells[number - 1] if number else None
+    return (cell["kind"] == "code" and "hide-input" in cell["tags"] and before is not None
+            and before["kind"] == "markdown" and 'class="answer"' in before["source"])
+
+
 def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
     """Return the learner's notebook (``learner=True``) or the solution notebook, unexecuted."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
     nb.metadata["language_info"] = language_info()
-    for cell in cells:
+    for number, cell in enumerate(cells):
         tags = list(cell["tags"])
         if cell["kind"] == "markdown":
             new = nbformat.v4.new_markdown_cell(cell["source"])
@@ -181,6 +192,8 @@ def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
             has_solution = _BEGIN in cell["source"]
             if learner:
                 source = strip_solutions(cell["source"])
+                if _answers_numbers(cells, number):
+                    source = f"%%{answers.MAGIC}\n{source}"
                 tags = [t for t in tags if t != "hide-input"]
             else:
                 source = drop_markers(cell["source"])

@@ -16,6 +16,7 @@ import pkgutil
 import threading
 from collections.abc import Iterator, Mapping
 
+from .. import answers
 from ..cases import Exercise, Report, run_cases
 
 __all__ = ["EXERCISES", "get", "for_chapter", "check", "GRADING_ENV"]
@@ -23,6 +24,10 @@ __all__ = ["EXERCISES", "get", "for_chapter", "check", "GRADING_ENV"]
 # Set in the kernel while the grader runs a notebook: the grader runs every case itself
 # (and many more), so the notebook's own check cells skip the work.
 GRADING_ENV = "MINIRLHF_GRADING"
+
+# Exercise name -> {mistake: how many checks failed with it}, in this kernel: the last hint
+# (nearly the answer) shows only when a check fails the same way a second time.
+_FAILED: dict[str, dict[str, int]] = {}
 
 _MODULES = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("ch"))
 
@@ -64,6 +69,8 @@ class _Registry(Mapping):
 
 EXERCISES: Mapping[str, Exercise] = _Registry()
 
+answers.register()  # the chapters import this module first: their worked answers' cells can fold
+
 
 def get(name: str) -> Exercise:
     """Return the exercise called ``name``, or raise a KeyError listing the known ones."""
@@ -89,11 +96,18 @@ def check(name: str, fn, show: bool = True) -> Report:
     (``report.passed`` is True when all pass), except in IPython, where it was displayed and
     None is returned. While the grader runs the notebook it returns an empty report at once
     and shows nothing.
+
+    The verdict shows the diagnosis and the hint that fits the mistake; when that hint is the
+    last one (nearly the answer), it shows only from the second check that fails the same way.
     """
     exercise = get(name)
     if os.environ.get(GRADING_ENV) == "1":
         return Report(exercise)
     report = run_cases(fn, exercise)
+    if report.state == "fail":  # count the failures of each kind, for the hint it may show
+        failed = _FAILED.setdefault(name, {})
+        report.seen = failed.get(report.way, 0)
+        failed[report.way] = report.seen + 1
     if show:
         try:
             from IPython import get_ipython

@@ -4,7 +4,15 @@ registry reads only the ``chNN`` modules)."""
 import numpy as np
 import torch
 
-__all__ = ["as_tensor", "prefix_mask"]
+__all__ = ["as_tensor", "prefix_mask", "batch_size", "RUN_BATCH"]
+
+RUN_BATCH = 64  # completions (or preference pairs) per batch in the chapters' runs
+
+
+def batch_size(rng: np.random.Generator, small: int) -> int:
+    """A batch size: now and then the runs' own (:data:`RUN_BATCH`), so that a bug that shows
+    only at that size is found; else 1 to ``small``."""
+    return RUN_BATCH if rng.random() < 0.15 else int(rng.integers(1, small + 1))
 
 
 def as_tensor(values) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..cases import Case, Exercise, ExpectFloat2, Slip
+from ..cases import Case, Exercise, ExpectFloat2, Slip, known_slip
 from ...objectives import kl_penalty
 
 
@@ -19,6 +19,8 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
 
 def _slip(kind: str):
     """Return kl_penalty with one usual slip (see ``SLIPS``)."""
+    known_slip(kind, ("kl-reversed", "abs", "abs-of-mean", "clip-at-0", "no-beta", "sum", "round-half-up",
+                      "np-round"))
 
     def penalty(logp_policy, logp_reference, beta):
         kl = np.asarray(logp_policy, dtype=float) - np.asarray(logp_reference, dtype=float)
@@ -30,7 +32,10 @@ def _slip(kind: str):
             "no-beta": kl.mean(),
             "sum": beta * kl.sum(),
             "round-half-up": np.floor(beta * kl.mean() * 100 + 0.5) / 100,
+            "np-round": beta * kl.mean(),
         }[kind]
+        if kind == "np-round":
+            return float(np.round(value, 2))
         return round(float(value), 2)
 
     return penalty
@@ -45,6 +50,10 @@ SLIPS = (
     Slip("sum", _slip("sum"), "a sum over the tokens gives that: take the mean"),
     Slip("round-half-up", _slip("round-half-up"),
          "rounding a tie up gives that: Python's round() sends it to the even digit"),
+    Slip("np-round", _slip("np-round"),
+         "np.round gives that: it rounds 100 * x, and 100 * 0.405 is exactly the tie 40.5, sent to the "
+         "even 40; the contract's rule is Python's round(x, 2), which rounds the float 0.405 itself "
+         "(a little above 0.405) up to 0.41"),
 )
 
 
@@ -74,6 +83,8 @@ KL_PENALTY = Exercise(
              "NumPy arrays as input"),
         Case({"logp_policy": [-0.5], "logp_reference": [-1.0], "beta": 0.25}, 0.12,
              "0.125 is a tie: Python's round() sends it to the even digit"),
+        Case({"logp_policy": [-0.5], "logp_reference": [-0.905], "beta": 1.0}, 0.41,
+             "0.405 is stored a little above 0.405, so Python's round(x, 2) gives 0.41 (np.round gives 0.4)"),
     ),
     hints=(
         "Turn both inputs into arrays with `np.asarray(x, dtype=float)`; then the per-token `kl` is one subtraction.",
@@ -86,7 +97,7 @@ KL_PENALTY = Exercise(
     # The hint that helps with each mistake: the subtraction and its sign (2), beta, the mean,
     # the rounding and the Python float (3).
     hint_for={"sign": 2, "kl-reversed": 2, "abs": 2, "clip-at-0": 2, "no-beta": 3, "sum": 3,
-              "round-half-up": 3, "not-rounded": 3, "numpy-scalar": 3, "int": 3, "type": 3},
+              "round-half-up": 3, "np-round": 3, "not-rounded": 3, "numpy-scalar": 3, "int": 3, "type": 3},
 )
 
 IN_THIS_CHAPTER = (KL_PENALTY,)

@@ -4,7 +4,7 @@
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectDict2, ExpectScalarTensor, Slip
+from ..cases import NO_GRADIENT, Case, Exercise, ExpectDict2, ExpectScalarTensor, Slip, known_slip
 from ...objectives import ppo_rlhf_objective
 from ...pg import reinforce_loss
 
@@ -13,15 +13,20 @@ from ...pg import reinforce_loss
 
 class ExpectLoss(ExpectScalarTensor):
     """A 0-d tensor loss close to the expected number that still carries the gradient of
-    ``logp`` (every case passes log-probs that require one)."""
+    ``logp`` (every case passes log-probs that require one): its gradient with respect to the
+    log-probs (``logp``, or ``new_logp`` for the leash term of chapter 10) is compared with the
+    reference's."""
+
+    def __init__(self, *args, grad_wrt=("logp", "new_logp"), **kwargs):
+        super().__init__(*args, grad_wrt=grad_wrt, **kwargs)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if hasattr(expected, "detach"):  # the reference's own loss, when it sets the answer
             expected = expected.detach()
         found = super().diagnose(got, expected)
         if found is None and not bool(getattr(got, "requires_grad", True)):
-            return "no-grad", ("the loss carries no gradient: keep logp in the computation (no .detach() "
-                               "or torch.no_grad()), or training cannot move the policy")
+            return "no-grad", (f"{NO_GRADIENT} Keep the log-probs in the computation (no .detach() or "
+                               "torch.no_grad()), or training cannot move the policy")
         return found
 
 
@@ -45,6 +50,7 @@ def _pg_random_kwargs(rng: np.random.Generator) -> dict:
 
 def _pg_slip(kind: str):
     """Return reinforce_loss with one usual slip (see ``PG_SLIPS``)."""
+    known_slip(kind, ("no-baseline", "baseline-added", "sum"))
 
     def loss(logp, rewards, baseline):
         weight = {"no-baseline": rewards, "baseline-added": rewards + baseline}.get(kind, rewards - baseline)
@@ -103,7 +109,7 @@ REINFORCE_LOSS = Exercise(
     random_kwargs=_pg_random_kwargs,
     # the weights (1), the mean (2), the minus and the tensor with its gradient (3)
     hint_for={"no-baseline": 1, "baseline-added": 1, "sum": 2, "not-averaged": 2, "sign": 3,
-              "not-a-tensor": 3, "no-grad": 3},
+              "not-a-tensor": 3, "no-grad": 3, "grad": 3},
 )
 
 # ----------------------------------------------------------------------------- 2.2 the objective
@@ -135,6 +141,8 @@ def _case(old, new, ref, r, eps, beta, expected, why):
 
 def _objective_slip(kind: str):
     """Return ppo_rlhf_objective with one usual slip (see ``OBJECTIVE_SLIPS``)."""
+    known_slip(kind, ("kl-twice", "kl-twice-objective", "no-clip", "clip-only", "max", "kl-sign", "no-kl",
+                      "ratio-inverted", "loss-negated", "np-round"))
 
     def objective(old_logp, new_logp, ref_logp, rewards, epsilon, beta):
         old, new, ref, r = (np.asarray(x, dtype=float) for x in (old_logp, new_logp, ref_logp, rewards))
@@ -149,8 +157,10 @@ def _objective_slip(kind: str):
         # "objective" entry, leaving "policy_loss" the plain surrogate
         j = surrogate.mean() - (penalty if kind in ("kl-twice", "kl-twice-objective") else 0.0)
         loss = {"loss-negated": -j, "kl-twice-objective": surrogate.mean()}.get(kind, j)
-        return {"objective": round(float(j), 2), "policy_loss": round(float(loss), 2),
-                "kl_penalty": round(float(penalty), 2)}
+        def rnd(x) -> float:
+            return float(np.round(x, 2)) if kind == "np-round" else round(float(x), 2)
+
+        return {"objective": rnd(j), "policy_loss": rnd(loss), "kl_penalty": rnd(penalty)}
 
     return objective
 
@@ -171,6 +181,9 @@ OBJECTIVE_SLIPS = (
                                                               "exp(new_logp - old_logp)"),
     Slip("loss-negated", _objective_slip("loss-negated"), "in this contract policy_loss is the objective "
                                                           "itself, not minus it"),
+    Slip("np-round", _objective_slip("np-round"), "np.round gives that: it rounds 100 * x, and 100 * 0.405 is "
+                                                  "exactly the tie 40.5, sent to the even 40; the contract's rule "
+                                                  "is Python's round(x, 2), which gives 0.41"),
 )
 
 
@@ -200,6 +213,8 @@ PPO_RLHF_OBJECTIVE = Exercise(
               "lists of ints; J = 0 while the penalty is 0.5: it is not subtracted twice"),
         _case([-1.0], [-0.5], [-0.5], [1.0], 0.5, 0.1, _out(1.5, 0.0),
               "a wide clip range: epsilon = 0.5 clips 1.649 to 1.5"),
+        _case([-1.0], [-1.0], [-1.0], [0.405], 0.2, 0.1, _out(0.41, 0.0),
+              "J = 0.405, stored a little above 0.405: Python's round(x, 2) gives 0.41 (np.round gives 0.4)"),
     ),
     hints=(
         "Work per token with NumPy arrays: `ratio = np.exp(new - old)`, `kl = new - ref`, `adv = rewards - beta * kl`.",
@@ -214,7 +229,7 @@ PPO_RLHF_OBJECTIVE = Exercise(
     # rounded floats and the penalty kept out of J (3)
     hint_for={"ratio-inverted": 1, "kl-sign": 1, "no-kl": 1, "min-clip": 2,
               "kl-twice": 3, "loss-negated": 3, "sign": 3, "type": 3, "missing-key": 3, "extra-key": 3,
-              "numpy-scalar": 3, "int": 3, "not-rounded": 3},
+              "numpy-scalar": 3, "int": 3, "not-rounded": 3, "np-round": 3},
 )
 
 IN_THIS_CHAPTER = (REINFORCE_LOSS, PPO_RLHF_OBJECTIVE)

@@ -7,7 +7,8 @@ import torch
 
 import torch.nn.functional as F
 
-from ..cases import Case, Exercise, ExpectScalarTensor, Slip
+from ._inputs import batch_size
+from ..cases import Case, Exercise, ExpectScalarTensor, Slip, known_slip
 from ...sft import masked_sft_loss
 
 
@@ -23,7 +24,7 @@ LOG3 = math.log(3.0)
 
 
 def _random_kwargs(rng: np.random.Generator) -> dict:
-    B, T, V = int(rng.integers(1, 5)), int(rng.integers(1, 10)), int(rng.integers(2, 14))
+    B, T, V = batch_size(rng, 4), int(rng.integers(1, 10)), int(rng.integers(2, 14))
     mask = (rng.random((B, T)) < 0.6).astype(np.int64)
     mask[int(rng.integers(B)), int(rng.integers(T))] = 1  # at least one position counts
     return {
@@ -35,6 +36,7 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
 
 def _slip(kind: str):
     """Return masked_sft_loss with one usual slip (see ``SLIPS``)."""
+    known_slip(kind, ("no-mask", "mean-over-all", "row-means"))
 
     def loss(logits, targets, mask):
         ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
@@ -62,7 +64,8 @@ MASKED_SFT_LOSS = Exercise(
     name="masked_sft_loss",
     chapter=3,
     title="The masked SFT loss",
-    expect=ExpectScalarTensor(atol=1e-4, per="position", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS),
+    expect=ExpectScalarTensor(atol=1e-4, per="position", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS,
+                              grad_wrt=("logits",)),
     cases=(
         Case({"logits": torch.zeros(1, 3, 13), "targets": _t([[0, 5, 12]], torch.long), "mask": torch.ones(1, 3)},
              math.log(13), "uniform logits over 13 tokens: every position costs log 13"),
@@ -96,7 +99,7 @@ MASKED_SFT_LOSS = Exercise(
     reference=masked_sft_loss,
     random_kwargs=_random_kwargs,
     # cross-entropy in log space, per position (1), the mask and the division (2), the tensor (3)
-    hint_for={"inf": 1, "nan": 2, "no-mask": 2, "mean-over-all": 2, "row-means": 2, "not-averaged": 2,
+    hint_for={"no-grad": 3, "grad": 3, "inf": 1, "nan": 2, "no-mask": 2, "mean-over-all": 2, "row-means": 2, "not-averaged": 2,
               "not-a-tensor": 3},
 )
 

@@ -7,7 +7,8 @@ import torch
 
 import torch.nn.functional as F
 
-from ..cases import Case, Exercise, ExpectScalarTensor, Slip
+from ._inputs import batch_size
+from ..cases import Case, Exercise, ExpectScalarTensor, Slip, known_slip
 from ...reward_model import bradley_terry_loss
 from .ch03 import STAY_IN_LOG_SPACE
 
@@ -23,7 +24,7 @@ def _case(chosen, rejected, expected, why) -> Case:
 
 
 def _random_kwargs(rng: np.random.Generator) -> dict:
-    n = int(rng.integers(1, 33))
+    n = batch_size(rng, 32)
     scale = 60.0 if rng.random() < 0.2 else 3.0  # now and then margins far beyond float32's exp
     return {
         "r_chosen": torch.from_numpy(rng.normal(0, scale, n).astype(np.float32)),
@@ -33,6 +34,7 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
 
 def _slip(kind: str):
     """Return bradley_terry_loss with one usual slip (see ``SLIPS``)."""
+    known_slip(kind, ("two-sigmoids", "swapped", "abs-margin", "sum"))
 
     def loss(r_chosen, r_rejected):
         if kind == "two-sigmoids":
@@ -59,7 +61,8 @@ BRADLEY_TERRY_LOSS = Exercise(
     name="bradley_terry_loss",
     chapter=4,
     title="The Bradley-Terry loss",
-    expect=ExpectScalarTensor(atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS),
+    expect=ExpectScalarTensor(atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS,
+                              grad_wrt=("r_chosen", "r_rejected")),
     cases=(
         _case([0.0], [0.0], math.log(2), "equal scores: the model is unsure, -log(1/2) = log 2"),
         _case([2.0], [0.0], _softplus(-2.0), "margin +2: log(1 + e^-2)"),
@@ -86,7 +89,7 @@ BRADLEY_TERRY_LOSS = Exercise(
     random_kwargs=_random_kwargs,
     # the margin, its sigmoid and the mean (1), staying in log space (2), the tensor (3)
     hint_for={"margin-sign": 1, "two-sigmoids": 1, "sum": 1, "not-averaged": 1, "sign": 1,
-              "inf": 2, "nan": 2, "not-a-tensor": 3},
+              "inf": 2, "nan": 2, "not-a-tensor": 3, "no-grad": 3, "grad": 3},
 )
 
 IN_THIS_CHAPTER = (BRADLEY_TERRY_LOSS,)

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import torch
 
-from ._inputs import as_tensor, prefix_mask
-from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor, Slip
+from ._inputs import as_tensor, batch_size, prefix_mask
+from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor, Slip, known_slip
 from ...ppo import kl_shaped_advantages, ppo_token_loss
 
 
@@ -40,7 +40,7 @@ def _adv_case(scores, old, ref, mask, beta, expected, why, kl_clamp=10.0) -> Cas
 
 
 def _adv_random_kwargs(rng: np.random.Generator) -> dict:
-    B, T = int(rng.integers(1, 7)), int(rng.integers(1, 5))
+    B, T = batch_size(rng, 6), int(rng.integers(1, 5))
     old = rng.uniform(-4.0, -0.05, (B, T))
     ref = old + rng.normal(0.0, 0.5, (B, T))
     if rng.random() < 0.3:  # one runaway token, far from the reference
@@ -57,6 +57,8 @@ def _adv_random_kwargs(rng: np.random.Generator) -> dict:
 
 def _adv_slip(kind: str):
     """Return kl_shaped_advantages with one usual slip (see ``ADV_SLIPS``)."""
+    known_slip(kind, ("kl-sign", "no-clamp", "padding-pays", "myopic", "no-baseline", "baseline-all-rows",
+                      "baseline-per-row", "baseline-nan"))
 
     def advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0):
         B, T = mask.shape
@@ -73,8 +75,8 @@ def _adv_slip(kind: str):
             returns = rewards.flip(1).cumsum(1).flip(1) * mask
         if kind == "baseline-per-row":
             return (returns - (returns.sum(1) / mask.sum(1))[:, None]) * mask
-        baseline = {"no-baseline": torch.zeros(T), "baseline-all-rows": returns.mean(0)}.get(
-            kind, returns.sum(0) / mask.sum(0).clamp(min=1))
+        baseline = {"no-baseline": torch.zeros(T), "baseline-all-rows": returns.mean(0),
+                    "baseline-nan": returns.sum(0) / mask.sum(0)}.get(kind, returns.sum(0) / mask.sum(0).clamp(min=1))
         return (returns - baseline) * mask
 
     return advantages
@@ -90,6 +92,8 @@ ADV_SLIPS = (
     Slip("no-baseline", _adv_slip("no-baseline"), "that is the returns with no baseline subtracted"),
     Slip("baseline-all-rows", _adv_slip("baseline-all-rows"), "that is a baseline over every row: average "
                                                               "only the rows that reach each position"),
+    Slip("nan", _adv_slip("baseline-nan"), "a position that no completion reaches has a baseline of 0 / 0, "
+                                           "NaN, and NaN * 0 is still NaN: divide by mask.sum(0).clamp(min=1)"),
     Slip("baseline-per-row", _adv_slip("baseline-per-row"), "that is a baseline per row: the baseline of "
                                                             "position t averages over the rows (dim 0)"),
 )
@@ -140,6 +144,9 @@ KL_SHAPED_ADVANTAGES = Exercise(
                   [[0.8, 0.7], [-0.7, -0.5], [-0.1, -0.2]],
                   "three rows, all kept: returns [0.6, 0.6], [-0.9, -0.6], [-0.3, -0.3]; the baselines "
                   "are the column means -0.2 and -0.1; B != T, so a baseline over the wrong axis fails"),
+        _adv_case([1.0, -1.0], [[-1.0, -1.0]] * 2, [[-1.0, -1.0]] * 2, [[1.0, 0.0], [1.0, 0.0]], 0.5,
+                  [[1.0, 0.0], [-1.0, 0.0]],
+                  "no completion reaches position 1: its baseline would be 0 / 0 (NaN); it holds 0"),
     ),
     hints=(
         "Start with the per-token reward: `kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)` and "
@@ -155,7 +162,8 @@ KL_SHAPED_ADVANTAGES = Exercise(
     random_kwargs=_adv_random_kwargs,
     # the per-token reward (1), the score added on a copy (2), the return-to-go (3), the baseline (4)
     hint_for={"kl-sign": 1, "no-clamp": 1, "padding-pays": 1, "per-completion": 1, "mutated": 2,
-              "myopic": 3, "no-baseline": 4, "baseline-all-rows": 4, "baseline-per-row": 4, "transposed": 4},
+              "myopic": 3, "no-baseline": 4, "baseline-all-rows": 4, "baseline-per-row": 4, "transposed": 4,
+              "nan": 4},
 )
 
 # ----------------------------------------------------------------------------- 5.2 the loss
@@ -167,7 +175,7 @@ def _case(new, old, adv, mask, epsilon, expected, why):
 
 
 def _random_kwargs(rng: np.random.Generator) -> dict:
-    B, T = int(rng.integers(1, 7)), int(rng.integers(1, 5))
+    B, T = batch_size(rng, 6), int(rng.integers(1, 5))
     old = rng.uniform(-4.0, -0.05, (B, T))
     mask = _prefix_mask(rng, B, T)
     return {
@@ -183,6 +191,8 @@ E05 = math.exp(0.5)  # the ratio when new_logp - old_logp = 0.5
 
 def _slip(kind: str):
     """Return ppo_token_loss with one usual slip (see ``SLIPS``)."""
+    known_slip(kind, ("ratio-inverted", "transposed", "max", "clip-only", "no-clip", "no-mask", "mean-over-all",
+                      "row-means"))
 
     def loss(new_logp, old_logp, advantages, mask, epsilon=0.2):
         ratio = torch.exp(old_logp - new_logp) if kind == "ratio-inverted" else torch.exp(new_logp - old_logp)
@@ -225,7 +235,7 @@ PPO_TOKEN_LOSS = Exercise(
         atol=1e-4, per="token (over the tokens the mask keeps)",
         why_inf="look for an exp of a huge number",
         sign_hint="the loss is minus the clipped objective, because the optimizer minimises it",
-        slips=SLIPS),
+        slips=SLIPS, grad_wrt=("new_logp",)),
     cases=(
         _case([[-1.0], [-2.0]], [[-1.0], [-2.0]], [[1.0], [-0.5]], [[1.0], [1.0]], 0.2,
               -(1.0 - 0.5) / 2, "on-policy: ratio 1, so the loss is minus the mean advantage, -(1 - 0.5) / 2"),
@@ -269,7 +279,8 @@ PPO_TOKEN_LOSS = Exercise(
     # the ratio and the advantages as they stand (1), the min and the clip (2), the masked mean
     # (3), the minus and the tensor (4)
     hint_for={"ratio-inverted": 1, "transposed": 1, "min-clip": 2, "no-mask": 3,
-              "mean-over-all": 3, "row-means": 3, "not-averaged": 3, "nan": 3, "sign": 4, "not-a-tensor": 4},
+              "mean-over-all": 3, "row-means": 3, "not-averaged": 3, "nan": 3, "sign": 4, "not-a-tensor": 4,
+              "no-grad": 4, "grad": 4},
 )
 
 IN_THIS_CHAPTER = (KL_SHAPED_ADVANTAGES, PPO_TOKEN_LOSS)

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectFloat, Slip
+from ..cases import Case, Exercise, ExpectFloat, Slip, known_slip
 from ...studies.robustness import prompt_share
 
 # ----------------------------------------------------------------------------- 6.1 the share
@@ -18,12 +18,16 @@ def _case(rewards, group_size, expected, why) -> Case:
 
 
 def _random_kwargs(rng: np.random.Generator) -> dict:
-    """P prompts with K completions each, side by side. The rewards lie on a grid of 1/8 (exact
-    in float32), so that equal rewards are exactly equal."""
+    """P prompts with K completions each, side by side (now and then 64 rewards, 16 prompts of
+    4, as in a run's batch). The rewards lie on a grid of 1/8 (exact in float32), so that equal
+    rewards are exactly equal, except that an all-equal batch is now and then at a value float32
+    cannot hold (0.1, 1.3, ...)."""
     P, K = int(rng.integers(1, 9)), int(rng.integers(2, 7))
+    if rng.random() < 0.15:  # a run's batch of 64 rewards
+        P, K = 16, 4
     kind = rng.random()
-    if kind < 0.1:  # all rewards equal
-        r = np.full((P, K), rng.integers(-16, 17) / 8)
+    if kind < 0.1:  # all rewards equal, now and then at a value float32 cannot hold exactly
+        r = np.full((P, K), rng.integers(-16, 17) / 8 if rng.random() < 0.5 else rng.choice([0.1, 0.3, 1.3, 2.2]))
     elif kind < 0.35:  # a verifier: 0 or 1, each prompt with its own chance of a right answer
         r = (rng.random((P, K)) < rng.random((P, 1))).astype(float)
     else:  # a score: a prompt's offset plus the answer's part
@@ -35,9 +39,17 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
 
 def _slip(kind: str):
     """Return prompt_share with one usual slip (see ``SLIPS``)."""
+    known_slip(kind, ("unbiased", "unbiased-within", "unbiased-total", "std", "std-squared", "axis-0", "swapped",
+                      "interleaved", "answer-share", "all-equal", "zero-variance"))
 
     def share(rewards, group_size):
         r = rewards.double()
+        if kind == "zero-variance":  # tests the float32 variance for 0 in place of the rewards for equality
+            total32 = rewards.float().var(unbiased=False)
+            if bool(total32 == 0):
+                return 0.0
+            within32 = rewards.float().view(-1, group_size).var(1, unbiased=False).mean()
+            return float(1 - within32 / total32)
         if bool((r == r[0]).all()):
             return 1.0 if kind == "all-equal" else 0.0
         groups = {"axis-0": r.view(-1, group_size).T, "swapped": r.view(group_size, -1),
@@ -80,6 +92,9 @@ SLIPS = (
                                                 "prompt's share is 1 minus it"),
     Slip("all-equal", _slip("all-equal"), "equal rewards have no variance, so none of it is the "
                                           "prompt's: the contract returns 0.0"),
+    Slip("all-equal", _slip("zero-variance"), "that tests the variance for 0, and the float32 variance of "
+                                              "equal rewards such as 1.3 comes out near 1e-14, not 0: test "
+                                              "the rewards for equality, (rewards == rewards[0]).all()"),
 )
 
 
@@ -116,6 +131,9 @@ PROMPT_SHARE = Exercise(
               5 / 9,
               "a verifier's 0 or 1, 4 prompts of 4: within (0 + 0 + 0.25 + 0.1875) / 4 = 7 / 64, "
               "total 9 / 16 * 7 / 16 = 63 / 256, share 1 - 4 / 9 = 5 / 9"),
+        _case([1.3] * 6, 3, 0.0,
+              "all rewards equal at 1.3, which float32 cannot hold exactly: the variance of the six equal "
+              "floats can come out near 1e-14 instead of 0, and the share is still 0.0"),
     ),
     hints=(
         "Put one prompt per row: `groups = rewards.reshape(-1, group_size)`, shape (N / group_size, "

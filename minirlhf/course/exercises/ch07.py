@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..cases import Case, Exercise, ExpectArray, ExpectFloat, Slip
+from ..cases import Case, Exercise, ExpectArray, ExpectFloat, Slip, known_slip
 from ...ppo import adaptive_kl_update, gae
 
 # ----------------------------------------------------------------------------- the controller
@@ -29,6 +29,7 @@ def _kl_random_kwargs(rng: np.random.Generator) -> dict:
 
 def _kl_slip(kind: str):
     """Return adaptive_kl_update with one usual slip (see ``KL_SLIPS``)."""
+    known_slip(kind, ("no-clip", "clip-beta", "inverted", "additive"))
 
     def update(beta, kl, target, n_steps, horizon):
         error = target / kl - 1 if kind == "inverted" and kl else kl / target - 1
@@ -104,6 +105,8 @@ def _gae_random_kwargs(rng: np.random.Generator) -> dict:
     T = int(rng.integers(1, 9))
     shape = (T,) if rng.random() < 0.5 else (int(rng.integers(1, 5)), T)
     rewards = rng.normal(0, 1, shape)
+    if rng.random() < 0.2:  # whole-number rewards (a verifier's 0 or 1), as ints
+        rewards = rng.integers(0, 2, shape)
     values = rng.normal(0, 1, shape)
     return {
         "rewards": rewards.tolist() if rng.random() < 0.3 else rewards,
@@ -115,10 +118,13 @@ def _gae_random_kwargs(rng: np.random.Generator) -> dict:
 
 def _gae_slip(kind: str):
     """Return gae with one usual slip (see ``GAE_SLIPS``)."""
+    known_slip(kind, ("forward", "first-axis", "no-gamma-in-trace", "bootstrap-past-end", "int-output"))
 
     def gae_(rewards, values, gamma, lam):
+        # "int-output" makes its output like the rewards as given: whole numbers stay ints
+        adv = np.zeros_like(np.asarray(rewards)) if kind == "int-output" else None
         rewards, values = np.asarray(rewards, dtype=float), np.asarray(values, dtype=float)
-        adv = np.zeros_like(rewards)
+        adv = np.zeros_like(rewards) if adv is None else adv
         T = rewards.shape[-1]
         if kind == "forward":
             previous = 0.0
@@ -152,6 +158,9 @@ GAE_SLIPS = (
                                                                 "it is 0, the episode ends there"),
     Slip("first-axis", _gae_slip("first-axis"), "that walks along the first axis: index with [..., t] "
                                                 "so a batch (B, T) walks along T"),
+    Slip("int-output", _gae_slip("int-output"), "np.zeros_like of int rewards is an int array, which cuts "
+                                                "every advantage stored in it to a whole number: convert the "
+                                                "inputs with np.asarray(x, dtype=float) first"),
 )
 
 
@@ -182,6 +191,8 @@ GAE = Exercise(
                   "a batch of two completions (2, 3): each row on its own, along the last axis"),
         _gae_case([0.0, 1.0], [0.0, 0.0], 0.9, 0.5, [0.45, 1.0],
                   "gamma = 0.9, lam = 0.5: A_1 = 1, A_0 = 0 + 0.9 * 0 + 0.9 * 0.5 * 1 = 0.45"),
+        _gae_case([0, 0, 1], [0.5, 0.6, 0.8], 1.0, 0.5, [0.25, 0.3, 0.2],
+                  "the contract's example as written, rewards a list of ints: the advantages are floats"),
     ),
     hints=(
         "Walk backwards, from the last token to the first. Each step needs the value of the next state "
@@ -201,7 +212,7 @@ GAE = Exercise(
     # the backward walk from 0 after the end (1), the TD error, the trace and [..., t] (2), the
     # NumPy array (3)
     hint_for={"forward": 1, "bootstrap-past-end": 1, "no-gamma-in-trace": 2, "first-axis": 2, "shape": 2,
-              "type": 3},
+              "type": 3, "int-output": 3},
 )
 
 IN_THIS_CHAPTER = (ADAPTIVE_KL_UPDATE, GAE)

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import torch
 
-from ._inputs import as_tensor, prefix_mask
-from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor, Raises, Slip
+from ._inputs import as_tensor, batch_size, prefix_mask
+from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor, Raises, Slip, known_slip
 from ...ppo import (group_advantages, group_centred_advantages, grpo_token_loss, k3_loss_term, ppo_token_loss,
                     rloo_advantages)
 
@@ -43,6 +43,8 @@ def _group_random_kwargs(rng: np.random.Generator) -> dict:
     that is all right or all wrong), or a reward model's score on a grid of 1/8 (exact in
     float32, so that equal scores are exactly equal)."""
     P, G = int(rng.integers(1, 7)), int(rng.integers(2, 9))
+    if rng.random() < 0.15:  # a run's batch: 16 prompts of 4, 64 completions
+        P, G = 16, 4
     if rng.random() < 0.5:  # a verifier: each prompt with its own chance of a right answer
         chance = rng.choice([0.0, 0.1, 0.5, 0.9, 1.0], size=(P, 1))
         r = (rng.random((P, G)) < chance).astype(float)
@@ -62,6 +64,8 @@ def _checked(rewards, group_size):
 
 def _group_slip(kind: str):
     """Return group_advantages with one usual slip (see ``GROUP_SLIPS``)."""
+    known_slip(kind, ("interleaved", "population-std", "batch-both", "batch-std", "rloo-std", "no-std",
+                      "eps-outside", "no-eps", "no-special-case"))
 
     def advantages(rewards, group_size, eps=1e-4):
         _checked(rewards, group_size)
@@ -205,7 +209,7 @@ def _loss_case(new, old, ref, adv, mask, expected, why, epsilon=0.2, beta=0.04, 
 
 
 def _loss_random_kwargs(rng: np.random.Generator) -> dict:
-    B, T = int(rng.integers(1, 7)), int(rng.integers(1, 5))
+    B, T = batch_size(rng, 6), int(rng.integers(1, 5))
     old = rng.uniform(-4.0, -0.05, (B, T))
     new = old + rng.normal(0.0, 0.3, (B, T))
     ref = new + rng.normal(0.0, 0.5, (B, T))
@@ -223,6 +227,8 @@ def _loss_random_kwargs(rng: np.random.Generator) -> dict:
 
 def _loss_slip(kind: str):
     """Return grpo_token_loss with one usual slip (see ``LOSS_SLIPS``)."""
+    known_slip(kind, ("max", "no-clip", "k3-sign", "k1", "k2", "no-clamp", "kl-unmasked", "kl-over-all",
+                      "sequence-mean", "kl-sign", "beta-one", "beta-default", "k3-detached"))
 
     def loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon=0.2, beta=0.04, kl_clamp=10.0):
         ratio = torch.exp(new_logp - old_logp)
@@ -230,6 +236,8 @@ def _loss_slip(kind: str):
         surrogate = {"max": torch.maximum(ratio * advantages, clipped),
                      "no-clip": ratio * advantages}.get(kind, torch.minimum(ratio * advantages, clipped))
         d = (new_logp - ref_logp) if kind in ("k3-sign", "k1") else (ref_logp - new_logp)
+        if kind == "k3-detached":  # the leash's value from a tensor cut off from the graph
+            d = ref_logp - new_logp.detach()
         if kind != "no-clamp":
             d = d.clamp(-kl_clamp, kl_clamp)
         kl = {"k1": d, "k2": 0.5 * d ** 2}.get(kind, torch.exp(d) - d - 1)
@@ -267,6 +275,9 @@ LOSS_SLIPS = (
          "that is ratio * advantages with no clipping: take the minimum with the clipped term"),
     Slip("no-beta", _loss_slip("beta-one"), "that adds k3 without multiplying by beta"),
     Slip("no-beta", _loss_slip("beta-default"), "that uses beta = 0.04 whatever beta is passed"),
+    Slip("k3-detached", _loss_slip("k3-detached"), "that computes k3 from new_logp.detach() (or from old_logp): "
+                                                   "the value is the same, but the leash has no gradient, so it "
+                                                   "cannot pull the policy back; use new_logp itself"),
 )
 
 E = math.e
@@ -282,7 +293,7 @@ GRPO_TOKEN_LOSS = Exercise(
         atol=1e-4, per="token (over the tokens the mask keeps)",
         why_inf="look for an exp of a huge number (is d clamped?)",
         sign_hint="the loss is minus the surrogate plus beta times k3, because the optimizer minimises it",
-        slips=LOSS_SLIPS),
+        slips=LOSS_SLIPS, grad_wrt=("new_logp",)),
     cases=(
         _loss_case([[-1.0, -1.0], [-2.0, -2.0]], [[-1.0, -1.0], [-2.0, -2.0]], [[-1.0, -1.0], [-2.0, -2.0]],
                    [[1.0, 1.0], [-0.5, -0.5]], [[1.0, 1.0], [1.0, 1.0]], -(2.0 - 1.0) / 4,
@@ -341,7 +352,7 @@ GRPO_TOKEN_LOSS = Exercise(
     # the tensor (4)
     hint_for={"min-clip": 1, "sequence-mean": 1, "k3-sign": 2, "k1": 2, "k2": 2, "no-clamp": 2,
               "kl-mask": 3, "not-averaged": 3, "nan": 3, "inf": 2, "kl-sign": 4, "no-beta": 4, "sign": 4,
-              "not-a-tensor": 4},
+              "not-a-tensor": 4, "k3-detached": 2, "no-grad": 4, "grad": 2},
 )
 
 IN_THIS_CHAPTER = (GROUP_ADVANTAGES, GRPO_TOKEN_LOSS)

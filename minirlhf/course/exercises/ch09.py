@@ -5,8 +5,8 @@ import torch
 
 import torch.nn.functional as F
 
-from ._inputs import as_tensor
-from ..cases import Case, Exercise, ExpectScalarTensor, Slip
+from ._inputs import as_tensor, batch_size
+from ..cases import Case, Exercise, ExpectScalarTensor, Slip, known_slip
 from ...dpo import dpo_loss
 from .ch03 import STAY_IN_LOG_SPACE
 from .ch04 import _softplus
@@ -21,7 +21,7 @@ def _case(pc, pr, rc, rr, expected, why, beta=0.1) -> Case:
 
 def _random_kwargs(rng: np.random.Generator) -> dict:
     """B pairs of sequence log-probs: the reference's, and the policy's a little or far from them."""
-    B = int(rng.integers(1, 17))
+    B = batch_size(rng, 16)
     ref = rng.uniform(-14.0, -0.5, (2, B))  # sums of 2 to 4 token log-probs
     drift = 40.0 if rng.random() < 0.2 else float(rng.choice([0.3, 2.0]))  # now and then a runaway policy
     policy = np.minimum(ref + rng.normal(0.0, drift, (2, B)), -1e-3)  # a log-prob is below 0
@@ -31,6 +31,8 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
 
 def _slip(kind: str):
     """Return dpo_loss with one usual slip (see ``SLIPS``)."""
+    known_slip(kind, ("no-reference", "crossed-reference", "one-term-flipped", "swapped", "no-beta", "beta-outside",
+                      "unstable", "sigmoid", "sum"))
 
     def loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta=0.1):
         pc, pr, rc, rr = policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
@@ -91,7 +93,7 @@ DPO_LOSS = Exercise(
     expect=ExpectScalarTensor(
         atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE,
         sign_hint="the loss is minus the log of the sigmoid, because the optimizer minimises it",
-        slips=SLIPS),
+        slips=SLIPS, grad_wrt=("policy_chosen_logps", "policy_rejected_logps")),
     cases=(
         _case([-3.0, -5.0], [-4.0, -2.0], [-3.0, -5.0], [-4.0, -2.0], LOG2,
               "the policy is the reference: every log-ratio 0, margin 0, so log 2 = 0.6931 (the "
@@ -137,7 +139,8 @@ DPO_LOSS = Exercise(
     random_kwargs=_random_kwargs,
     # the log-ratios (1), the margin and Bradley-Terry (2), log space (3), the line (4)
     hint_for={"reference": 1, "one-term": 1, "margin-sign": 2, "beta": 2, "sigmoid": 2, "sum": 2,
-              "not-averaged": 2, "sign": 2, "inf": 3, "nan": 3, "not-a-tensor": 4},
+              "not-averaged": 2, "sign": 2, "inf": 3, "nan": 3, "not-a-tensor": 4,
+              "no-grad": 4, "grad": 4},
 )
 
 IN_THIS_CHAPTER = (DPO_LOSS,)
