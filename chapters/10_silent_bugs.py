@@ -56,8 +56,8 @@ policy = models["policy"]
 stored = stored_bug_runs(OUTPUTS / "silent_bugs.json", progress=PROGRESS)
 runs = stored["runs"]
 seeds = ", ".join(runs["correct"]["verifier"])
-print(f"{len(ch10.RUNS)} runs with a bug, {', '.join(ch10.RUNS)}; correct runs of "
-      f"{', '.join(runs['correct'])}")
+print(f"{len(ch10.RUNS)} runs with a bug, {', '.join(ch10.RUNS)}")
+print(f"correct runs of {', '.join(runs['correct'])}")
 print(f"seeds {seeds}")
 
 
@@ -598,7 +598,7 @@ print(band_report("G", fix_run_g, runs, progress=PROGRESS))
 # with its 95% half-width.
 
 # %%
-print(f"{'run':<4} {'panel':<21} {'correct':>9}  {'buggy - correct':<24}")
+print(f"{'run':<4} {'panel':<21} {'correct':>9}  buggy - correct")
 for letter, bug in ch10.RUNS.items():
     rows = sb.tell_table(runs, [bug], every=True)[bug]
     shown = ({m: r for m, r in rows.items() if r["separates"]}
