@@ -362,8 +362,8 @@ check("tell_run_d", tell_run_d);
 # over fresh samples that is $\sum_y \pi(y)\,\nabla\log\pi(y) = \nabla \sum_y \pi(y) = 0$:
 # the leash pulls nowhere, and the KL leans above the correct run's as in run C. It is not
 # nothing, though: in each batch it pushes down the tokens that were sampled, and on the
-# second update of a batch the samples are no longer the policy's own. Unlike run C, run D
-# ends with less accuracy than the correct run over the whole run (the table at the end).
+# second update of a batch the samples are no longer the policy's own. Unlike run C's, run
+# D's accuracy is lower than the correct run's over the whole run (the table at the end).
 # Chapter 7 shows the same trap from the other side, with k3 in the reward.
 #
 # </details>
