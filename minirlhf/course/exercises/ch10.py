@@ -43,11 +43,6 @@ def bug_of(letter: str) -> str:
     return RUNS[letter]
 
 
-def letter_of(bug: str) -> str:
-    """Return the letter of the run with ``bug`` planted."""
-    return next(letter for letter, name in RUNS.items() if name == bug)
-
-
 # ----------------------------------------------------------------------------- name the tell
 
 # What a changed line can do, numbered as the chapter lists them: every run's bug, in no
