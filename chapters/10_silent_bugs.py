@@ -13,10 +13,10 @@
 #
 # 1. **Look at its dashboard** beside a correct run: the metrics every run logs under TRL's
 #    names, each a mean over seeds 0-2 with a 95% band.
-# 2. **Name the tell** (exercises 10.1, 10.3, ...): the metric that gives the bug away, and
-#    one sentence saying why it moves.
-# 3. **See the changed line, and fix it** (exercises 10.2, 10.4, ...). Your fix is planted in
-#    the run, which must land back inside the correct run's band.
+# 2. **Name the tell**: the metric that gives the bug away, and what the changed line must be
+#    doing, picked from a list.
+# 3. **See the changed line, and fix it.** Your fix is planted in the run, which must land
+#    back inside the correct run's band.
 #
 # The chapter ends with the tells measured, which panel moves first, five checks that catch
 # every one of these bugs before training, and a debugging checklist.
@@ -26,8 +26,9 @@
 # Chapters 1 to 9: the leash and its estimators (1, 2, 7), the completion mask (3), PPO's
 # ratio and clip (5), GRPO's k3 term (8) and DPO's loss (9). With nothing stored, a first run
 # of the notebook took about four and a half minutes on a busy 2-core CPU (it makes 30 runs,
-# then plants each of your seven fixes in three more), each long cell with a progress bar in
-# JupyterLab. Later runs read the 30 runs back, and only the checks of your fixes run again.
+# then plants your fixes in each of the seven runs, for three seeds), each long cell with a
+# progress bar in JupyterLab. Later runs read the 30 runs back, and only the checks of your fixes run again.
+# The runs are named by letter only: what each bug is, is for you to find.
 # ```
 
 # %%
@@ -38,6 +39,7 @@ import torch.nn.functional as F
 
 from minirlhf import ppo, store, task
 from minirlhf.course.exercises import check
+from minirlhf.course.exercises import ch10
 from minirlhf.course.exercises.ch10 import band_report
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
@@ -53,67 +55,83 @@ policy = models["policy"]
 # Every bug's run and the correct run of its arm, seeds 0-2, stored.
 stored = stored_bug_runs(OUTPUTS / "silent_bugs.json", progress=PROGRESS)
 runs = stored["runs"]
-# The runs in the chapter's order, by letter.
-LETTERS = dict(zip(("no-mask", "pad-is-end", "kl-no-grad", "k1-loss",
-                    "ratio-to-reference", "no-temperature",
-                    "dpo-rejected-flipped"), "ABCDEFG"))
 seeds = ", ".join(runs["correct"]["verifier"])
-print(f"{len(sb.BUGS)} runs with a bug; correct runs of "
-      f"{', '.join(runs['correct'])}")
+print(f"{len(ch10.RUNS)} runs with a bug, {', '.join(ch10.RUNS)}")
+print(f"correct runs of {', '.join(runs['correct'])}")
 print(f"seeds {seeds}")
 
 
-def dashboard(bug, narrow=False):
-    """The run's dashboard beside the correct run; no panel marked."""
-    axes = sb.plot_dashboard(runs, bug, label=f"run {LETTERS[bug]}",
+def dashboard(letter, narrow=False):
+    """Run ``letter``'s dashboard beside the correct run; no panel marked."""
+    arm = sb.BUGS[ch10.bug_of(letter)].arm
+    axes = sb.plot_dashboard(runs, ch10.bug_of(letter), label=f"run {letter}",
                              narrow=narrow, bold=False)
     fig = axes[0].figure
-    fig.suptitle(f"Run {LETTERS[bug]} ({sb.BUGS[bug].arm} arm) and a "
-                 "correct run", fontsize=10)
+    fig.suptitle(f"Run {letter} ({arm} arm) and a correct run", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def show_dashboard(bug):
-    arm = sb.BUGS[bug].arm
-    show_figure(lambda narrow=False: dashboard(bug, narrow),
-                alt=f"Eight panels of run {LETTERS[bug]}'s logged metrics "
+def show_dashboard(letter):
+    arm = sb.BUGS[ch10.bug_of(letter)].arm
+    show_figure(lambda narrow=False: dashboard(letter, narrow),
+                alt=f"Eight panels of run {letter}'s logged metrics "
                     f"against the iteration, in orange, beside a correct "
                     f"run of the {arm} arm in gray, each the mean over "
                     "three seeds with a 95% band.",
-                caption=f"Run {LETTERS[bug]} (orange) and the correct "
+                caption=f"Run {letter} (orange) and the correct "
                         f"{arm} run (gray): seeds 0-2, 95% bands.")
 
 
-def changed_line(bug):
-    """Print the engine's line and the line the bug changed it to."""
-    b = sb.BUGS[bug]
-    engine, buggy = sb.one_line_diff(b)
-    print(f"{b.module}.{b.name}, one line changed:")
-    for who, line in (("engine", engine), (f"run {LETTERS[bug]}", buggy)):
-        print(textwrap.fill(line, 77, initial_indent=f"  {who}: ",
-                            subsequent_indent=" " * 12))
+def compare(letter, metric=None):
+    """Print the whole-run paired test of run ``letter`` against the correct run."""
+    print(ch10.compare(letter, runs, metric))
+
+
+def changed_line(letter):
+    """Print the line that run ``letter``'s bug changed, as the run has it."""
+    b = sb.BUGS[ch10.bug_of(letter)]
+    _, buggy = sb.one_line_diff(b)
+    print(f"run {letter}: one line of {b.module}.{b.name} is now")
+    print(textwrap.fill(buggy, 77, initial_indent="  ",
+                        subsequent_indent="      "))
 
 
 # %% [markdown]
 # ## How to name a tell
 #
-# Each "name the tell" exercise is a function with no arguments that returns a pair of
-# strings, `(metric, reason)`:
+# Each "name the tell" exercise is a function with no arguments that returns
+# `(metric, mechanism)`, or `(metric, mechanism, note)`:
 #
-# - `metric` is one of the panel titles of the run's dashboard, as written there (for
-#   example `"objective/entropy"`). It must be a metric that the bug moves. For most runs
-#   that is a panel where the buggy run parts from the correct one; for three of them (C, D
-#   and E) the bug moves its panel by less than three seeds' spread, and the tell is the
-#   panel that drifts the way the bug says it should (*The tells, measured* gives the sizes).
-# - `reason` is one sentence saying why that metric moves: what the bug must be doing to the
-#   loss, the mask or the log-probs. The check looks for the mechanism in your words, not
-#   for an exact phrase.
+# - `metric` is a panel of the run's dashboard, its title written as there (for example
+#   `"objective/entropy"`), that **separates** the run from the correct one. Panels are read
+#   over the whole run: each panel's mean over the run (for `accuracy` and `kl`, after the
+#   start), seed by seed, buggy minus correct, as chapter 5 compared its arms. The panel
+#   separates the runs when the 95% interval of those three differences excludes 0.
+#   `compare("A")` prints that test for every panel of run A, and `compare("A", "accuracy")`
+#   for one (below). Any panel that separates is a right answer. When no panel does, the
+#   answer is `None`: over three seeds, that bug does not show on the dashboard.
+# - `mechanism` is the number of what the changed line does, from the list below. It holds
+#   every run's bug and three that no run has, in no particular order. Pick the one that would
+#   move the panels the way they moved, and leave the others where they are.
+# - `note`, if you want one, is your own sentence saying why. The check does not grade it.
 #
 # The metrics are those of chapters 5 and 9. `accuracy` and `kl` come from the evaluation on
 # the 400 eval prompts: `kl` is the exact per-token KL to the reference. The others are
-# logged on each training batch under TRL's names. The hints go from "look at this panel" to
-# the answer. Runs A to F are PPO or GRPO runs, and run G is a DPO run.
+# logged on each training batch under TRL's names. Runs A to F are PPO or GRPO runs, and run
+# G is a DPO run. The hints go from "look at this panel" to the answer, and a run's answer is
+# told in full, folded, after its check.
+
+# %%
+compare("A", "accuracy")
+
+# %% [markdown]
+# The mechanisms to pick from:
+
+# %%
+for number, text in ch10.MECHANISMS:
+    print(textwrap.fill(text, 77, initial_indent=f"{number:>2}. ",
+                        subsequent_indent="    ", break_on_hyphens=False))
 
 # %% [markdown]
 # ## Run A
@@ -121,45 +139,52 @@ def changed_line(bug):
 # The verifier arm of chapter 5, with one line of the engine changed.
 
 # %% tags=["hide-input"]
-show_dashboard("no-mask")
+show_dashboard("A")
 
 # %% [markdown]
 # ### Exercise 10.1: name the tell of run A
 
 # %% tags=["solution"]
-def tell_no_mask():
-    """Return (metric, reason): the panel that gives run A away, and why."""
+def tell_run_a():
+    """Return (metric, mechanism, note): the panel that gives run A away,
+    the number of its mechanism, and why (not graded)."""
     # BEGIN SOLUTION
-    return ("val/completion_length",
-            "every one of the 4 tokens is counted, also those after the "
-            "end mark, so the length is always 4")
+    return ("val/completion_length", 6,
+            "every one of the 4 tokens is counted, also those after the end "
+            "mark, so the length is always 4")
     # END SOLUTION
 
-# %% [hints] tell_no_mask
+# %% [hints] tell_run_a
 
 # %%
-check("tell_no_mask", tell_no_mask);
+check("tell_run_a", tell_run_a);
 
 # %% [markdown]
-# **What was wrong: the completion mask is missing.** The mask is all ones, so the loss, the
-# leash and every average count the tokens after the first `;` too. Accuracy does not notice:
-# the verifier reads the answer only up to its `;`, and the padding that follows is trained
-# on the same advantage. The length panel does notice, at exactly 4.0 from the first batch.
+# <details class="answer">
+# <summary>What was wrong in run A</summary>
+#
+# **The completion mask is missing** (mechanism 6). The mask is all ones, so the loss, the
+# leash and every average count the tokens after the first `;` too. Accuracy does not
+# notice: the verifier reads the answer only up to its `;`, and the padding that follows is
+# trained on the same advantage. The length panel does notice, at exactly 4 from the first
+# batch, and five more panels separate the runs over the whole run (`compare("A")`), among
+# them `objective/entropy`, another average over the mask.
+#
+# </details>
 
 # %%
-changed_line("no-mask")
+changed_line("A")
 
 # %% [markdown]
 # ### Exercise 10.2: fix it
 #
 # Write `completion_mask` again, as chapter 3 defined it, under the name
-# `fix_no_mask(completions)`. It takes token ids
-# `(B, 4)` and returns a float tensor `(B, 4)` with 1 on each token up to and including the
-# first `;`, and 0 after it. An answer with no `;` keeps all four tokens. The two lines above
-# yours are the engine's.
+# `fix_run_a(completions)`. It takes token ids `(B, 4)` and returns a float tensor `(B, 4)`
+# with 1 on each token up to and including the first `;`, and 0 after it. An answer with no
+# `;` keeps all four tokens. The two lines above yours are the engine's.
 
 # %% tags=["solution"]
-def fix_no_mask(completions):
+def fix_run_a(completions):
     """Return the float mask (B, 4): 1 up to and including the first `;`."""
     is_end = (completions == task.SEMI).long()
     ends_before = torch.cumsum(is_end, dim=1) - is_end  # ';' strictly before
@@ -167,10 +192,10 @@ def fix_no_mask(completions):
     return (ends_before == 0).float()
     # END SOLUTION
 
-# %% [hints] fix_no_mask
+# %% [hints] fix_run_a
 
 # %%
-check("fix_no_mask", fix_no_mask);
+check("fix_run_a", fix_run_a);
 
 # %% [markdown]
 # Passing the check is not the end: the same function now goes back into the run. The next
@@ -179,7 +204,7 @@ check("fix_no_mask", fix_no_mask);
 # ends the same way.
 
 # %%
-print(band_report("no-mask", fix_no_mask, runs, progress=PROGRESS))
+print(band_report("A", fix_run_a, runs, progress=PROGRESS))
 
 # %% [markdown]
 # ## Run B
@@ -187,58 +212,50 @@ print(band_report("no-mask", fix_no_mask, runs, progress=PROGRESS))
 # The verifier arm again, with another line changed.
 
 # %% tags=["hide-input"]
-show_dashboard("pad-is-end")
+show_dashboard("B")
 
 # %% [markdown]
 # ### Exercise 10.3: name the tell of run B
 
 # %% tags=["solution"]
-def tell_pad_is_end():
-    """Return (metric, reason): the panel that gives run B away, and why."""
+def tell_run_b():
+    """Return (metric, mechanism, note): the panel that gives run B away,
+    the number of its mechanism, and why (not graded)."""
     # BEGIN SOLUTION
-    return ("val/completion_length",
+    return ("val/completion_length", 2,
             "the end mark is masked out as if it were padding, so each "
             "answer counts one token less")
     # END SOLUTION
 
-# %% [hints] tell_pad_is_end
+# %% [hints] tell_run_b
 
 # %%
-check("tell_pad_is_end", tell_pad_is_end);
+check("tell_run_b", tell_run_b);
 
 # %% [markdown]
-# **What was wrong: the end mark is taken for padding.** The mask is `token != pad`, the usual
+# <details class="answer">
+# <summary>What was wrong in run B</summary>
+#
+# **The end mark is taken for padding** (mechanism 2). The mask is `token != pad`, the usual
 # way to build an attention mask, but here the pad is the end mark `;`. Every `;` is dropped,
 # including the one that ends the answer, and a token after it is kept. The policy is never
 # trained to end its answer. In this world the end mark comes easily, so accuracy holds over
-# 25 iterations; in a chat model, answers that never stop are the classic symptom. Chapter 3's
-# choice of `;` as both end mark and padding is what makes this bug easy to write.
+# 25 iterations; in a chat model, answers that never stop are the classic symptom. Chapter
+# 3's choice of `;` as both end mark and padding is what makes this bug easy to write.
+#
+# </details>
 
 # %%
-changed_line("pad-is-end")
+changed_line("B")
 
 # %% [markdown]
-# ### Exercise 10.4: fix it
+# ### Your fix, in run B
 #
-# The same contract as exercise 10.2, as `fix_pad_is_end(completions)`. This time the buggy
-# line was `return (completions != task.SEMI).float()`.
-
-# %% tags=["solution"]
-def fix_pad_is_end(completions):
-    """Return the float mask (B, 4): 1 up to and including the first `;`."""
-    is_end = (completions == task.SEMI).long()
-    ends_before = torch.cumsum(is_end, dim=1) - is_end  # ';' strictly before
-    # BEGIN SOLUTION
-    return (ends_before == 0).float()
-    # END SOLUTION
-
-# %% [hints] fix_pad_is_end
+# Run B broke the function you wrote again in exercise 10.2, another way. A mask right on
+# every input is right for both runs, so your `fix_run_a` goes into run B as it is:
 
 # %%
-check("fix_pad_is_end", fix_pad_is_end);
-
-# %%
-print(band_report("pad-is-end", fix_pad_is_end, runs, progress=PROGRESS))
+print(band_report("B", fix_run_a, runs, progress=PROGRESS))
 
 # %% [markdown]
 # ## Run C
@@ -247,62 +264,67 @@ print(band_report("pad-is-end", fix_pad_is_end, runs, progress=PROGRESS))
 # one line changed.
 
 # %% tags=["hide-input"]
-show_dashboard("kl-no-grad")
+show_dashboard("C")
 
 # %% [markdown]
-# ### Exercise 10.5: name the tell of run C
+# ### Exercise 10.4: name the tell of run C
 
 # %% tags=["solution"]
-def tell_kl_no_grad():
-    """Return (metric, reason): the panel that gives run C away, and why."""
+def tell_run_c():
+    """Return (metric, mechanism, note): the panel that gives run C away
+    (None if none does), the number of its mechanism, and why (not graded)."""
     # BEGIN SOLUTION
-    return ("kl",
-            "the KL term reaches the loss but not the gradient, so nothing "
-            "pulls the policy back and the KL keeps growing")
+    return (None, 7,
+            "no panel separates over three seeds; the KL leans above the "
+            "correct run's and nothing else moves: the leash has no pull")
     # END SOLUTION
 
-# %% [hints] tell_kl_no_grad
+# %% [hints] tell_run_c
 
 # %%
-check("tell_kl_no_grad", tell_kl_no_grad);
+check("tell_run_c", tell_run_c);
 
 # %% [markdown]
-# **What was wrong: the KL term carries no gradient.** The policy's log-probs are detached
+# <details class="answer">
+# <summary>What was wrong in run C</summary>
+#
+# **The KL term carries no gradient** (mechanism 7). The policy's log-probs are detached
 # inside the k3 term, as if it were computed under `torch.no_grad()`. The loss still shows
 # the leash's value, but its gradient is zero, so the run is GRPO with $\beta = 0$. The exact
 # KL of the evaluation drifts above the correct run's as the run goes on, but over seeds 0-2
-# it never leaves the correct run's band, and accuracy looks fine. In this arm, over 25
-# iterations, taking the leash away moves the KL by less than the spread of three seeds: of
-# the seven bugs, this is the one the dashboard does not show. The check of the leash's
-# gradient before training finds it at once.
+# no panel separates the runs. In this arm, over 25 iterations, taking the leash away moves
+# the KL by less than the spread of three seeds: of the seven bugs, this is the one the
+# dashboard does not show. The check of the leash's gradient before training finds it at
+# once.
+#
+# </details>
 
 # %%
-changed_line("kl-no-grad")
+changed_line("C")
 
 # %% [markdown]
-# ### Exercise 10.6: fix it
+# ### Exercise 10.5: fix it
 #
-# Write `k3_loss_term` again, as `fix_kl_no_grad(new_logp, ref_logp, mask, kl_clamp=10.0)`:
-# the masked mean of
-# $e^{d} - d - 1$, with $d$ = `ref_logp - new_logp` clamped to $\pm$`kl_clamp`, and its
-# gradient through `new_logp`. The inputs are `(B, T)` tensors, and you return a 0-d tensor.
-# The body is two lines.
+# Write `k3_loss_term` again, as `fix_run_c(new_logp, ref_logp, mask, kl_clamp=10.0)`: the
+# masked mean of $e^{d} - d - 1$, with $d$ = `ref_logp - new_logp` clamped to
+# $\pm$`kl_clamp`, and its gradient through `new_logp`. The inputs are `(B, T)` tensors, and
+# you return a 0-d tensor. The body is two lines.
 
 # %% tags=["solution"]
-def fix_kl_no_grad(new_logp, ref_logp, mask, kl_clamp=10.0):
+def fix_run_c(new_logp, ref_logp, mask, kl_clamp=10.0):
     """Return the mean over masked tokens of k3 = exp(d) - d - 1."""
     # BEGIN SOLUTION
     d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)
     return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
     # END SOLUTION
 
-# %% [hints] fix_kl_no_grad
+# %% [hints] fix_run_c
 
 # %%
-check("fix_kl_no_grad", fix_kl_no_grad);
+check("fix_run_c", fix_run_c);
 
 # %%
-print(band_report("kl-no-grad", fix_kl_no_grad, runs, progress=PROGRESS))
+print(band_report("C", fix_run_c, runs, progress=PROGRESS))
 
 # %% [markdown]
 # ## Run D
@@ -310,56 +332,53 @@ print(band_report("kl-no-grad", fix_kl_no_grad, runs, progress=PROGRESS))
 # GRPO's verifier arm again.
 
 # %% tags=["hide-input"]
-show_dashboard("k1-loss")
+show_dashboard("D")
 
 # %% [markdown]
-# ### Exercise 10.7: name the tell of run D
+# ### Exercise 10.6: name the tell of run D
 
 # %% tags=["solution"]
-def tell_k1_loss():
-    """Return (metric, reason): the panel that gives run D away, and why."""
+def tell_run_d():
+    """Return (metric, mechanism, note): the panel that gives run D away
+    (None if none does), the number of its mechanism, and why (not graded)."""
     # BEGIN SOLUTION
-    return ("kl",
-            "the leash term's expected gradient is zero, so it pulls "
-            "nowhere and the KL grows as if there were no leash")
+    return ("accuracy", 1,
+            "the leash pulls nowhere on average, so the KL leans up as in "
+            "run C, but it still pushes in each batch, and accuracy pays")
     # END SOLUTION
 
-# %% [hints] tell_k1_loss
+# %% [hints] tell_run_d
 
 # %%
-check("tell_k1_loss", tell_k1_loss);
+check("tell_run_d", tell_run_d);
 
 # %% [markdown]
-# **What was wrong: k1 as the loss term.** The leash is the mean of k1 = $\log\pi - \log
+# <details class="answer">
+# <summary>What was wrong in run D</summary>
+#
+# **k1 as the loss term** (mechanism 1). The leash is the mean of k1 = $\log\pi - \log
 # \pi_\text{ref}$ over the sampled tokens. As an estimate of the KL's value, k1 is unbiased
 # (chapter 1). As a loss, its gradient is $\nabla \log \pi$ of the sampled tokens. On average
-# that is $\sum_y \pi(y)\,\nabla\log\pi(y) = \nabla \sum_y \pi(y) = 0$: the leash pulls nowhere.
+# over fresh samples that is $\sum_y \pi(y)\,\nabla\log\pi(y) = \nabla \sum_y \pi(y) = 0$:
+# the leash pulls nowhere, and the KL leans above the correct run's as in run C. It is not
+# nothing, though: in each batch it pushes down the tokens that were sampled, and on the
+# second update of a batch the samples are no longer the policy's own. Unlike run C's, run
+# D's accuracy is lower than the correct run's over the whole run (the table at the end).
 # Chapter 7 shows the same trap from the other side, with k3 in the reward.
+#
+# </details>
 
 # %%
-changed_line("k1-loss")
+changed_line("D")
 
 # %% [markdown]
-# ### Exercise 10.8: fix it
+# ### Your fix, in run D
 #
-# The same contract as exercise 10.6, as `fix_k1_loss`. This time the line that computes `d`
-# was right, and the return line was wrong; write the whole body again.
-
-# %% tags=["solution"]
-def fix_k1_loss(new_logp, ref_logp, mask, kl_clamp=10.0):
-    """Return the mean over masked tokens of k3 = exp(d) - d - 1."""
-    # BEGIN SOLUTION
-    d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)
-    return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
-    # END SOLUTION
-
-# %% [hints] fix_k1_loss
+# Run D broke the function you wrote again in exercise 10.5: this time the line that computes
+# `d` was right, and the return line was wrong. Your `fix_run_c` goes into run D as it is:
 
 # %%
-check("fix_k1_loss", fix_k1_loss);
-
-# %%
-print(band_report("k1-loss", fix_k1_loss, runs, progress=PROGRESS))
+print(band_report("D", fix_run_c, runs, progress=PROGRESS))
 
 # %% [markdown]
 # ## Run E
@@ -367,68 +386,70 @@ print(band_report("k1-loss", fix_k1_loss, runs, progress=PROGRESS))
 # GRPO's verifier arm, with a line of its loss changed.
 
 # %% tags=["hide-input"]
-show_dashboard("ratio-to-reference")
+show_dashboard("E")
 
 # %% [markdown]
-# ### Exercise 10.9: name the tell of run E
+# ### Exercise 10.7: name the tell of run E
 
 # %% tags=["solution"]
-def tell_ratio_to_reference():
-    """Return (metric, reason): the panel that gives run E away, and why."""
+def tell_run_e():
+    """Return (metric, mechanism, note): the panel that gives run E away
+    (None if none does), the number of its mechanism, and why (not graded)."""
     # BEGIN SOLUTION
-    return ("kl",
-            "the clip compares the policy with the reference, so once a "
-            "token has moved 20% from the start its gradient stops and "
-            "the policy stays near the reference")
+    return ("objective/kl", 4,
+            "the clip compares the policy with the reference, so a token "
+            "that has moved 20% from the start gets no more gradient")
     # END SOLUTION
 
-# %% [hints] tell_ratio_to_reference
+# %% [hints] tell_run_e
 
 # %%
-check("tell_ratio_to_reference", tell_ratio_to_reference);
+check("tell_run_e", tell_run_e);
 
 # %% [markdown]
-# **What was wrong: the ratio is taken against the reference.** PPO's ratio compares the policy
+# <details class="answer">
+# <summary>What was wrong in run E</summary>
+#
+# **The ratio is taken against the reference** (mechanism 4). PPO's ratio compares the policy
 # now with the policy that sampled the batch, so that the clip bounds one update (chapter 5).
 # Taken against the frozen reference, the clip bounds the whole run instead. A token whose
 # probability has moved 20% from the start gets no more gradient in the direction it was
-# going. The run stays close to the reference: its exact KL flattens early and low. In these
-# runs that costs no accuracy, though. Run E's accuracy follows the correct run's, so the
-# reference answer above names a panel that does not give the bug away here (the table at
-# the end: -0.003 ± 0.040); `kl` is the panel that shows it, and only late, because the
-# correct run's band is wide. The logged `policy/clipfrac_avg` does not show it either: the
-# engine logs the clip against the sampling policy, as TRL does, and that is not what this
-# loss clipped.
+# going. The run stays closer to the reference: its `objective/kl` is lower than the correct
+# run's over the run, just enough to separate the two, and the exact `kl` leans the same way.
+# In these runs that costs no accuracy, though. The logged `policy/clipfrac_avg` does not
+# show it either: the engine logs the clip against the sampling policy, as TRL does, and
+# that is not what this loss clipped.
+#
+# </details>
 
 # %%
-changed_line("ratio-to-reference")
+changed_line("E")
 
 # %% [markdown]
-# ### Exercise 10.10: fix it
+# ### Exercise 10.8: fix it
 #
-# Write GRPO's loss `grpo_token_loss` again, as `fix_ratio_to_reference`, with the contract
-# of exercise 8.2. The leash term is given, and the clipped surrogate (`ppo.ppo_token_loss`)
-# is the line to write.
+# Write GRPO's loss `grpo_token_loss` again, as `fix_run_e`, with the contract of exercise
+# 8.2. The leash term is given, and the clipped policy loss (`ppo.ppo_token_loss`) is the line
+# to write.
 
 # %% tags=["solution"]
-def fix_ratio_to_reference(new_logp, old_logp, ref_logp, advantages, mask,
-                           epsilon=0.2, beta=0.04, kl_clamp=10.0):
-    """Return the clipped surrogate plus beta times the mean k3."""
+def fix_run_e(new_logp, old_logp, ref_logp, advantages, mask,
+              epsilon=0.2, beta=0.04, kl_clamp=10.0):
+    """Return the clipped policy loss plus beta times the mean k3."""
     leash = ppo.k3_loss_term(new_logp, ref_logp, mask, kl_clamp)
     # BEGIN SOLUTION
-    surrogate = ppo.ppo_token_loss(new_logp, old_logp, advantages, mask,
-                                   epsilon)
+    policy_loss = ppo.ppo_token_loss(new_logp, old_logp, advantages, mask,
+                                     epsilon)
     # END SOLUTION
-    return surrogate + beta * leash
+    return policy_loss + beta * leash
 
-# %% [hints] fix_ratio_to_reference
-
-# %%
-check("fix_ratio_to_reference", fix_ratio_to_reference);
+# %% [hints] fix_run_e
 
 # %%
-print(band_report("ratio-to-reference", fix_ratio_to_reference, runs,
-                  progress=PROGRESS))
+check("fix_run_e", fix_run_e);
+
+# %%
+print(band_report("E", fix_run_e, runs, progress=PROGRESS))
 
 # %% [markdown]
 # ## Run F
@@ -436,62 +457,67 @@ print(band_report("ratio-to-reference", fix_ratio_to_reference, runs,
 # Chapter 5's verifier arm, with one line changed in a function that many stages call.
 
 # %% tags=["hide-input"]
-show_dashboard("no-temperature")
+show_dashboard("F")
 
 # %% [markdown]
-# ### Exercise 10.11: name the tell of run F
+# ### Exercise 10.9: name the tell of run F
 
 # %% tags=["solution"]
-def tell_no_temperature():
-    """Return (metric, reason): the panel that gives run F away, and why."""
+def tell_run_f():
+    """Return (metric, mechanism, note): the panel that gives run F away
+    (None if none does), the number of its mechanism, and why (not graded)."""
     # BEGIN SOLUTION
-    return ("objective/kl",
+    return ("policy/approxkl_avg", 9,
             "the log-probs are taken at temperature 1 while the answers are "
-            "sampled at 0.7, so the logged KL is computed on the wrong "
-            "distribution")
+            "sampled at 0.7, so each update's log-ratios come out smaller")
     # END SOLUTION
 
-# %% [hints] tell_no_temperature
+# %% [hints] tell_run_f
 
 # %%
-check("tell_no_temperature", tell_no_temperature);
+check("tell_run_f", tell_run_f);
 
 # %% [markdown]
-# **What was wrong: the log-probs leave out the temperature.** The answers are sampled from
-# softmax(logits / 0.7), but the ratio, the leash and the logged KL use log-probs at
-# temperature 1. The gradient is that of another distribution than the one that wrote the
-# answers. The logged `objective/kl` is lower than the correct run's on average over the
-# run (see *The tells, measured* below), though no stretch of it leaves the band. The exact
-# KL of the evaluation, computed at 0.7, does the opposite: it rises faster than the correct
-# run's in the first iterations, and ends a little higher. Two KLs that disagree are the
-# sign. A check before training finds the bug at once.
-
-# %%
-changed_line("no-temperature")
-
-# %% [markdown]
-# ### Exercise 10.12: fix it
+# <details class="answer">
+# <summary>What was wrong in run F</summary>
 #
-# Write `logprobs_from_logits` again, as `fix_no_temperature(logits, tokens,
-# temperature=1.0)`: the log-probability of each token under softmax(logits / temperature).
-# It takes logits `(B, T, 13)` and token ids `(B, T)`, and returns `(B, T)`.
+# **The log-probs leave out the temperature** (mechanism 9). The answers are sampled from
+# softmax(logits / 0.7), but the ratio, the leash and the logged KL use log-probs at
+# temperature 1. At temperature 1 every log-ratio comes out smaller, by the factor the
+# temperature divides the logits by, so PPO's own measures of an update,
+# `policy/approxkl_avg` and `policy/clipfrac_avg`, are well below the correct run's, and so
+# is the logged `objective/kl`. The gradient is that of another distribution than the one
+# that wrote the answers, and accuracy is a little lower over the run. The exact KL of the
+# evaluation, computed at 0.7, does not separate the runs. A check before training finds the
+# bug at once.
+#
+# </details>
+
+# %%
+changed_line("F")
+
+# %% [markdown]
+# ### Exercise 10.10: fix it
+#
+# Write `logprobs_from_logits` again, as `fix_run_f(logits, tokens, temperature=1.0)`: the
+# log-probability of each token under softmax(logits / temperature). It takes logits
+# `(B, T, 13)` and token ids `(B, T)`, and returns `(B, T)`.
 
 # %% tags=["solution"]
-def fix_no_temperature(logits, tokens, temperature=1.0):
+def fix_run_f(logits, tokens, temperature=1.0):
     """Return log p(token) under softmax(logits / temperature)."""
     # BEGIN SOLUTION
     logp = F.log_softmax(logits / temperature, dim=-1)
     # END SOLUTION
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
-# %% [hints] fix_no_temperature
+# %% [hints] fix_run_f
 
 # %%
-check("fix_no_temperature", fix_no_temperature);
+check("fix_run_f", fix_run_f);
 
 # %%
-print(band_report("no-temperature", fix_no_temperature, runs,
-                  progress=PROGRESS))
+print(band_report("F", fix_run_f, runs, progress=PROGRESS))
 
 # %% [markdown]
 # ## Run G
@@ -501,47 +527,51 @@ print(band_report("no-temperature", fix_no_temperature, runs,
 # often the chosen one wins, and the log-probs of both.
 
 # %% tags=["hide-input"]
-show_dashboard("dpo-rejected-flipped")
+show_dashboard("G")
 
 # %% [markdown]
-# ### Exercise 10.13: name the tell of run G
+# ### Exercise 10.11: name the tell of run G
 
 # %% tags=["solution"]
-def tell_dpo_rejected_flipped():
-    """Return (metric, reason): the panel that gives run G away, and why."""
+def tell_run_g():
+    """Return (metric, mechanism, note): the panel that gives run G away
+    (None if none does), the number of its mechanism, and why (not graded)."""
     # BEGIN SOLUTION
-    return ("logps/rejected",
-            "the rejected answer's log-ratio has the wrong sign, so the "
-            "loss also rewards raising the rejected answer, and its "
-            "log-prob rises")
+    return ("logps/rejected", 10,
+            "the rejected answer's log-ratio has the wrong sign, so the loss "
+            "also rewards raising the rejected answer, and its log-prob rises")
     # END SOLUTION
 
-# %% [hints] tell_dpo_rejected_flipped
+# %% [hints] tell_run_g
 
 # %%
-check("tell_dpo_rejected_flipped", tell_dpo_rejected_flipped);
+check("tell_run_g", tell_run_g);
 
 # %% [markdown]
-# **What was wrong: DPO's rejected log-ratio is the wrong way round.** It is computed as
-# reference minus policy, so the margin is the sum of the two log-ratios, and the loss falls
-# when the policy raises *both* answers. The run still gains accuracy, less than the correct
-# run, but it no longer learns a preference: `logps/rejected` rises where the correct run's
-# falls, `logps/chosen` does not rise, and `rewards/accuracies` falls to near 0. This is the
-# one-term slip of exercise 9.1, and the reason that exercise names it.
-
-# %%
-changed_line("dpo-rejected-flipped")
-
-# %% [markdown]
-# ### Exercise 10.14: fix it
+# <details class="answer">
+# <summary>What was wrong in run G</summary>
 #
-# Write `dpo_loss` again, as `fix_dpo_rejected_flipped`, with the contract of exercise 9.1.
-# The chosen log-ratio and the loss are given, and the rejected log-ratio is the line to
-# write.
+# **DPO's rejected log-ratio is the wrong way round** (mechanism 10). It is computed as
+# reference minus policy, so the margin is the sum of the two log-ratios, and the loss falls
+# when the policy raises *both* answers. The run no longer learns a preference:
+# `logps/rejected` rises where the correct run's falls, `logps/chosen` is lower than the
+# correct run's over the run, and `rewards/accuracies` falls to near 0. Its accuracy still rises from the
+# start, but less than the correct run's. Exercise 9.1's check names this one-term slip too.
+#
+# </details>
+
+# %%
+changed_line("G")
+
+# %% [markdown]
+# ### Exercise 10.12: fix it
+#
+# Write `dpo_loss` again, as `fix_run_g`, with the contract of exercise 9.1. The chosen
+# log-ratio and the loss are given, and the rejected log-ratio is the line to write.
 
 # %% tags=["solution"]
-def fix_dpo_rejected_flipped(policy_chosen_logps, policy_rejected_logps,
-                             ref_chosen_logps, ref_rejected_logps, beta=0.1):
+def fix_run_g(policy_chosen_logps, policy_rejected_logps,
+              ref_chosen_logps, ref_rejected_logps, beta=0.1):
     """Return DPO's loss: the mean of -log sigmoid(beta * margin)."""
     chosen = policy_chosen_logps - ref_chosen_logps
     # BEGIN SOLUTION
@@ -549,41 +579,43 @@ def fix_dpo_rejected_flipped(policy_chosen_logps, policy_rejected_logps,
     # END SOLUTION
     return -F.logsigmoid(beta * (chosen - rejected)).mean()
 
-# %% [hints] fix_dpo_rejected_flipped
+# %% [hints] fix_run_g
 
 # %%
-check("fix_dpo_rejected_flipped", fix_dpo_rejected_flipped);
+check("fix_run_g", fix_run_g);
 
 # %%
-print(band_report("dpo-rejected-flipped", fix_dpo_rejected_flipped, runs,
-                  progress=PROGRESS))
+print(band_report("G", fix_run_g, runs, progress=PROGRESS))
 
 # %% [markdown]
 # ## The tells, measured
 #
-# For each bug, the metrics named as its tells, reduced to one number a run (the mean over the
-# run; for `accuracy` and `kl`, the mean after the start). Each cell is a mean over seeds 0-2,
-# and the last column is the paired difference, buggy minus correct, seed by seed, with its
-# 95% interval. A tell *separates* the runs when that interval excludes 0.
+# For each run, every panel of its dashboard that separates it from the correct run by the
+# test the checks of the tells used: the panel's mean over the run (for `accuracy` and `kl`,
+# after the start), seed by seed, buggy minus correct, and the 95% interval of those
+# differences. For run C, where no panel separates, its two KL panels. The correct run's value
+# is a mean over seeds 0-2, and the difference is the mean of the three seeds' differences
+# with its 95% half-width.
 
 # %%
-table = sb.tell_table(runs, bugs=list(LETTERS))
-print(f"{'run':<4} {'tell':<22} {'correct':>9} {'buggy':>9} "
-      f"{'difference':>18}")
-for bug, rows in table.items():
-    for metric, row in rows.items():
-        diff, half = row["difference"]
+print(f"{'run':<4} {'panel':<21} {'correct':>9}  buggy - correct")
+for letter, bug in ch10.RUNS.items():
+    rows = sb.tell_table(runs, [bug], every=True)[bug]
+    shown = ({m: r for m, r in rows.items() if r["separates"]}
+             or {m: rows[m] for m in ("kl", "objective/kl")})
+    for metric, row in shown.items():
         verdict = "separates" if row["separates"] else "DOES NOT"
-        print(f"{LETTERS[bug]:<4} {metric:<22} {row['correct'][0]:>9.3f} "
-              f"{row['buggy'][0]:>9.3f} {diff:>+9.3f} ± {half:.3f}  "
-              f"{verdict}")
+        diff = ch10.interval_text(*row["difference"])
+        print(f"{letter:<4} {metric:<21} {row['correct'][0]:>9.3g}  "
+              f"{diff:<24}  {verdict}")
 
 # %% [markdown]
 # ## Which panel moves first
 #
-# Over seeds 0-2, the tells of runs A, B, F and G separate. Those of runs C, D and E do not.
-# Their KL differences have the sign the bug predicts (more KL in runs C and D, less in run
-# E), but three seeds do not tell them from noise, and run E's accuracy does not move at all.
+# Over seeds 0-2, every run but C has a panel that separates it from the correct run: most of
+# the dashboard for runs A, B and G, four panels for run F, and one for runs D and E, each by
+# a small margin (`accuracy` for run D, `objective/kl` for run E). Run C's KL panels lean the
+# way its bug predicts, above the correct run's, but three seeds do not tell them from noise.
 #
 # A dashboard is read while the run goes on, so it matters *when* a tell shows. For each run,
 # the first points at which a panel leaves the correct run's band and stays out for three
@@ -591,12 +623,12 @@ for bug, rows in table.items():
 # `accuracy` and `kl`; at most three panels a run, `-` when none does):
 
 # %%
-for bug in LETTERS:
+for letter, bug in ch10.RUNS.items():
     metrics = sb.DASHBOARD[sb._trainer(sb.BUGS[bug].arm)]
     first = {m: sb.first_departure(runs, bug, m) for m in metrics}
     moved = sorted((i, m) for m, i in first.items() if i is not None)
     shown = ", ".join(f"{m} at {i}" for i, m in moved[:3]) or "-"
-    print(f"run {LETTERS[bug]} ({bug}):\n    {shown}")
+    print(f"run {letter} ({bug}):\n    {shown}")
 
 # %% [markdown]
 # Three kinds of bug show three ways:
@@ -604,9 +636,10 @@ for bug in LETTERS:
 # - **A wrong mask** (runs A and B) shows in the first batch, in `val/completion_length`, the
 #   mask's own sum. `objective/entropy`, another average over the mask, leaves the band at
 #   once in run B and by iteration 5 in run A.
-# - **A leash that does not hold** (runs C and D) shows late, if at all, and only in the KL.
-#   Run D's exact `kl` leaves the band at iteration 21, when most of the run is spent (its
-#   noisier `objective/kl` is out earlier, from iteration 5). Run C's never leaves it.
+# - **A leash that does not hold** (runs C and D) shows late, if at all. Run D's exact `kl`
+#   leaves the band at iteration 21, when most of the run is spent (its noisier
+#   `objective/kl` is out earlier, from iteration 5), and over the whole run it is run D's
+#   accuracy, not its KL, that separates it. Run C's panels never leave the band.
 # - **A wrong loss** shows in what the loss moves. Run E's KL flattens early, but the correct
 #   run's band is wide, and it leaves the band only at iteration 20. Run G's DPO logs are the
 #   wrong way up from the first step.
@@ -639,15 +672,16 @@ for bug in LETTERS:
 names = list(sb.CHECKS)
 short = {"leash gradient": "leash grad.", "DPO gradient": "DPO grad."}
 print(f"{'':<9}" + "".join(f"{short.get(n, n):>12}" for n in names))
-for bug in [None, *LETTERS]:
-    results = sb.run_checks(policy, None if bug is None else sb.BUGS[bug])
-    label = "engine" if bug is None else f"run {LETTERS[bug]}"
+for letter in [None, *ch10.RUNS]:
+    bug = None if letter is None else sb.BUGS[ch10.bug_of(letter)]
+    results = sb.run_checks(policy, bug)
+    label = "engine" if letter is None else f"run {letter}"
     marks = "".join(f"{'ok' if results[n][0] else 'CAUGHT':>12}"
                     for n in names)
     print(f"{label:<9}{marks}")
 print("\nWhat the mask check shows, on the engine and on run B:")
 print("  engine:", sb.check_mask(policy)[1])
-with sb.planted(sb.BUGS["pad-is-end"]):
+with sb.planted(sb.BUGS[ch10.bug_of("B")]):
     print("  run B: ", sb.check_mask(policy)[1])
 
 # %% [markdown]
@@ -678,11 +712,13 @@ with sb.planted(sb.BUGS["pad-is-end"]):
 #   one that is zero on average. Over a few seeds it may stay inside the band, so check the
 #   leash's gradient before training instead.
 # - The KL flattens early and stays low: the clip is measured against the wrong policy.
-# - `objective/kl` disagrees with an exact KL on the same answers: the log-probs in the loss
-#   are not the sampler's.
+# - `objective/kl` disagrees with an exact KL on the same answers, or `policy/approxkl_avg`
+#   and `policy/clipfrac_avg` sit well below a healthy run's: the log-probs in the loss are
+#   not the sampler's.
 # - DPO's `rewards/accuracies` near 0, or `logps/rejected` rising: a sign in the loss.
 #
-# **Always:** compare with a healthy run. Five of these runs (A, B, C, E and F) ended with
-# about the correct run's accuracy. Only a baseline with bands over seeds tells what is
-# normal, and that is how every dashboard above was read. Three seeds are not always enough:
-# they did not separate the tells of runs C, D and E.
+# **Always:** compare with a healthy run. Over the whole run, accuracy separated only three
+# of these runs (D, F and G) from the correct one, by a few points at most. Only a baseline
+# with bands over seeds tells what is normal, and that is how every dashboard above was read.
+# Three seeds are not always enough: they did not separate run C at all, and runs D and E
+# only just.

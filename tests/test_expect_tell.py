@@ -1,46 +1,290 @@
-"""The "name the tell" answer check: a metric that gives the bug away, and one sentence why."""
+"""Chapter 10's "name the tell": judged by meaning (a metric that separates the runs by the
+whole-run paired test, and the number of the changed line's mechanism), never by words."""
 
+import json
+import re
+
+import nbformat
 import pytest
 
-from minirlhf.course.cases import MISTAKES, Case, Exercise, ExpectTell, Tell, run_cases
+from minirlhf.course import grader, nbgen
+from minirlhf.course.cases import MISTAKES, Case, Exercise, describe, run_cases
+from minirlhf.course.exercises import ch10, get
+from minirlhf.course.tells import ExpectTell, Tell
+from minirlhf.paths import ROOT
+from minirlhf.studies import silent_bugs as sb
 
-TELL = Tell(metrics=("val/completion_length",),
-            reasons=(("mask", "end"), ("mask", "all", "4"), ("every", "token")),
-            shown=("accuracy", "kl", "objective/kl", "val/completion_length"))
+SHOWN = ("accuracy", "kl", "objective/kl", "val/completion_length")
+MECHANISMS = ((1, "The mask keeps every token."), (2, "The mask drops the end mark."), (3, "DPO's sign."))
+TELL = Tell(run="run B", separating=("kl", "val/completion_length"), mechanism=2, mechanisms=MECHANISMS,
+            shown=SHOWN, earlier=((1, "run A"),))
 
 
-def answer(metric, reason):
-    return lambda: (metric, reason)
+def exercise(expected=TELL):
+    return Exercise("tell", 10, "name the tell", ExpectTell(), (Case({}, expected, "the tell"),), ("h1", "h2", "h3"),
+                    reference=lambda: ("val/completion_length", 2))
 
 
-def exercise(fn_expected=TELL):
-    return Exercise("tell", 10, "name the tell", ExpectTell(), (Case({}, fn_expected, "the tell"),), ("h",),
-                    reference=answer("val/completion_length", "the mask keeps every token, so the length is 4"))
+def verdict(answer, expected=TELL):
+    return run_cases(lambda: answer, exercise(expected)).results[0]
 
 
 @pytest.mark.parametrize("got, mistake", [
-    (("val/completion_length", "Without the mask every token counts, so the length is always 4."), ""),
-    (["val/completion_length", "The mask no longer stops at the end mark."], ""),
-    (("  val/completion_length ", "the MASK ignores the END mark"), ""),
+    (("val/completion_length", 2), ""),
+    (("kl", 2), ""),  # any metric that separates
+    ((" kl ", 2, "the end mark is masked out, i.e. taken for padding, e.g. in '7;;;' vs. '7;'."), ""),
+    (["val/completion_length", 2, None], ""),
+    (("val/completion_length", 2, "any words at all: the note is not graded"), ""),
+    (("accuracy", 2), "wrong-metric"),  # on the dashboard, but it does not separate
+    ((None, 2), "no-metric"),  # a panel does separate
+    (("completion length", 2), "unknown-metric"),
+    (("val/completion_length", 1), "mechanism"),
+    (("val/completion_length", 3), "mechanism"),
+    (("val/completion_length", 9), "unknown-mechanism"),
+    (("val/completion_length", "2"), "type"),
+    (("val/completion_length", "the mask drops the end mark"), "type"),
+    (("val/completion_length", 2.0), "type"),
+    (("val/completion_length", True), "type"),
+    (("val/completion_length", 2, 3), "type"),
+    (("val/completion_length",), "type"),
     ("val/completion_length", "type"),
     (None, "type"),
-    (("completion length", "every token"), "unknown-metric"),
-    (("accuracy", "every token counts"), "wrong-metric"),
-    (("val/completion_length", ""), "no-reason"),
-    (("val/completion_length", "The mask is wrong. Every token counts now."), "not-one-sentence"),
-    (("val/completion_length", "it goes up a lot"), "reason"),
+    ((42, 2), "type"),
 ])
 def test_answers(got, mistake):
-    result = run_cases(lambda: got, exercise()).results[0]
-    assert result.passed == (mistake == "")
+    result = verdict(got)
+    assert result.passed == (mistake == ""), result.message
     assert result.mistake == mistake, result.message
     if mistake:
         assert mistake in MISTAKES and result.message
 
 
-def test_messages_name_what_to_do():
-    unknown = run_cases(answer("completion length", "x" * 20), exercise()).results[0].message
-    assert "val/completion_length" in unknown  # the dashboard's names are listed
-    wrong = run_cases(answer("accuracy", "every token counts"), exercise()).results[0].message
-    assert "panel" in wrong and "val/completion_length" not in wrong  # no give-away
-    assert run_cases(exercise().reference, exercise()).passed
+def test_none_is_the_answer_when_no_panel_separates():
+    nothing = Tell(run="run C", separating=(), mechanism=2, mechanisms=MECHANISMS, shown=SHOWN)
+    assert verdict((None, 2), nothing).passed
+    wrong = verdict(("kl", 2), nothing)
+    assert wrong.mistake == "wrong-metric" and "holds 0" in wrong.message and "or None" in wrong.message
+
+
+def test_messages_say_what_they_test_and_give_nothing_away():
+    wrong = verdict(("accuracy", 2)).message
+    assert "paired difference" in wrong and "95% interval that holds 0" in wrong
+    assert "val/completion_length" not in wrong and "kl," not in wrong  # which panel separates is not told
+    assert wrong.endswith("The mechanism, 2, is right")
+    missed = verdict((None, 2)).message
+    assert "one does" in missed and "val/completion_length" not in missed
+    sibling = verdict(("kl", 1)).message  # run A's bug, whose answer the learner has seen
+    assert "the metric is right" in sibling and "run A's bug" in sibling and "mask keeps every token" in sibling
+    other = verdict(("kl", 3)).message  # not a run seen yet: nothing said about whose bug it is
+    assert "not what the changed line of run B does" in other and "'s bug" not in other
+    both = verdict(("accuracy", 3))
+    assert both.mistake == "wrong-metric" and "holds 0" in both.message and "mechanism 3" in both.message
+    # what a failing case shows as expected: the question, not its answer
+    shown = describe(TELL)
+    assert "separates run B" in shown and "val/completion_length" not in shown and "2" not in shown
+
+
+# --------------------------------------------------------------------------- the chapter's seven runs
+
+LETTERS = list(ch10.RUNS)
+
+
+def answer(metric, mechanism, note=None):
+    return (lambda: (metric, mechanism)) if note is None else (lambda: (metric, mechanism, note))
+
+
+@pytest.mark.parametrize("letter", LETTERS)
+def test_each_run_accepts_every_separating_metric_and_only_those(letter):
+    ex = get(ch10.tell_name(letter))
+    tell = ex.cases[0].expected
+    right = tell.mechanism
+    assert run_cases(ex.reference, ex).passed
+    for metric in tell.shown:
+        result = run_cases(answer(metric, right), ex).results[0]
+        assert result.passed == (metric in tell.separating), (metric, result.message)
+        if not result.passed:
+            assert result.mistake == "wrong-metric"
+    none = run_cases(answer(None, right), ex).results[0]
+    assert none.passed == (not tell.separating), none.message
+
+
+@pytest.mark.parametrize("letter", LETTERS)
+def test_every_other_mechanism_fails_each_run(letter):
+    ex = get(ch10.tell_name(letter))
+    metric = ex.reference()[0]
+    mechanisms = [n for n, _ in ch10.MECHANISMS]
+    assert len(mechanisms) == len(set(mechanisms)) == 10
+    for number in mechanisms:
+        result = run_cases(answer(metric, number), ex).results[0]
+        assert result.passed == (number == ch10.MECHANISM_OF[ch10.bug_of(letter)]), (number, result.message)
+        if not result.passed:
+            assert result.mistake == "mechanism"
+    # every sibling bug's mechanism in particular, with every metric
+    for other in LETTERS:
+        if other != letter:
+            sibling = ch10.MECHANISM_OF[ch10.bug_of(other)]
+            assert not any(run_cases(answer(m, sibling), ex).passed for m in (None, *ex.cases[0].expected.shown))
+
+
+def test_each_run_has_its_own_mechanism_and_the_reference_names_it():
+    assert sorted(ch10.MECHANISM_OF) == sorted(sb.BUGS)
+    assert len(set(ch10.MECHANISM_OF.values())) == len(sb.BUGS)
+    for letter in LETTERS:
+        metric, mechanism = get(ch10.tell_name(letter)).reference()
+        assert mechanism == ch10.MECHANISM_OF[ch10.bug_of(letter)]
+        assert metric in ch10.SEPARATING[ch10.bug_of(letter)] or (metric is None and not ch10.SEPARATING[
+            ch10.bug_of(letter)])
+
+
+# The adversary's answers (review 2026-12, A1-A3): one sentence stuffed with every stem the
+# old keyword check looked for, and reasons that say nothing or the opposite.
+STUFFED = ("the mask on every token after the end mark, one less, pad ; shorter, gradient detach no_grad leash "
+           "nothing not pull zero nowhere clip ratio reference stop temperature 0.7 sampl distribution "
+           "rejected rais sign flip always 4")
+
+
+def test_the_stuffed_sentence_and_nonsense_cannot_pass():
+    assert len(STUFFED) == 222
+    nonsense = ("kl goes up, the gradient is fine and correct", "I'm not sure; it just looks shorter",
+                "I have nothing to say about the kl", STUFFED)
+    for letter in LETTERS:
+        ex = get(ch10.tell_name(letter))
+        tell = ex.cases[0].expected
+        metrics = tell.separating or (None,)
+        for reason in nonsense:
+            # as the old format's reason, in place of a mechanism
+            assert not any(run_cases(answer(m, reason), ex).passed for m in (*tell.shown, None))
+            # as a note beside a wrong mechanism: the note is never read
+            wrong = next(n for n, _ in ch10.MECHANISMS if n != tell.mechanism)
+            assert not run_cases(answer(metrics[0], wrong, reason), ex).passed
+            # and beside the right answer it takes nothing away: a paraphrase is never refused
+            assert run_cases(answer(metrics[0], tell.mechanism, reason), ex).passed
+
+
+def test_run_f_accepts_approxkl():
+    ex = get("tell_run_f")
+    assert run_cases(answer("policy/approxkl_avg", 9, "log-ratios at T = 1, i.e. not at 0.7"), ex).passed
+
+
+def _printed(cell) -> str:
+    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def _solution():
+    return json.loads((ROOT / "solutions" / "10_silent_bugs.ipynb").read_text(encoding="utf-8"))
+
+
+def test_the_accepted_metrics_are_those_the_chapter_prints_as_separating():
+    """The check's data and the chapter's measured table say the same: every panel the table
+    prints as separating a run is accepted for it, and no other (a run with none prints its KL
+    panels as DOES NOT)."""
+    nb = _solution()
+    table = next(_printed(c) for c in nb["cells"] if c["cell_type"] == "code" and "tell_table" in "".join(c["source"]))
+    printed = {letter: set() for letter in LETTERS}
+    for line in table.splitlines()[1:]:
+        letter, metric, *_, verdict = line.split()
+        if verdict == "separates":
+            printed[letter].add(metric)
+        else:
+            assert verdict == "NOT"
+    assert {letter: set(ch10.SEPARATING[ch10.bug_of(letter)]) for letter in LETTERS} == printed
+
+
+def test_the_separating_metrics_follow_from_the_runs():
+    # The same sets from the study's own test, on runs laid out as the study stores them.
+    def log(values):
+        return {k: list(values) for k in sb.DASHBOARD["ppo"]}
+
+    runs = {"correct": {"verifier": {"0": log([1.0, 1.0, 1.0]), "1": log([1.0, 1.1, 1.2]), "2": log([1.0, 0.9, 1.0])}}}
+    runs["no-mask"] = {s: {**v, "val/completion_length": [4.0, 4.0, 4.0]} for s, v in runs["correct"]["verifier"].items()}
+    assert sb.separating(runs, "no-mask") == ("val/completion_length",)
+    runs["no-mask"] = runs["correct"]["verifier"]
+    assert sb.separating(runs, "no-mask") == ()
+
+
+def test_the_chapter_says_each_mechanism_only_after_its_check():
+    """Runs are named by letter only until their answer, and each answer is folded."""
+    cells = nbgen.parse((ROOT / "chapters" / "10_silent_bugs.py").read_text(encoding="utf-8"), "ch10")
+    text = "\n".join(c["source"] for c in cells)
+    for name in sb.BUGS:
+        assert f'"{name}"' not in text.split("## The tells, measured")[0], name  # no bug named by key
+    assert "LETTERS" not in text
+    for letter in LETTERS:
+        mechanism = ch10.MECHANISM_OF[ch10.bug_of(letter)]
+        check_at = text.index(f'check("tell_run_{letter.lower()}"')
+        answer_at = text.index(f"<summary>What was wrong in run {letter}</summary>")
+        assert check_at < answer_at < text.index(f'changed_line("{letter}")')
+        assert f"(mechanism {mechanism})" in text[answer_at:answer_at + 400]
+
+
+def test_the_tell_references_are_functions_the_grader_can_block():
+    for letter in LETTERS:
+        ex = get(ch10.tell_name(letter))
+        where = grader._reference_name(ex)
+        assert where == ["minirlhf.course.exercises.ch10", ex.name]
+        assert ex.reference.__closure__ is None
+        grader._block_reference(where)
+        try:
+            with pytest.raises(grader._ReferenceNotAvailable):
+                getattr(ch10, ex.name)()
+        finally:
+            grader._unblock_references()
+        assert ex.reference() == getattr(ch10, ex.name)()
+
+
+# --------------------------------------------------------------------------- the adversary's notebook
+
+NONSENSE = {  # review 2026-12, A1-A3: nonsense reasons; in the new form, beside a sibling's mechanism
+    "a": (("val/completion_length", 2, "kl goes up, the gradient is fine and correct"), "mechanism"),
+    "b": (("val/completion_length", "I'm not sure; it just looks shorter"), "type"),  # the old form
+    "c": (("kl", 7, STUFFED), "wrong-metric"),
+    "d": (("kl", 7, "I have nothing to say about the kl"), "wrong-metric"),
+    "e": (("accuracy", 4, "the reference is fine, the ratio is fine"), "wrong-metric"),
+    "f": (("objective/kl", 4, "it is the temperature of the room"), "mechanism"),
+    "g": (("logps/rejected", 5, STUFFED), "mechanism"),
+}
+UNFIXED = '''def fix_run_c(new_logp, ref_logp, mask, kl_clamp=10.0):
+    d = (ref_logp - new_logp.detach()).clamp(-kl_clamp, kl_clamp)       # the bug, kept
+    k3 = ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
+    return torch.tensor(k3.item(), requires_grad=True)
+'''
+
+
+def test_the_adversarys_notebook_fails(tmp_path):
+    """The solution notebook with its seven tells swapped for nonsense (the review's reasons,
+    the stuffed sentence among them, as notes beside a wrong answer) and run C's fix for the
+    unfixed bug (review A3/A5) grades FAIL, every tell failing for what it got wrong. The runs, dashboards and band
+    reports are left out: no grade depends on them."""
+    nb = nbformat.from_dict(_solution())
+    kept = [nbformat.v4.new_code_cell("import torch\nimport torch.nn.functional as F\n\n"
+                                      "from minirlhf import ppo, task\n"
+                                      "from minirlhf.course.exercises import check")]
+    for cell in nb.cells:
+        source = cell.source
+        found = re.match(r"def (tell_run_(\w)|fix_run_\w)\(", source)
+        if cell.cell_type == "markdown":
+            kept.append(cell)
+        elif found and found[2]:
+            kept.append(nbformat.v4.new_code_cell(f"def {found[1]}():\n    return {NONSENSE[found[2]][0]!r}\n"))
+        elif found and found[1] == "fix_run_c":
+            kept.append(nbformat.v4.new_code_cell(UNFIXED))
+        elif found or source.startswith("check("):
+            kept.append(nbformat.v4.new_code_cell(source))
+    nb.cells = kept
+    path = tmp_path / "10_silent_bugs.ipynb"
+    nbformat.write(nb, str(path))
+    result = grader.grade_notebook(path, seed=1)
+    assert not result.error, result.error
+    by_name = {e.exercise.name: e for e in result.exercises}
+    assert set(by_name) == {ex.name for ex in ch10.IN_THIS_CHAPTER}
+    assert not result.passed and grader.exit_status([result]) == 1
+    for letter in LETTERS:
+        tell = by_name[ch10.tell_name(letter)]
+        assert not tell.passed and tell.results[0].mistake == NONSENSE[letter.lower()][1], grader.render(result)
+    for name in ("fix_run_a", "fix_run_e", "fix_run_f", "fix_run_g"):  # the solution's fixes, kept
+        assert by_name[name].passed, grader.render(result)
+    # The unfixed fix_run_c gets the same verdict from the grader as from its check cell: the
+    # gradient check of the loss exercises (issue 28, item 1) is what fails it.
+    namespace = {}
+    exec("import torch\n" + UNFIXED, namespace)
+    assert by_name["fix_run_c"].passed == run_cases(namespace["fix_run_c"], get("fix_run_c")).passed

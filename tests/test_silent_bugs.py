@@ -209,3 +209,45 @@ def test_first_departure_needs_three_points_out_of_the_band():
     assert sb.first_departure(runs, "kl-no-grad", "kl") == 3
     runs["kl-no-grad"] = logs(correct)
     assert sb.first_departure(runs, "kl-no-grad", "kl") is None
+
+
+def test_tell_table_every_metric_of_the_dashboard():
+    def log(v):
+        return {k: [0.0, v, v] for k in sb.DASHBOARD["ppo"]}
+
+    runs = {"correct": {"verifier": {"0": log(1.0), "1": log(1.1), "2": log(0.9)}},
+            "no-mask": {"0": log(2.0), "1": log(2.1), "2": log(1.9)}}
+    every = sb.tell_table(runs, ["no-mask"], every=True)["no-mask"]
+    assert list(every) == list(sb.DASHBOARD["ppo"]) and all(row["separates"] for row in every.values())
+    assert list(sb.tell_table(runs, ["no-mask"])["no-mask"]) == list(sb.BUGS["no-mask"].tells)
+    assert sb.separating(runs, "no-mask") == sb.DASHBOARD["ppo"]
+    assert sb.paired_difference(runs, "no-mask", "kl")["difference"][0] == pytest.approx(1.0)
+
+
+def test_band_report_never_raises_for_the_learners_code(monkeypatch):
+    """A fix that passes its check but raises on its 60th call inside the run (review E8) gets
+    a line that says so, not a traceback."""
+    from minirlhf.course.exercises import ch10
+    from minirlhf.model import completion_mask
+
+    calls = []
+
+    def fix(completions):
+        calls.append(1)
+        if len(calls) > 60:
+            raise IndexError("index 4 is out of bounds")
+        return completion_mask(completions)
+
+    def fake_band_check(name, fn, runs, progress=False):
+        batch = torch.tensor([[1, 2, SEMI, SEMI]])
+        for _ in range(100):  # the run calls the mask on every batch
+            fn(batch)
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(sb, "band_check", fake_band_check)
+    text = ch10.band_report("B", fix, runs={"correct": {"verifier": {"0": {}}}})
+    assert "fix_run_a passes its check, but raised during run B: IndexError: index 4 is out of bounds" in text
+    assert "line" in text and "fix" in text  # where, in the learner's code
+    calls.clear()
+    broken = ch10.band_report("A", lambda completions: completions, runs={})
+    assert broken.startswith("fix_run_a: the check above does not pass yet")

@@ -57,7 +57,7 @@ import numpy as np
 from ..palette import BLUE, DARK_YELLOW, GREEN, ORANGE
 
 __all__ = [
-    "Case", "Raises", "Exercise", "Slip", "known_slip", "Tell", "ExpectTell", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
+    "Case", "Raises", "Exercise", "Slip", "known_slip", "Call", "CaseResult", "Report", "Opaque", "MISTAKES", "REPORT_WIDTH",
     "ExpectFloat2", "ExpectDict2", "ExpectArray", "ExpectFloat", "ExpectScalarTensor",
     "call_safely", "judge", "run_case", "run_cases", "not_run", "next_hint",
     "raised", "printable", "NO_GRADIENT", "to_plain", "from_plain", "describe", "describe_kwargs", "failure_lines", "shorten", "wrap",
@@ -90,11 +90,12 @@ MISTAKES = {
     "no-raise": "a value returned where the contract asks for an exception",
     "wrong-error": "an exception of another type than the contract asks for",
     "error-message": "the right exception, with a message that does not name what is wrong",
+    # chapter 10's "name the tell" (minirlhf.course.tells)
     "unknown-metric": "a metric name that the dashboard does not show",
-    "wrong-metric": "a metric that does not give this bug away",
-    "no-reason": "a metric named without a reason",
-    "not-one-sentence": "a reason longer than one sentence",
-    "reason": "a reason that does not say what the bug does to the metric",
+    "wrong-metric": "a metric that does not separate the runs by the whole-run paired test",
+    "no-metric": "None (no metric separates the runs) where one does",
+    "unknown-mechanism": "a mechanism number that the list does not have",
+    "mechanism": "a mechanism that is not what the changed line does",
 }
 
 
@@ -136,21 +137,6 @@ class Raises:
 
     def __str__(self) -> str:
         return f"raises {self.error.__name__}" + (f" naming {self.mentions}" if self.mentions else "")
-
-
-@dataclass(frozen=True)
-class Tell:
-    """The expected answer of a "name the tell" exercise, for :class:`ExpectTell`.
-
-    ``metrics``: the metric names that give the bug away (as the runs log them). ``reasons``:
-    groups of word stems; the learner's reason must contain every stem of at least one group
-    (case-insensitive), e.g. ``(("leash", "gradient"), ("kl", "grow"))``. ``shown``: every
-    metric the dashboard shows, so that a typo is told from a wrong metric.
-    """
-
-    metrics: tuple
-    reasons: tuple
-    shown: tuple
 
 
 @dataclass(frozen=True)
@@ -553,8 +539,8 @@ def _describe(value, whole: bool = False) -> str:
         return "None"
     if isinstance(value, Opaque):
         return value.text
-    if isinstance(value, Raises):
-        return str(value)
+    if isinstance(value, Raises) or getattr(type(value), "described_by_str", False):
+        return str(value)  # an expected value that says what it asks for (Raises, a tell's Tell)
     if isinstance(value, bool):
         return repr(value)
     if isinstance(value, np.generic):  # before float: np.float64 is a float too
@@ -745,39 +731,6 @@ class ExpectDict2(Expect):
             bad = self._one.diagnose(got[k], expected[k], what=str(k))
             if bad:
                 return bad
-        return None
-
-
-class ExpectTell(Expect):
-    """A pair of strings, (metric, reason): a metric that gives the bug away, and one sentence
-    saying why it moves (see :class:`Tell`)."""
-
-    what = "the answer"
-
-    def __init__(self, slips=()):
-        self._named(None, None, slips)
-
-    def diagnose(self, got, expected) -> tuple[str, str] | None:
-        if not isinstance(expected, Tell):  # another answer, (metric, reason): the same metric, any reason
-            expected = Tell((expected[0],), ((),), (expected[0],))
-        if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(x, str) for x in got)):
-            missing = _MISSING_RETURN if got is None else ""
-            return "type", f"the answer is {_a(got)}, expected a pair of strings: (metric, reason){missing}"
-        metric, reason = got[0].strip(), " ".join(got[1].split())
-        if metric not in expected.shown:
-            return "unknown-metric", (f"{metric!r} is not a metric of the dashboard; write one of "
-                                      f"{', '.join(expected.shown)}")
-        if metric not in expected.metrics:
-            return "wrong-metric", (f"{metric} does not give this bug away: in its panel the buggy run "
-                                    "stays inside the correct run's band. Look for the panel where the two part")
-        if len(reason) < 10:
-            return "no-reason", f"say in one sentence why {metric} moves under this bug"
-        if len(reason) > 300 or re.search(r"[.!?]\s+\S", reason):
-            return "not-one-sentence", "the reason is more than one sentence: keep the one that says why"
-        text = reason.lower()
-        if not any(all(stem in text for stem in group) for group in expected.reasons):
-            return "reason", (f"the reason does not say what the bug does to {metric}: name the mechanism, "
-                              "what the changed line does to the loss or the mask, and so to the metric")
         return None
 
 

@@ -9,12 +9,14 @@ after, so a buggy run is the engine's own ``ppo_train`` (or ``train_dpo``) with 
 function replaced. :func:`one_line_diff` shows that the copy differs from the engine's
 function by exactly that line; a test checks it for every bug.
 
-Each bug names the metrics that give it away (its *tells*), among those every run logs under
-TRL's names. :func:`tell_table` measures how far each tell moves from the correct run, seed by
-seed. Over seeds 0-2 every tell listed separated the two (the paired difference's 95%
-interval excluded 0) when the book computed in float32; in float64, from the book's present
-start, the tells of kl-no-grad, k1-loss and ratio-to-reference move in the same direction but
-by less than three seeds' spread, and chapter 10's table prints which separate.
+Each bug names the metrics that its fix is judged on (its *tells*, for :func:`band_check`),
+among those every run logs under TRL's names. :func:`paired_difference` is the chapter's test of
+whether a metric tells a buggy run from the correct one: each seed's difference, buggy minus
+correct, of the metric's mean over the run, and whether the 95% interval of those differences
+excludes 0; :func:`separating` lists the dashboard's metrics that pass it, and
+:func:`tell_table` prints them. In float64, over seeds 0-2, no metric separates kl-no-grad's
+run from the correct one, and one or a few separate k1-loss's, ratio-to-reference's and
+no-temperature's; chapter 10's table prints which.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from ..experiment import mean_ci95, run_arm
 from ..ppo import PPOConfig, ppo_token_loss
 from ..task import SEMI
 
-__all__ = ["Bug", "BUGS", "planted", "one_line_diff", "run_bug", "tell_value", "tell_table", "CHECKS",
+__all__ = ["Bug", "BUGS", "planted", "one_line_diff", "run_bug", "tell_value", "paired_difference", "separating",
+           "tell_table", "CHECKS",
            "run_checks", "check_mask", "check_logprobs", "check_ratio", "check_leash_gradient",
            "check_dpo_gradient", "DASHBOARD", "study", "plot_dashboard", "band_check", "first_departure"]
 
@@ -117,7 +120,7 @@ class Bug:
     name: str  # the engine function's name
     copy: Callable  # the copy with one line changed
     arm: str  # the arm of minirlhf.experiment.REGISTRY it is planted in
-    tells: tuple  # the logged metrics that give it away, most telling first
+    tells: tuple  # logged metrics the bug moves, on which band_check judges a fix of it
 
 
 BUGS = {
@@ -219,22 +222,33 @@ def tell_value(log: dict, metric: str) -> float:
     return float(values.mean())
 
 
-def tell_table(runs: dict, bugs=None) -> dict:
-    """Return per bug and tell: the correct and the buggy run's value (mean and 95% half-width over
-    seeds), the paired difference, and whether it separates them (the difference's interval
-    excludes 0). ``runs`` is ``{"correct": {arm: {seed: log}}, bug_name: {seed: log}}``."""
+def paired_difference(runs: dict, name: str, metric: str) -> dict:
+    """Return the whole-run paired test of ``metric`` for bug ``name``: the correct and the buggy
+    run's value (:func:`tell_value`; mean and 95% half-width over seeds), the paired difference,
+    buggy minus correct seed by seed (mean and 95% half-width), and ``separates``, True when that
+    interval excludes 0. ``runs`` is ``{"correct": {arm: {seed: log}}, bug_name: {seed: log}}``."""
+    bug = BUGS[name]
+    seeds = sorted(runs[name])
+    good = [tell_value(runs["correct"][bug.arm][s], metric) for s in seeds]
+    bad = [tell_value(runs[name][s], metric) for s in seeds]
+    diff = mean_ci95([b - g for b, g in zip(bad, good)])
+    return {"correct": mean_ci95(good), "buggy": mean_ci95(bad), "difference": diff,
+            "separates": bool(abs(diff[0]) > diff[1])}
+
+
+def separating(runs: dict, name: str) -> tuple:
+    """Return the metrics of bug ``name``'s dashboard (:data:`DASHBOARD`) that separate its run
+    from the correct one by :func:`paired_difference`, in the dashboard's order."""
+    return tuple(m for m in DASHBOARD[_trainer(BUGS[name].arm)] if paired_difference(runs, name, m)["separates"])
+
+
+def tell_table(runs: dict, bugs=None, every: bool = False) -> dict:
+    """Return per bug and metric :func:`paired_difference`: for the bug's tells, or with ``every``
+    for every metric of its dashboard."""
     out = {}
     for name in bugs or [b for b in BUGS if b in runs]:
-        bug = BUGS[name]
-        rows = {}
-        for metric in bug.tells:
-            seeds = sorted(runs[name])
-            good = [tell_value(runs["correct"][bug.arm][s], metric) for s in seeds]
-            bad = [tell_value(runs[name][s], metric) for s in seeds]
-            diff = mean_ci95([b - g for b, g in zip(bad, good)])
-            rows[metric] = {"correct": mean_ci95(good), "buggy": mean_ci95(bad), "difference": diff,
-                            "separates": bool(abs(diff[0]) > diff[1])}
-        out[name] = rows
+        metrics = DASHBOARD[_trainer(BUGS[name].arm)] if every else BUGS[name].tells
+        out[name] = {metric: paired_difference(runs, name, metric) for metric in metrics}
     return out
 
 

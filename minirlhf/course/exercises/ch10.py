@@ -1,19 +1,25 @@
-"""Chapter 10 exercises: for each planted bug, name the metric that gives it away, then fix it.
+"""Chapter 10 exercises: for each run with a planted bug, name its tell, then fix the function.
 
-A "name the tell" exercise is a function that returns ``(metric, reason)``: a metric of the
-bug's dashboard that separates the buggy run from the correct one, and one sentence saying
-why (:class:`~minirlhf.course.cases.ExpectTell`). A "fix it" exercise is the engine function
-the bug broke, written again from the buggy copy; the engine's own function is the reference,
-and the bug is one of the named slips. :func:`band_report` then plants the fix in the run.
+The chapter names its runs by letter (:data:`RUNS`) until each answer is shown. A "name the
+tell" exercise is a function that returns ``(metric, mechanism)`` or ``(metric, mechanism,
+note)``: a panel of the run's dashboard that separates it from the correct run by the whole-run
+paired test (None when none does), and the number of what the changed line does, from
+:data:`MECHANISMS`; the note is the learner's own sentence and is not graded
+(:class:`~minirlhf.course.tells.ExpectTell`). A "fix it" exercise is the engine function the
+bug broke, written again; the engine's own function is the reference, and the bugs of that
+function are named slips. Runs B and D break the functions that runs A and C break, so their
+fixes are those of A and C. :func:`band_report` then plants a fix in the run.
 """
 
 import copy
 import dataclasses
+import textwrap
 
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectArray, ExpectTell, Slip, Tell, run_cases
+from ..cases import Case, Exercise, ExpectArray, Slip, _where, run_cases
+from ..tells import ExpectTell, Tell
 from ...model import completion_mask
 from ...ppo import k3_loss_term, logprobs_from_logits
 from ...studies import silent_bugs as sb
@@ -21,109 +27,200 @@ from ...task import encode
 from . import ch08, ch09
 from .ch02 import ExpectLoss
 
+# ----------------------------------------------------------------------------- the runs
+
+# The bug of each run, in the chapter's order: run A is the first.
+RUNS = {"A": "no-mask", "B": "pad-is-end", "C": "kl-no-grad", "D": "k1-loss", "E": "ratio-to-reference",
+        "F": "no-temperature", "G": "dpo-rejected-flipped"}
+# The exercise whose fix each run's bug is planted back with: B breaks A's function, D breaks C's.
+FIX_OF = {"A": "A", "B": "A", "C": "C", "D": "C", "E": "E", "F": "F", "G": "G"}
+
+
+def bug_of(letter: str) -> str:
+    """Return the name of run ``letter``'s bug (a key of :data:`minirlhf.studies.silent_bugs.BUGS`)."""
+    if letter not in RUNS:
+        raise ValueError(f"there is no run {letter!r}: the runs are {', '.join(RUNS)}")
+    return RUNS[letter]
+
+
 # ----------------------------------------------------------------------------- name the tell
 
-# Per bug: the reference's answer, groups of word stems one of which the reason must hold
-# (see Tell), and the hints, from the panel to the answer.
-TELLS = {
-    "kl-no-grad": (
-        "the KL term reaches the loss but not the gradient, so nothing pulls the policy back and "
-        "the KL to the reference keeps growing",
-        (("gradient",), ("detach",), ("no_grad",), ("leash", "nothing"), ("leash", "not"), ("pull",)),
-        ("Accuracy and the reward look like a healthy run's. Look at the two KL panels: is the policy "
-         "kept as close to the reference as in the correct run?",
-         "The evaluation's `kl` drifts above the correct run's (by less than three seeds' spread): the leash "
-         "is there in the loss, but it does not hold. What must a loss term have, to move the weights?",
-         "Answer `kl`, with a reason that says the leash carries no gradient, so nothing pulls the policy back.")),
-    "k1-loss": (
-        "the leash term's expected gradient is zero, so it pulls nowhere and the KL to the reference "
-        "grows as if there were no leash",
-        (("gradient",), ("zero",), ("nothing",), ("nowhere",), ("leash", "not")),
-        ("Accuracy is close to the correct run's. Which panel says how far the policy went from the "
-         "reference, measured exactly rather than on the sampled tokens?",
-         "The evaluation's `kl` ends above the band, while `objective/kl` is too noisy to tell over three "
-         "seeds. A leash that does not hold: what does its gradient do on average?",
-         "Answer `kl`, with a reason that says the leash term's gradient is zero on average, so it does not pull.")),
-    "no-mask": (
-        "every one of the 4 tokens is counted, also those after the end mark, so the completion "
-        "length is always 4",
-        (("mask",), ("every", "token"), ("all", "token"), ("after", "end"), ("always", "4")),
-        ("The accuracy panel hides it. Which panel is exactly flat?",
-         "`val/completion_length` sits at exactly 4.0 from the first batch: the mask's sum is the length. "
-         "What must the mask be, for every completion to count 4 tokens?",
-         "Answer `val/completion_length`, with a reason that says the mask counts every token, also after "
-         "the end mark.")),
-    "pad-is-end": (
-        "the end mark is masked out as if it were padding, so each answer counts one token less",
-        (("end", "mark"), ("pad",), ("mask", "end"), ("one", "less"), (";",), ("shorter",)),
-        ("The accuracy panel hides it again. Compare the completion length with the correct run's.",
-         "`val/completion_length` is exactly one token shorter than the correct run's from the first "
-         "batch. Which token of every answer is no longer counted?",
-         "Answer `val/completion_length`, with a reason that says the end mark is masked out like padding.")),
-    "ratio-to-reference": (
-        "the clip compares the policy with the reference, so once a token has moved 20% from it "
-        "its gradient stops and the policy stays near the reference",
-        (("clip",), ("ratio",), ("reference",), ("stop",), ("stall",)),
-        ("Accuracy follows the correct run's. Which panel stays low, and leaves the band late in the run?",
-         "The evaluation's `kl` flattens low early: something stops the policy moving away from where it "
-         "started. Which part of PPO's loss stops updates?",
-         "Answer `kl` (or `accuracy`), with a reason that says the clipped ratio is taken against the "
-         "reference, so the clip stops every token that has moved from the start.")),
-    "no-temperature": (
-        "the log-probs are taken at temperature 1 while the answers are sampled at 0.7, so the "
-        "logged KL is computed on the wrong distribution",
-        (("temperature",), ("0.7",), ("sampl", "distribution")),
-        ("The accuracy panel hides it; compare the two KL panels over the whole run.",
-         "`objective/kl` is below the correct run's over the run, while the exact `kl` of the evaluation is "
-         "not: the logged KL is computed from other log-probs than the sampler's. Which setting of the "
-         "sampler could they leave out?",
-         "Answer `objective/kl`, with a reason that says the log-probs leave out the sampling temperature.")),
-    "dpo-rejected-flipped": (
-        "the rejected answer's log-ratio has the wrong sign, so the loss also rewards raising the "
-        "rejected answer, and its log-prob goes up",
-        (("rejected", "rais"), ("rejected", "up"), ("rejected", "ris"), ("rejected", "higher"),
-         ("rejected", "sign"), ("rejected", "flip")),
-        ("Accuracy alone does not say what went wrong. Look at DPO's own logs: which of them is the wrong "
-         "way up?",
-         "`rewards/accuracies` falls to near 0 and `logps/rejected` rises: the policy now makes the "
-         "rejected answers more likely, not less. What in the loss could ask for that?",
-         "Answer `logps/rejected` (or `rewards/accuracies`), with a reason that says the rejected answer's "
-         "log-ratio has the wrong sign, so the loss raises it.")),
+# What a changed line can do, numbered as the chapter lists them: every run's bug, in no
+# particular order, and three that no run has.
+MECHANISMS = (
+    (1, "The leash term is k1, the mean of log pi - log pi_ref over the sampled tokens, whose gradient "
+        "is zero on average."),
+    (2, "The completion mask drops every `;`, the end mark included, as if it were padding."),
+    (3, "The advantages have the wrong sign: the loss makes the answers that scored well less likely."),
+    (4, "The clipped ratio compares the policy with the frozen reference, not with the policy that "
+        "sampled the batch."),
+    (5, "DPO's loss leaves out the rejected answer's log-ratio, so it only raises the chosen answer."),
+    (6, "The completion mask keeps every token, also those after the answer's end mark."),
+    (7, "The leash term keeps its value but carries no gradient: the policy's log-probs are detached in it."),
+    (8, "The reference model shares the policy's weights, so the leash measures the policy against itself."),
+    (9, "The log-probs in the loss are taken at temperature 1, not at the temperature the answers were "
+        "sampled at."),
+    (10, "DPO's rejected log-ratio is the wrong way round: reference minus policy, not policy minus reference."),
+)
+MECHANISM_OF = {"no-mask": 6, "pad-is-end": 2, "kl-no-grad": 7, "k1-loss": 1, "ratio-to-reference": 4,
+                "no-temperature": 9, "dpo-rejected-flipped": 10}
+
+# The metrics that separate each run from the correct one by the whole-run paired test
+# (silent_bugs.separating), over seeds 0-2 of the stored runs, as chapter 10's table prints
+# them; a test holds the two together. No panel separates run C.
+SEPARATING = {
+    "no-mask": ("kl", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "policy/approxkl_avg",
+                "val/completion_length"),
+    "pad-is-end": ("kl", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "policy/approxkl_avg",
+                   "val/completion_length"),
+    "kl-no-grad": (),
+    "k1-loss": ("accuracy",),
+    "ratio-to-reference": ("objective/kl",),
+    "no-temperature": ("accuracy", "objective/kl", "policy/clipfrac_avg", "policy/approxkl_avg"),
+    "dpo-rejected-flipped": ("accuracy", "rewards/accuracies", "rewards/margins", "logps/chosen",
+                             "logps/rejected", "rewards/chosen", "rewards/rejected"),
 }
 
 
-def tell_name(bug: str) -> str:
-    """The exercise name (and the learner's function name) of a bug's "name the tell"."""
-    return "tell_" + bug.replace("-", "_")
+# The reference answers: plain functions of this module, so that the grader can block them
+# while their exercise is graded (a closure it could not).
+def tell_run_a():
+    return "val/completion_length", 6
 
 
-def fix_name(bug: str) -> str:
-    """The exercise name of a bug's "fix it"."""
-    return "fix_" + bug.replace("-", "_")
+def tell_run_b():
+    return "val/completion_length", 2
+
+
+def tell_run_c():
+    return None, 7
+
+
+def tell_run_d():
+    return "accuracy", 1
+
+
+def tell_run_e():
+    return "objective/kl", 4
+
+
+def tell_run_f():
+    return "policy/approxkl_avg", 9
+
+
+def tell_run_g():
+    return "logps/rejected", 10
+
+
+# Per run, the hints: where to look, how to pick the mechanism, nearly the answer.
+TELL_HINTS = {
+    "A": ("Start with the panel that is exactly flat. `compare(\"A\")` prints every panel's whole-run paired "
+          "difference from the correct run, and whether it separates the two.",
+          "`val/completion_length` is 4 tokens, every token of every answer, from the first batch: the mask's "
+          "sum is the length. Which mechanism makes the mask count every token?",
+          "`val/completion_length` (or another panel that separates), and mechanism 6: the mask keeps every "
+          "token, also those after the end mark."),
+    "B": ("Look at the length first, as in run A, and at `compare(\"B\")`.",
+          "`val/completion_length` is about one token below the correct run's from the first batch: one token "
+          "of almost every answer is no longer counted. Which token, and which mechanism drops it?",
+          "`val/completion_length` (or another panel that separates), and mechanism 2: the end mark is taken "
+          "for padding and dropped from the mask."),
+    "C": ("Test every panel with `compare(\"C\")`. When no panel's interval excludes 0, the metric to answer "
+          "is None: over three seeds, the dashboard does not show this bug.",
+          "The means still lean: both KL panels sit above the correct run's, and no other panel moves much. Two "
+          "mechanisms of the list make a leash that does not hold: one takes its pull away entirely, the other "
+          "pulls nowhere only on average and still pushes the sampled tokens in each batch. Which fits a run in "
+          "which only the KL leans?",
+          "None, and mechanism 7: the leash term's log-probs are detached, so it carries no gradient."),
+    "D": ("Test every panel with `compare(\"D\")`: one separates, and it is not a KL.",
+          "The KL panels lean above the correct run's, as in run C, but here accuracy is lower over the run "
+          "too: a leash that does not hold, and something more. Run C's bug took the leash's pull away "
+          "entirely; which mechanism leaves a leash that pulls nowhere on average, and still pushes in each "
+          "batch?",
+          "`accuracy`, and mechanism 1: the leash term is k1, whose gradient is zero on average."),
+    "E": ("Test every panel with `compare(\"E\")`: one separates, just.",
+          "`objective/kl` is lower than the correct run's over the run, and the exact `kl` leans the same way, "
+          "while accuracy does not move: the policy stays nearer the reference. What in GRPO's loss could stop "
+          "a token that has moved far enough from where the run started?",
+          "`objective/kl`, and mechanism 4: the clipped ratio is taken against the reference, so the clip stops "
+          "every token that has moved 20% from the start."),
+    "F": ("Test every panel with `compare(\"F\")`: four separate. Look at the two panels of PPO's own update, "
+          "`policy/clipfrac_avg` and `policy/approxkl_avg`.",
+          "`policy/approxkl_avg` is about half the correct run's over the run: the log-ratios of each update "
+          "come out smaller than they are, as if the log-probs were those of a flatter distribution than the "
+          "one the answers were sampled from. Which setting of the sampler could they leave out?",
+          "`policy/approxkl_avg` (or another panel that separates), and mechanism 9: the log-probs leave out "
+          "the sampling temperature."),
+    "G": ("Almost every panel separates here (`compare(\"G\")`): which of DPO's logs are the wrong way up?",
+          "`rewards/accuracies` falls to near 0 and `logps/rejected` rises, while `rewards/chosen` stays near "
+          "0: the rejected answers become far more likely, and the chosen ones hardly move. Of the two DPO "
+          "mechanisms of the list, which could make the loss ask for a rejected answer to rise?",
+          "`logps/rejected` (or another panel that separates), and mechanism 10: the rejected log-ratio has the "
+          "wrong sign, so the loss raises the rejected answer too."),
+}
+_TELL_REFERENCES = {"A": tell_run_a, "B": tell_run_b, "C": tell_run_c, "D": tell_run_d, "E": tell_run_e,
+                    "F": tell_run_f, "G": tell_run_g}
+
+
+def tell_name(letter: str) -> str:
+    """The exercise name (and the learner's function name) of run ``letter``'s "name the tell"."""
+    return f"tell_run_{letter.lower()}"
+
+
+def fix_name(letter: str) -> str:
+    """The exercise name of the "fix it" that run ``letter``'s bug is planted back with."""
+    return f"fix_run_{FIX_OF[letter].lower()}"
+
+
+def tell(letter: str) -> Tell:
+    """Return the expected answer of run ``letter``'s "name the tell"."""
+    bug = sb.BUGS[bug_of(letter)]
+    before = list(RUNS)[: list(RUNS).index(letter)]
+    return Tell(run=f"run {letter}", separating=SEPARATING[bug_of(letter)], mechanism=MECHANISM_OF[bug_of(letter)],
+                mechanisms=MECHANISMS, shown=tuple(sb.DASHBOARD[sb._trainer(bug.arm)]),
+                earlier=tuple((MECHANISM_OF[RUNS[b]], f"run {b}") for b in before))
 
 
 def _no_inputs(rng) -> dict:
-    # A tell takes no input. The grader tries no random inputs (n_random=0): another accepted
-    # metric is as right as the reference's. The drift test compares the chapter's answer
-    # with the reference's, metric for metric.
+    # A tell takes no input. The grader tries no random inputs (n_random=0); the drift test
+    # compares the chapter's answer with the reference's.
     return {}
 
 
-def _tell_exercise(bug: str) -> Exercise:
-    b = sb.BUGS[bug]
-    reason, groups, hints = TELLS[bug]
-    shown = sb.DASHBOARD[sb._trainer(b.arm)]
-
-    def reference():
-        return b.tells[0], reason
-
-    reference.__name__ = tell_name(bug)
+def _tell_exercise(letter: str) -> Exercise:
+    arm = sb.BUGS[bug_of(letter)].arm
+    hint_for = {"type": 1, "unknown-metric": 1, "wrong-metric": 1, "no-metric": 1, "unknown-mechanism": 2,
+                "mechanism": 2}
     return Exercise(
-        name=tell_name(bug), chapter=10, title=f"Name the tell: {b.title}", expect=ExpectTell(),
-        cases=(Case({}, Tell(tuple(b.tells), groups, tuple(shown)),
-                    f"the dashboard of the run with the bug, beside the correct run ({b.arm} arm, seeds 0-2)"),),
-        hints=hints, reference=reference, random_kwargs=_no_inputs, n_random=0,
-        hint_for={"unknown-metric": 1, "wrong-metric": 2, "no-reason": 3, "not-one-sentence": 3, "reason": 3})
+        name=tell_name(letter), chapter=10, title=f"Name the tell of run {letter}", expect=ExpectTell(),
+        cases=(Case({}, tell(letter), f"run {letter}'s dashboard beside the correct run ({arm} arm, seeds 0-2)"),),
+        hints=TELL_HINTS[letter], reference=_TELL_REFERENCES[letter], random_kwargs=_no_inputs, n_random=0,
+        hint_for=hint_for)
+
+
+def compare(letter: str, runs: dict, metric: str | None = None) -> str:
+    """Return, for every panel of run ``letter``'s dashboard (or ``metric`` only), the whole-run
+    paired test against the correct run (:func:`~minirlhf.studies.silent_bugs.paired_difference`):
+    the mean over seeds of buggy minus correct, its 95% interval, and whether it separates."""
+    bug = bug_of(letter)
+    shown = sb.DASHBOARD[sb._trainer(sb.BUGS[bug].arm)]
+    if metric is not None and metric not in shown:
+        return textwrap.fill(f"{metric!r} is not a panel of run {letter}'s dashboard: its panels are "
+                             f"{', '.join(shown)}", 77, subsequent_indent="  ")
+    lines = [f"run {letter} minus the correct run, each metric's mean over the run, seed by seed:",
+             "  mean difference ± 95% half-width: separates when the interval excludes 0"]
+    for m in [metric] if metric else shown:
+        row = sb.paired_difference(runs, bug, m)
+        lines.append(f"  {m:<22} {interval_text(*row['difference'])}  "
+                     f"{'separates' if row['separates'] else 'does not separate'}")
+    return "\n".join(lines)
+
+
+def interval_text(mean: float, half: float) -> str:
+    """Return 'mean ± half' (a mean and its 95% half-width), with the decimals that show the
+    half-width to four figures, so that a mean just outside its interval reads so."""
+    places = 3 if not half > 0 else max(3, 3 - int(np.floor(np.log10(half))))
+    return f"{mean:+.{places}f} ± {half:.{places}f}"
 
 
 # ----------------------------------------------------------------------------- fix it
@@ -212,41 +309,31 @@ def _logprob_cases() -> tuple:
     return tuple(out)
 
 
+# Per fix (by the letter of the run it is written for), the hints.
 FIX_HINTS = {
-    "kl-no-grad": (
-        "Compare each line with chapter 8's leash: which tensor must the gradient flow through?",
-        "The value of the term is right; what is missing is its gradient with respect to `new_logp`. "
-        "Which call cuts a tensor off from the graph?",
-        "`new_logp.detach()` cuts the leash off from the policy's weights: the value is the same, the "
-        "gradient is gone. Use `new_logp` itself, then return the masked mean of `exp(d) - d - 1`."),
-    "k1-loss": (
-        "The line that computes `d` was right. What should the term be, as a function of `d`?",
-        "Chapter 1's k3 is exp(d) - d - 1 with d = log ref - log pi; the buggy line returned k1, the "
-        "masked mean of new_logp - ref_logp.",
-        "Compute `d` as before, clamped, and return the masked mean of `torch.exp(d) - d - 1`: the sum "
-        "over kept tokens divided by `mask.sum()`."),
-    "no-mask": (
-        "Chapter 3's mask keeps each answer up to and including its first `;`.",
+    "A": (
+        "Chapter 3's mask keeps each answer up to and including its first `;`, and nothing after it.",
         "`ends_before` counts the `;` strictly before each token: it is 0 up to and including the first "
         "`;`, and 1 or more after it.",
         "Return a float tensor that is 1 where `ends_before` is 0, and 0 elsewhere."),
-    "pad-is-end": (
-        "A mask of `token != pad` fits padding that never appears inside an answer; here the pad is the "
-        "end mark itself.",
-        "The first `;` must be kept and everything after it dropped, whatever the tokens are: "
-        "`ends_before` says which tokens come after a `;`.",
-        "Return a float tensor that is 1 where `ends_before` is 0, and 0 elsewhere."),
-    "ratio-to-reference": (
+    "C": (
+        "Chapter 8's leash: the masked mean of k3 = exp(d) - d - 1, with d = ref_logp - new_logp clamped to "
+        "plus or minus `kl_clamp`.",
+        "Its value is not enough: training needs its gradient with respect to `new_logp`. Which call would "
+        "cut a tensor off from the graph?",
+        "Compute `d` from `ref_logp` and `new_logp` themselves, nothing detached, clamped with "
+        "`.clamp(-kl_clamp, kl_clamp)`; then divide the sum of `(torch.exp(d) - d - 1) * mask` by `mask.sum()`."),
+    "E": (
         "PPO's ratio compares the policy now with the policy that sampled the batch (chapter 5).",
         "Of the three log-probs, `old_logp` is the sampler's; the reference's belong in the leash only.",
-        "The surrogate is `ppo.ppo_token_loss` of `new_logp` and `old_logp`, with the advantages, the "
+        "The policy loss is `ppo.ppo_token_loss` of `new_logp` and `old_logp`, with the advantages, the "
         "mask and epsilon."),
-    "no-temperature": (
+    "F": (
         "The answers were sampled from softmax(logits / temperature); the log-probs must be of that "
         "distribution.",
-        "At temperature 1 the buggy line and the right one agree: what changes when it is 0.7?",
+        "At temperature 1 the buggy line and the right one agree: what changes at the book's temperature?",
         "Divide the logits by `temperature` inside `F.log_softmax(..., dim=-1)`."),
-    "dpo-rejected-flipped": (
+    "G": (
         "Both log-ratios are policy minus reference (chapter 9).",
         "The chosen log-ratio above is right; the rejected one is built the same way from the rejected "
         "log-probs.",
@@ -261,47 +348,43 @@ def _logprob_random_kwargs(rng) -> dict:
             "temperature": float(rng.choice([0.3, 0.7, 1.0, 1.5]))}
 
 
-def _fix(bug: str, reference, cases, expect, random_kwargs, n_random: int = 50) -> Exercise:
-    hints = FIX_HINTS[bug]
-    return Exercise(name=fix_name(bug), chapter=10, title=f"Fix it: {sb.BUGS[bug].title}", expect=expect,
-                    cases=cases, hints=hints, reference=reference, random_kwargs=random_kwargs,
-                    n_random=n_random,
-                    hint_for={s.kind: 2 for s in expect.slips} | {"value": 1, "no-grad": 3})
+def _fix(letter: str, reference, cases, expect, random_kwargs, n_random: int = 50, hint_for=None) -> Exercise:
+    return Exercise(name=fix_name(letter), chapter=10, title=f"Fix run {letter}'s function", expect=expect,
+                    cases=cases, hints=FIX_HINTS[letter], reference=reference, random_kwargs=random_kwargs,
+                    n_random=n_random, hint_for={s.kind: 2 for s in expect.slips} | {"value": 1} | (hint_for or {}))
 
 
-def _from(exercise: Exercise, bug: str, slip: Slip) -> Exercise:
+def _from(exercise: Exercise, letter: str, slip: Slip) -> Exercise:
     # An earlier chapter's exercise of the same function, with this bug as a named slip (in
     # place of the earlier slip of the same kind, which would give the same answers).
     expect = copy.copy(exercise.expect)
     expect.slips = (slip,) + tuple(s for s in exercise.expect.slips if s.kind != slip.kind)
-    return dataclasses.replace(exercise, name=fix_name(bug), chapter=10, title=f"Fix it: {sb.BUGS[bug].title}",
-                               expect=expect, hints=FIX_HINTS[bug], n_random=50,
+    return dataclasses.replace(exercise, name=fix_name(letter), chapter=10, title=f"Fix run {letter}'s function",
+                               expect=expect, hints=FIX_HINTS[letter], n_random=50,
                                hint_for={s.kind: 2 for s in expect.slips} | {slip.kind: 3, "value": 1, "sign": 1,
                                                                                "not-a-tensor": 3, "inf": 3, "nan": 3})
 
 
 IN_THIS_CHAPTER = (
-    _tell_exercise("no-mask"),
-    _fix("no-mask", completion_mask, _mask_cases(), _mask_expect(), _mask_random_kwargs),
-    _tell_exercise("pad-is-end"),
-    _fix("pad-is-end", completion_mask, _mask_cases(), _mask_expect(), _mask_random_kwargs),
-    _tell_exercise("kl-no-grad"),
-    _fix("kl-no-grad", k3_loss_term, _k3_cases(), _k3_expect(), _k3_random_kwargs),
-    _tell_exercise("k1-loss"),
-    _fix("k1-loss", k3_loss_term, _k3_cases(), _k3_expect(), _k3_random_kwargs),
-    _tell_exercise("ratio-to-reference"),
-    _from(ch08.GRPO_TOKEN_LOSS, "ratio-to-reference",
+    _tell_exercise("A"),
+    _fix("A", completion_mask, _mask_cases(), _mask_expect(), _mask_random_kwargs),
+    _tell_exercise("B"),
+    _tell_exercise("C"),
+    _fix("C", k3_loss_term, _k3_cases(), _k3_expect(), _k3_random_kwargs, hint_for={"k1": 1, "no-grad": 2}),
+    _tell_exercise("D"),
+    _tell_exercise("E"),
+    _from(ch08.GRPO_TOKEN_LOSS, "E",
           Slip("ratio-to-reference", sb.grpo_token_loss_ratio_to_reference,
                "that takes the ratio against the reference: PPO's ratio is against old_logp, the policy that "
                "sampled the batch")),
-    _tell_exercise("no-temperature"),
-    _fix("no-temperature", logprobs_from_logits, _logprob_cases(), ExpectArray(
+    _tell_exercise("F"),
+    _fix("F", logprobs_from_logits, _logprob_cases(), ExpectArray(
         atol=1e-5, kind="torch", what="the log-probs", plural=True, slips=(
             Slip("no-temperature", sb.logprobs_from_logits_no_temperature,
                  "that leaves the temperature out: the answers were sampled from softmax(logits / "
                  "temperature)"),)), _logprob_random_kwargs),
-    _tell_exercise("dpo-rejected-flipped"),
-    _from(ch09.DPO_LOSS, "dpo-rejected-flipped",
+    _tell_exercise("G"),
+    _from(ch09.DPO_LOSS, "G",
           Slip("one-term", sb.dpo_loss_rejected_flipped,
                "that turns the rejected log-ratio upside down: both are policy minus reference")),
 )
@@ -310,19 +393,27 @@ IN_THIS_CHAPTER = (
 # ----------------------------------------------------------------------------- the run
 
 
-def band_report(bug: str, fn, runs: dict, progress: bool = False) -> str:
-    """Return a few lines: whether the learner's fix ``fn`` of ``bug`` passes its exercise, and
-    if it does, whether it lands in the correct run's band when planted in the run (seeds of
-    ``runs``, :func:`~minirlhf.studies.silent_bugs.band_check`). Never raises for the learner's code."""
+def band_report(letter: str, fn, runs: dict, progress: bool = False) -> str:
+    """Return a few lines: whether the learner's fix ``fn`` of run ``letter``'s function passes
+    its exercise, and if it does, whether run ``letter`` lands in the correct run's band with
+    ``fn`` planted in place of the buggy copy (seeds of ``runs``,
+    :func:`~minirlhf.studies.silent_bugs.band_check`). Never raises for the learner's code: what
+    the function raises during the run is reported in a line."""
     from . import get
 
-    report = run_cases(fn, get(fix_name(bug)))
+    bug = sb.BUGS[bug_of(letter)]
+    report = run_cases(fn, get(fix_name(letter)))
     if not report.passed:
-        return (f"{fix_name(bug)}: the check above does not pass yet "
+        return (f"{fix_name(letter)}: the check above does not pass yet "
                 f"({report.n_passed} of {len(report.results)} cases), so the run is not made.")
-    result = sb.band_check(bug, fn, runs, progress=progress)
-    seeds = len(runs["correct"][sb.BUGS[bug].arm])
-    lines = [f"your fix, planted in the {sb.BUGS[bug].arm} run, seeds 0-{seeds - 1}: each tell,",
+    try:
+        result = sb.band_check(bug_of(letter), fn, runs, progress=progress)
+    except Exception as exc:  # the learner's function, called on the run's own batches
+        return (f"{fix_name(letter)} passes its check, but raised during run {letter}: {type(exc).__name__}: "
+                f"{exc}{_where(exc)}. The run calls it on every batch, with shapes the check's cases may not "
+                "have: look at the inputs it gets there.")
+    seeds = len(runs["correct"][bug.arm])
+    lines = [f"your fix, planted in run {letter} ({bug.arm} arm), seeds 0-{seeds - 1}: each tell,",
              "  then the correct run's band (mean ± 95% half-width)"]
     for metric, row in result.items():
         if metric == "passed":
