@@ -1,4 +1,9 @@
-"""Every test runs at one torch thread: runs are bit-identical only at a fixed thread count."""
+"""Every test runs at one torch thread: runs are bit-identical only at a fixed thread count.
+Ctrl-C raises KeyboardInterrupt in every test process, as in a terminal, even when the test run
+was started in the background by a shell without job control (which starts it with SIGINT
+ignored, and Python then keeps it ignored): the tests of what a stop keeps send it."""
+
+import signal
 
 import pytest
 import torch
@@ -8,6 +13,7 @@ from minirlhf.model import GPTConfig, TinyGPT
 from minirlhf.ppo import EvalSet
 
 torch.set_num_threads(1)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="module")
