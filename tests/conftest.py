@@ -1,9 +1,13 @@
 """Every test runs at one torch thread: runs are bit-identical only at a fixed thread count.
-The copies a command keeps of a learner's notebook go to a temporary folder, not the repository's."""
+The copies a command keeps of a learner's notebook go to a temporary folder, not the repository's.
+Ctrl-C raises KeyboardInterrupt in every test process, as in a terminal, even when the test run
+was started in the background by a shell without job control (which starts it with SIGINT
+ignored, and Python then keeps it ignored): the tests of what a stop keeps send it."""
 
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 
 os.environ["MINIRLHF_KEPT"] = tempfile.mkdtemp(prefix="minirlhf-kept-")  # before minirlhf.paths is imported
@@ -17,6 +21,7 @@ from minirlhf.model import GPTConfig, TinyGPT  # noqa: E402
 from minirlhf.ppo import EvalSet  # noqa: E402
 
 torch.set_num_threads(1)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="module")
