@@ -64,8 +64,9 @@ print(f"seeds {seeds}")
 def dashboard(letter, narrow=False):
     """Run ``letter``'s dashboard beside the correct run; no panel marked."""
     arm = sb.BUGS[ch10.bug_of(letter)].arm
-    axes = sb.plot_dashboard(runs, ch10.bug_of(letter), label=f"run {letter}",
-                             narrow=narrow, bold=False)
+    axes = sb.plot_dashboard(runs, ch10.bug_of(letter),
+                             label=f"run {letter}", narrow=narrow,
+                             bold=False)
     fig = axes[0].figure
     fig.suptitle(f"Run {letter} ({arm} arm) and a correct run", fontsize=10)
     fig.tight_layout()
@@ -84,12 +85,14 @@ def show_dashboard(letter):
 
 
 def compare(letter, metric=None):
-    """Print the whole-run paired test of run ``letter`` against the correct run."""
+    """Print the whole-run paired test of run ``letter`` against the
+    correct run."""
     print(ch10.compare(letter, runs, metric))
 
 
 def changed_line(letter):
-    """Print the line that run ``letter``'s bug changed, as the run has it."""
+    """Print the line that run ``letter``'s bug changed, as the run has
+    it."""
     b = sb.BUGS[ch10.bug_of(letter)]
     _, buggy = sb.one_line_diff(b)
     print(f"run {letter}: one line of {b.module}.{b.name} is now")
@@ -272,7 +275,8 @@ show_dashboard("C")
 # %% tags=["solution"]
 def tell_run_c():
     """Return (metric, mechanism, note): the panel that gives run C away
-    (None if none does), the number of its mechanism, and why (not graded)."""
+    (None if none does), the number of its mechanism, and why (not
+    graded)."""
     # BEGIN SOLUTION
     return (None, 7,
             "no panel separates over three seeds; the KL leans above the "
@@ -340,7 +344,8 @@ show_dashboard("D")
 # %% tags=["solution"]
 def tell_run_d():
     """Return (metric, mechanism, note): the panel that gives run D away
-    (None if none does), the number of its mechanism, and why (not graded)."""
+    (None if none does), the number of its mechanism, and why (not
+    graded)."""
     # BEGIN SOLUTION
     return ("accuracy", 1,
             "the leash pulls nowhere on average, so the KL leans up as in "
@@ -394,7 +399,8 @@ show_dashboard("E")
 # %% tags=["solution"]
 def tell_run_e():
     """Return (metric, mechanism, note): the panel that gives run E away
-    (None if none does), the number of its mechanism, and why (not graded)."""
+    (None if none does), the number of its mechanism, and why (not
+    graded)."""
     # BEGIN SOLUTION
     return ("objective/kl", 4,
             "the clip compares the policy with the reference, so a token "
@@ -465,7 +471,8 @@ show_dashboard("F")
 # %% tags=["solution"]
 def tell_run_f():
     """Return (metric, mechanism, note): the panel that gives run F away
-    (None if none does), the number of its mechanism, and why (not graded)."""
+    (None if none does), the number of its mechanism, and why (not
+    graded)."""
     # BEGIN SOLUTION
     return ("policy/approxkl_avg", 9,
             "the log-probs are taken at temperature 1 while the answers are "
@@ -535,11 +542,13 @@ show_dashboard("G")
 # %% tags=["solution"]
 def tell_run_g():
     """Return (metric, mechanism, note): the panel that gives run G away
-    (None if none does), the number of its mechanism, and why (not graded)."""
+    (None if none does), the number of its mechanism, and why (not
+    graded)."""
     # BEGIN SOLUTION
     return ("logps/rejected", 10,
-            "the rejected answer's log-ratio has the wrong sign, so the loss "
-            "also rewards raising the rejected answer, and its log-prob rises")
+            "the rejected answer's log-ratio has the wrong sign, so the "
+            "loss also rewards raising the rejected answer, and its "
+            "log-prob rises")
     # END SOLUTION
 
 # %% [hints] tell_run_g
