@@ -31,7 +31,7 @@
 # partial-SFT starts of chapter 6, and the critic of chapter 7. This chapter reads chapters 5
 # and 6's stored runs when they are there and makes them otherwise; it makes its own runs side
 # by side, one per CPU core. With chapters 5 and 6's runs stored, a first run of the notebook
-# took about four minutes on a busy 2-core machine, each long cell with a progress bar in
+# took about four minutes on a 2-core machine, each long cell with a progress bar in
 # JupyterLab; without them it takes longer. Later runs read every result back and make only
 # the one GRPO run that your functions drive.
 # ```

@@ -30,8 +30,8 @@
 # Bradley-Terry loss and the near-misses of chapter 4, the experiment of chapter 5 and GRPO's
 # arm of chapter 8. This chapter reads chapters 5 and 8's stored runs when they are there and
 # makes them otherwise; it makes its own runs side by side, one per CPU core. With chapters 5
-# and 8's runs stored, a first run of the notebook took about four and a half minutes on a
-# busy 2-core machine, each long cell with a progress bar in JupyterLab; without them it takes
+# and 8's runs stored, a first run of the notebook took about four minutes on a 2-core
+# machine, each long cell with a progress bar in JupyterLab; without them it takes
 # longer. Later runs read every result back and make only the one DPO run that your loss
 # drives.
 # ```
@@ -783,7 +783,8 @@ for arm in ALL:
 # PPO run: its 200 optimizer steps each run 128 answers forwards and backwards, against
 # PPO's 50 steps on 64 answers (two per iteration), and sampling 64 answers of at most four
 # tokens is cheap. Every run also spends part of its time in its 26 evaluations. The runs
-# were made side by side on a machine shared with other work, so the times are rough.
+# were made two at a time, one per core, so a time depends on the machine and on what else
+# ran beside it: take the times as a rough guide.
 
 # %% tags=["nbval-ignore-output"]
 for arm in ALL:
