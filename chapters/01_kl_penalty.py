@@ -16,7 +16,7 @@
 # ```{admonition} What you need
 # :class: tip
 # No earlier chapter: Python and NumPy, and what a probability distribution and an expected
-# value are. A first run of the whole notebook takes about 5 seconds on a 2-core CPU.
+# value are. A run of the whole notebook takes under ten seconds on a 2-core CPU.
 # ```
 
 # %%
@@ -36,8 +36,9 @@ from minirlhf.studies import estimators
 # of comparisons, so it is right on text that looks like its training data and can be
 # arbitrarily wrong elsewhere. A policy optimized hard against it will find the elsewhere:
 # outputs the reward model overrates, often repetitive or no longer fluent. The reward goes
-# up while quality, as a person would judge it, goes down; Gao et al. measured how reliably
-# this happens as optimization pressure grows {cite}`gao2023scaling`.
+# up while quality, as a person would judge it, goes down. This is called *reward hacking*;
+# Gao et al. measured how reliably it happens as optimization pressure grows
+# {cite}`gao2023scaling`.
 #
 # The standard remedy is to maximize the reward *minus* a price for moving away from the
 # reference policy $\pi_{\mathrm{ref}}$:
@@ -180,7 +181,8 @@ draws = np.stack(
 kl_draws = logp_pol_table[pos, draws] - logp_ref_table[pos, draws]
 print(f"mean of {n:,} k1 samples   {show(kl_draws.mean(axis=0))}")
 print(f"exact KL_t                   {show(exact_kl)}")
-print(f"std of one k1 sample         {show(kl_draws.std(axis=0))}")
+stds = " ".join(f"{v:6.3f}" for v in kl_draws.std(axis=0))  # no sign
+print(f"std of one k1 sample         {stds}")
 
 # %% [markdown]
 # The averages match the exact values to within sampling error, and one sample's standard
@@ -218,9 +220,11 @@ print(f"std of one k1 sample         {show(kl_draws.std(axis=0))}")
 # gives its own samples *less* probability than the reference does, which happens with few
 # tokens).
 #
-# **How it is judged.** The check cell runs your function on the cases listed in its report,
-# among them both examples, a single token, a negative mean, plain lists, NumPy arrays,
-# $\beta = 0$, a rounding tie and 0.405, and compares each result with the expected float.
+# **How it is judged.** The check cell runs your function on its cases, among them both
+# examples, a single token, a negative mean, plain lists, NumPy arrays, $\beta = 0$, a
+# rounding tie and 0.405, and compares each result with the expected float. When a case
+# fails, its report shows that case's input, the value expected and what went wrong; when
+# all pass, it only says so.
 # Open the hints one at a time if you are stuck.
 
 # %% tags=["solution"]
@@ -273,8 +277,10 @@ except ValueError as err:
 # k3 is k1 plus $r - 1$, a term whose mean under the policy is exactly zero
 # ($\mathbb{E}_q[p/q] = \sum_x p(x) = 1$), so it adds no bias. It is negatively correlated with
 # k1, so it cancels much of k1's noise, and since $\log r \le r - 1$ the sum is never
-# negative. GRPO, a later variant of PPO (the training algorithm chapter 2 builds), uses k3
-# as its KL term, in the loss {cite}`shao2024deepseekmath`, and so does the GRPO trainer of TRL,
+# negative. GRPO, a later variant of proximal policy optimization (PPO, the training
+# algorithm chapter 2 builds; chapter 8 builds GRPO), uses k3 as its KL term, as a separate
+# term of the loss rather than a charge inside the reward (chapter 2 compares the two
+# places) {cite}`shao2024deepseekmath`, and so does the GRPO trainer of TRL,
 # Hugging Face's library of RLHF trainers (`trl/trainer/grpo_trainer.py`); TRL's PPO trainer
 # lets you choose k1 (the
 # default) or k3 for the KL it puts into the reward (`kl_estimator` in
@@ -298,8 +304,8 @@ print(estimators.format_study(rows))
 # - **k1 is right on average and very noisy when the KL is small.** At $\mu = 0.1$ one
 #   sample's standard deviation is twenty times the KL itself, because half of the samples are
 #   negative and the positives only just outweigh them. Averaging $n$ tokens divides the
-#   noise by $\sqrt{n}$, so a per-token KL of this size needs hundreds of tokens before its
-#   sign is even reliable. This is why a KL logged from a small batch jumps around, and why a
+#   noise by $\sqrt{n}$, so a per-token KL of this size needs more than a thousand tokens
+#   before its mean is two standard errors from zero and its sign is reliable. This is why a KL logged from a small batch jumps around, and why a
 #   single completion's mean $\mathrm{kl}$ (the exercise's second example) can be negative.
 # - **k3 has the same mean and, near the reference, a fraction of the noise.** Its standard
 #   deviation is about 1.4 times the KL at $\mu = 0.1$, and it never goes below zero. Its lead
@@ -309,9 +315,11 @@ print(estimators.format_study(rows))
 #   the KL: a quarter of a percent at $\mu = 0.1$, a quarter of the whole KL at $\mu = 1$.
 #   Near the reference it is as good as k3; far from it, it overstates the KL.
 # - **Ten million samples barely resolve a bias of 0.0025.** k2's Monte Carlo bias at
-#   $\mu = 0.1$ sits a couple of standard errors from the exact value. The note's 0.002 is a
-#   simulation too. The exact column is the one to trust, and the closed forms below are
-#   what make it exact.
+#   $\mu = 0.1$ sits a couple of standard errors from the exact value, and so does k3's,
+#   whose exact bias is 0. That is not a bias of k3: the same samples feed k2 and k3, which
+#   nearly coincide there, so their sampling errors move together (the trick below uses
+#   exactly that). The note's 0.002 is a simulation too. The exact column is the one to
+#   trust, and the closed forms below are what make it exact.
 #
 # One trick sharpens the small-$\mu$ estimate a lot. k2 and k3 agree to second order in
 # $\mathrm{kl}$, so their per-sample *difference* is tiny and nearly noiseless, and since k3
@@ -454,26 +462,24 @@ show_figure(
     draw_histograms,
     alt="Histograms of single-sample KL estimates divided by the true "
         "KL, for mu = 0.1 and mu = 1. k1 spreads widely on both sides of "
-        "zero; k2 and k3 are never negative and gather near the truth.",
+        "zero. k2 and k3 are never negative: most of their samples lie "
+        "near 0, and a long right tail brings their mean up to the "
+        "truth. At mu = 0.1 the k2 curve hides under the k3 curve.",
     caption="Single-sample estimates of KL[q, p] divided by the true KL "
             f"(dotted line at 1), q = N(0, 1), {n_hist:,} samples per "
-            "panel. Values outside the plotted range are piled at its "
-            "edges.",
+            "panel. k2 and k3 pile up near 0, with a tail to the right; "
+            "at mu = 0.1 they nearly coincide and k3 hides k2. Values "
+            "outside the plotted range are piled at its edges.",
 )
 
 # %% [markdown]
 # One caution before we use these in training. The table is about the *value* of each
-# estimate. When an estimate is put into a loss and differentiated, as GRPO does with k3, what
-# matters is whether its *gradient* estimates the gradient of the KL, and that is a different
-# question with a different answer. Chapter 2 puts the KL into the reward instead, where the
-# estimate is not differentiated; the choice still matters there. TRL's PPO trainer accepts
-# `kl_estimator="k3"` and then pays each token `non_score_reward = -kl_coef * kl` with
-# `kl = (logr.exp() - 1) - logr`, where `logr = ref_logprobs - logprobs` (k1 is `kl = -logr`;
-# `trl/experimental/ppo/ppo_trainer.py`). A reward moves the policy through the policy
-# gradient (chapter 2 derives it), and the push k3 gives that way is the gradient of $\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$
-# *minus* the gradient of the KL in the other direction. [Chapter 7](07_leash_off.ipynb) works
-# this out exactly in its worked answer "why k1 in the reward and not k3", and in its example
-# that leash pulls away from the reference. In the reward, k1 gives the right push on average.
+# estimate. Training cares about something else: the *push* an estimate gives the policy,
+# its gradient, and an estimator with a good value can push the wrong way. That question
+# needs the policy gradient, which chapter 2 derives, and [chapter 7](07_leash_off.ipynb)
+# answers it in its worked answer "why k1 in the reward and not k3" (TRL's PPO trainer offers
+# both, through `kl_estimator` in `trl/experimental/ppo/ppo_config.py`). The short answer:
+# in the reward, k1 gives the right push on average and k3 does not.
 #
 # ## The leash in numbers: a $\beta$ slider
 #
@@ -529,7 +535,7 @@ def draw_leash(beta, narrow=False):
     left.set_xticks(x, [repr(c) for c in completion])
     left.set_xlabel("token of the completion", fontsize=size)
     left.set_ylabel("reward (reward-model units)", fontsize=size)
-    left.set_ylim(-0.8, 1.15)
+    left.set_ylim(-0.8, 1.6)  # room for the legend above the score's bar
     left.set_title(f"per-token shaped reward, β = {beta:g}", fontsize=size)
     left.legend(frameon=False, fontsize=8, loc="upper left")
     # Right (bottom on a phone): the two summaries against beta.

@@ -282,7 +282,9 @@ print("pi(y) after", fmt(torch.softmax(theta, 0)))
 # is the expensive part (it generates text token by token), so PPO reuses every batch for
 # several steps. It alternates two phases. It *samples* a batch of completions with the
 # current policy, which from then on is called $\pi_{\text{old}}$ and kept fixed, and it
-# *updates* the policy $\pi_\theta$ with several gradient steps on that same batch. After the
+# *updates* the policy $\pi_\theta$ with several gradient steps on that same batch. The
+# sampling phase is called the *rollout*: the policy rolls out completions, and their
+# log-probs and rewards are recorded for the update. After the
 # first step the batch was sampled by a policy slightly different from the one being trained,
 # and the *probability ratio* corrects for that, token by token ($s_i$ is what the policy saw
 # before choosing $y_i$: for a token, the text before it; the bandit has no such context):
@@ -363,6 +365,9 @@ for step in (0.0, 0.5, 1.0, 2.0, 3.0):
 #
 # ```{admonition} Two simplifications, stated plainly
 # :class: note
+# This box says where the objective of this book is simpler than a real trainer's; you can
+# skip it on a first reading, and exercise 3 comes back to the second point.
+#
 # - **The shaped reward is the advantage.** There is no value baseline and no generalized
 #   advantage estimation {cite}`schulman2016gae`: $A_i$ is the shaped reward itself. Chapter
 #   5 subtracts a batch-mean baseline; chapter 7 shows what a learned value function adds.
@@ -407,36 +412,21 @@ for kl_follows_new, name in ((True, "kl from new_logp"),
 # sequences hold one number per token; `epsilon` is the clip range and `beta` the KL
 # coefficient.
 #
+# **`'policy_loss'` is not negated here.** Unlike exercise 2.1's loss, every entry of this
+# dict is a quantity to *maximize*; the section after the check says why the name keeps the
+# word "loss".
+#
 # **Contract.** Return a dict of three Python floats, each rounded to 2 decimals with Python's
 # `round` (halves to even, on the binary value, as in chapter 1):
 #
 # - `'objective'`: $J$, the number to *maximize*;
-# - `'policy_loss'`: the clipped-surrogate term. Here it equals `'objective'`, because the KL
-#   already sits inside the advantage;
+# - `'policy_loss'`: the clipped-surrogate term, not negated. Here it equals `'objective'`,
+#   because the KL already sits inside the advantage;
 # - `'kl_penalty'`: $\beta \cdot \mathrm{mean}_i\,\mathrm{kl}_i$, reported for monitoring only.
 #   Never subtract it from $J$ again.
 #
 # Inputs may be lists or arrays; NumPy only. Keep the sign of every $\mathrm{kl}_i$, as in
 # chapter 1.
-#
-# **Why `'policy_loss'` equals `'objective'`, and how it relates to a loss that is minimized.**
-# A trainer can put the leash in one of two places (the section "The KL counted twice" below
-# compares them). With the KL as a separate loss term, the objective is the clipped surrogate
-# *minus* the penalty, and the surrogate alone, the part that comes from the policy's ratios,
-# is what is reported as the policy term. With the KL inside the advantage, as here, there is
-# nothing left to subtract: the surrogate *is* the whole objective, and the two entries are
-# the same number. The contract keeps both names so that the difference between the two
-# layouts stays visible, and a reader who sees them differ knows the KL was counted outside
-# the advantage. Despite the word "loss", both are quantities to *maximize*.
-#
-# An optimizer minimizes, so training uses the negative, $-J$. Chapter 5's `ppo_token_loss` is
-# that negative on a real batch: minus the mean, over the completion tokens the mask keeps,
-# of $\min(\mathrm{ratio}_t A_t,\ \operatorname{clip}(\mathrm{ratio}_t)\, A_t)$. It takes the
-# advantages ready-made: the leash has already been moved into them by
-# `kl_shaped_advantages`, as per-token rewards $-\beta\,\mathrm{kl}_t$ computed once at
-# rollout, summed with the score into returns-to-go, minus a baseline. So, given the same
-# advantages, `ppo_token_loss` is minus this exercise's `'policy_loss'` (before rounding), and
-# `'kl_penalty'` enters neither; the cell after the check shows it on the first example.
 #
 # **Examples.**
 # `old=[-2.0], new=[-1.8], ref=[-2.0], rewards=[1.0], epsilon=0.2, beta=0.1` gives
@@ -477,6 +467,25 @@ def ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon,
 check("ppo_rlhf_objective", ppo_rlhf_objective);
 
 # %% [markdown]
+# **Why `'policy_loss'` equals `'objective'`, and how it relates to a loss that is minimized.**
+# A trainer can put the leash in one of two places (the section "The KL counted twice" below
+# compares them). With the KL as a separate loss term, the objective is the clipped surrogate
+# *minus* the penalty, and the surrogate alone, the part that comes from the policy's ratios,
+# is what is reported as the policy term. With the KL inside the advantage, as here, there is
+# nothing left to subtract: the surrogate *is* the whole objective, and the two entries are
+# the same number. The contract keeps both names so that the difference between the two
+# layouts stays visible, and a reader who sees them differ knows the KL was counted outside
+# the advantage. Despite the word "loss", both are quantities to *maximize*.
+#
+# An optimizer minimizes, so training uses the negative, $-J$. Chapter 5's `ppo_token_loss` is
+# that negative on a real batch: minus the mean, over the completion tokens the mask keeps,
+# of $\min(\mathrm{ratio}_t A_t,\ \operatorname{clip}(\mathrm{ratio}_t)\, A_t)$. It takes the
+# advantages ready-made: the leash has already been moved into them by
+# `kl_shaped_advantages`, as per-token rewards $-\beta\,\mathrm{kl}_t$ computed once at
+# rollout, summed with the score into returns-to-go, minus a baseline. So, given the same
+# advantages, `ppo_token_loss` is minus this exercise's `'policy_loss'` (before rounding), and
+# `'kl_penalty'` enters neither; the second cell below shows it on the first example.
+#
 # The package's `minirlhf.ppo_rlhf_objective` follows the same contract and also rejects bad
 # input by name: lists of different lengths, an empty batch, a NaN, $\epsilon$ outside
 # $(0, 1)$ or a negative $\beta$. The cells below use it, so they run before your version
@@ -590,10 +599,11 @@ for a, r, term, grad in rows:
 # $(1 + \epsilon)A$. For $A < 0$ and a ratio above $1 + \epsilon$ the minimum keeps the
 # unclipped $\mathrm{ratio} \cdot A$, which has no floor: it falls without limit as the ratio
 # grows, and its gradient with respect to the token's log-prob, $\mathrm{ratio} \cdot A$, grows
-# with it. A bad token whose probability has jumped far above the sampling policy's (after
-# many steps on one batch, or with samples from a stale policy in asynchronous training) can
-# then outweigh the rest of the batch. *Dual-clip* PPO {cite}`ye2020dualclip` adds the missing
-# floor: for $A < 0$ the term is $\max\big(\min(\mathrm{ratio}\,A,\ \operatorname{clip}(\mathrm{ratio})\,A),\ c\,A\big)$
+# with it. A bad token whose probability has jumped far above the sampling policy's can
+# then outweigh the rest of the batch. That happens after many steps on one batch, or in
+# *asynchronous* training, where sampling and updating run side by side and the samples come
+# from a *stale* policy, one or more updates behind the policy being trained. *Dual-clip*
+# PPO {cite}`ye2020dualclip` adds the missing floor: for $A < 0$ the term is $\max\big(\min(\mathrm{ratio}\,A,\ \operatorname{clip}(\mathrm{ratio})\,A),\ c\,A\big)$
 # with a constant $c > 1$ ($c = 3$ in the paper), flat with zero gradient once the ratio passes
 # $c$. TRL's PPO trainer has no such floor (`trl/experimental/ppo/ppo_trainer.py` takes the
 # larger of the two losses, `torch.max(pg_losses, pg_losses2)`, and nothing else). Its GRPO
@@ -751,7 +761,9 @@ explore(
 # 2. **As a separate loss term** (GRPO {cite}`shao2024deepseekmath`): the advantage comes from
 #    the reward alone, and $\beta$ times the mean k3 estimate of chapter 1 is subtracted from the
 #    clipped surrogate. TRL's GRPO trainer adds `beta * per_token_kl`, a k3, to each token's
-#    loss (`trl/trainer/grpo_trainer.py`).
+#    loss (`trl/trainer/grpo_trainer.py`); since release 1.12.0 it first multiplies that k3 by
+#    the ratio $\pi_\theta/\pi_{\text{old}}$ by default, which changes its gradient (the page
+#    *From toy to real* says how).
 # 3. **Both** (a bug): the KL is put into the advantage *and* `'kl_penalty'` is subtracted again.
 #
 # At the first update step the ratio is 1 and nothing is clipped, so each objective is just the
@@ -811,11 +823,13 @@ for name, J, b in versions:
 # $-\beta \sum_y \pi_{\text{old}}(y)\,\nabla\log\pi_\theta(y) = \beta\,\nabla\mathrm{KL}(\pi_{\text{old}} \,\|\, \pi_\theta)$:
 # a push *away from the sampling policy*, not toward the reference.
 #
-# To see this without sampling noise, `double_count` (in `minirlhf.studies`) takes a policy
-# over five tokens at one position, $\pi_\theta = \mathrm{softmax}(\theta)$, a reference and a
-# reward per token, and replaces every batch average over $y \sim \pi_{\text{old}}$ by the exact
-# sum over the five tokens weighted by $\pi_{\text{old}}(y)$; torch then differentiates each
-# version's *expected* objective exactly. While no ratio leaves the clip band, the reward's
+# In short, we will measure each version's pull toward the reference as a length and an
+# angle, and compare them. To see this without sampling noise, `double_count` (in
+# `minirlhf.studies`) takes a policy over five tokens at one position,
+# $\pi_\theta = \mathrm{softmax}(\theta)$, a reference and a reward per token, and replaces
+# every batch average over $y \sim \pi_{\text{old}}$ by the exact sum over the five tokens
+# weighted by $\pi_{\text{old}}(y)$; torch then differentiates each version's *expected*
+# objective exactly. While no ratio leaves the clip band, the reward's
 # share of the gradient is the same in every version, the gradient of
 # $\mathbb{E}_{\pi_\theta}[r]$ (because $\pi_{\text{old}} \cdot \mathrm{ratio} = \pi_\theta$), so
 # the table shows the rest, each version's *leash*: its size in units of
@@ -851,9 +865,15 @@ print(double_count.format_study(result))
 #   reward. At the first step the k3 term's expected gradient is exactly
 #   $-\beta\,\nabla\mathrm{KL}(\pi_{\mathrm{ref}} \,\|\, \pi_\theta)$ (size 1.00 and cosine +1.00
 #   in the last lines): the gradient of the KL in the *other* direction, which also pulls
-#   toward the reference, here 1.42 times as hard as the forward one. Together the two pull
+#   toward the reference, here 1.42 times as hard as the leash's own. Together the two pull
 #   with 2.42. After the update the samples still come from $\pi_{\text{old}}$ and nothing
-#   reweights them, so the k3 term is only close to that gradient (1.05).
+#   reweights them, so the k3 term is only close to that gradient (1.05). The two directions
+#   have names. In RLHF usage the leash's $\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})$,
+#   with the policy being trained first, is the *reverse* KL, and
+#   $\mathrm{KL}(\pi_{\mathrm{ref}} \,\|\, \pi_\theta)$ is the *forward* KL, the one that
+#   supervised fine-tuning on the reference's samples would minimize. TRL uses the same
+#   names: its DPO trainer's default leash, standard DPO's, is `"reverse_kl"`, and
+#   `"forward_kl"` is an option (`f_divergence_type` in `trl/trainer/dpo_config.py`).
 #
 # So the bug does not double $\beta$, and nothing crashes: the logged objective counts the
 # penalty twice, while the update feels it once, plus a push away from the policy that sampled
@@ -862,18 +882,25 @@ print(double_count.format_study(result))
 #
 # ## Two questions, worked
 #
-# The first question this chapter's objective raises, why a critic and GAE can handle a
-# KL-shaped reward while the separate-term version cannot, needs the critic and GAE; chapter 7
-# answers it once they are on the table, in its section "What the batch baseline left out".
-# The second needs only the statistics a run logs.
+# The first question this chapter's objective raises, why a *critic* (a learned value
+# function that predicts each token's return) and GAE (generalized advantage estimation,
+# which turns the critic's predictions into advantages) can handle a KL-shaped reward while
+# the separate-term version cannot, needs both; chapter 7 builds them and answers it in its
+# section "What the batch baseline left out". The second needs only the statistics a run
+# logs.
+#
+# **Which statistics catch reward hacking?** *Reward hacking* is chapter 1's failure with a
+# name: the policy raises the reward model's score by means the reward model overrates,
+# while the quality a person would judge stays flat or falls. A trainer logs many numbers
+# per iteration. Before opening the answer, name three you would plot to catch it early, and
+# say what each would do while the policy hacks.
 #
 # <details class="answer">
 # <summary>Worked answer: which statistics catch reward hacking?</summary>
 #
-# Reward hacking is the policy raising the reward model's score by means the reward model
-# overrates. The score itself cannot reveal it, so watch the quantities that move *with*
-# it, each on its own plot and per iteration (in brackets, the names TRL's PPO trainer logs
-# them under in `trl/experimental/ppo/ppo_trainer.py`):
+# The score itself cannot reveal hacking, so watch the quantities that move *with* it, each
+# on its own plot and per iteration (in brackets, the names TRL's PPO trainer logs them under
+# in `trl/experimental/ppo/ppo_trainer.py`):
 #
 # - **Mean KL to the reference** (`objective/kl`). A steady climb, or a jump, means the policy is
 #   leaving the region where the reward model was trained. A KL that keeps growing while the
@@ -999,10 +1026,16 @@ print(f"-(1 + eps) * beta / N = {-(1.2) * 0.1 / 6:+.4f}; "
 # <details class="answer">
 # <summary>Worked answer: the KL as a constant</summary>
 #
-# At the first step `new` equals `old`, so the two versions have the same $J$; their gradients
-# differ by $\beta/N$ per token (the admonition "Two simplifications"). After the update the
-# values differ too, by $\beta$ times the mean of $\texttt{new} - \texttt{old}$ over the tokens
-# whose term is not clipped.
+# The first cell below does both on the six-token batch. At the first step `new` equals
+# `old`, so the two versions have the same $J$, 0.05750, and their gradients differ by
+# $\beta/N$ on every token (the admonition "Two simplifications"). After the update the
+# values differ too. While no token's term changes branch between the two versions, token
+# $i$'s term moves by $\beta\,c_i(\texttt{new}_i - \texttt{old}_i)/N$, where $c_i$ is its ratio,
+# or its clipped ratio where the clip binds. Clipped tokens count too: their term
+# $\operatorname{clip}(\mathrm{ratio}_i)\,A_i$ is flat in the ratio but still holds the KL inside
+# $A_i$. Here the fixed version's $J$ is higher by 0.01029, exactly that sum over all six
+# tokens. The gradients after the update differ by $c_i\,\beta/N$ per token, and on the
+# three clipped tokens the fixed version's is exactly 0 (exercise 2).
 #
 # In expectation, while no ratio leaves the band, the expected objective is
 # $\sum_y \pi_{\text{old}}(y)\,\mathrm{ratio}(y)\,A(y) = \sum_y \pi_\theta(y)\,A(y)$. With
@@ -1012,12 +1045,47 @@ print(f"-(1 + eps) * beta / N = {-(1.2) * 0.1 / 6:+.4f}; "
 # $\mathbb{E}_{\pi_\theta}[r] - \beta\sum_y \pi_\theta(y)(\log\pi_{\text{old}} - \log\pi_{\mathrm{ref}})$,
 # which differs from the true objective by $\beta\,\mathrm{KL}(\pi_\theta \,\|\, \pi_{\text{old}})$:
 # zero, with zero gradient, at $\theta_{\text{old}}$, and growing as the update moves away.
-# The cell below measures both on `double_count.study`'s five-token example (the same inputs,
-# after its one update step): the `"kl in reward"` gradient matches the true one, the fixed
+# The second cell below measures both on `double_count.study`'s five-token example (the same
+# inputs, after its one update step): the `"kl in reward"` gradient matches the true one, the fixed
 # one differs by a little. The clip keeps $\pi_\theta$ near $\pi_{\text{old}}$, which is why the
 # cheaper constant is good enough in practice.
 #
 # </details>
+
+# %% tags=["hide-input"]
+def J_both_ways(old, kl_follows_new, eps=0.2, beta=0.1):
+    """Return (J, dJ / d new_logp) of the six-token batch sampled by old,
+    with the KL from new_logp or fixed at the rollout's old - ref."""
+    new = torch.tensor(new_logp, requires_grad=True)
+    old, ref = torch.tensor(old), torch.tensor(ref_logp)
+    kl_i = (new if kl_follows_new else old) - ref
+    adv_i = torch.tensor(rewards) - beta * kl_i
+    ratio_i = torch.exp(new - old)
+    J = torch.minimum(ratio_i * adv_i,
+                      ratio_i.clamp(1 - eps, 1 + eps) * adv_i).mean()
+    return J.item(), torch.autograd.grad(J, new)[0]
+
+
+print("step     J, kl from new   J, kl fixed   fixed - new")
+q3_grads = {}
+for step, old in (("first", new_logp), ("after", old_logp)):
+    J_new, q3_grads[step, "new"] = J_both_ways(old, True)
+    J_fix, q3_grads[step, "fixed"] = J_both_ways(old, False)
+    print(f"{step:<6}{J_new:16.5f}{J_fix:14.5f}{J_fix - J_new:14.5f}")
+# The shift while no term changes branch: beta / N * sum c_i (new - old),
+# c_i the ratio, or the clipped ratio where the clip binds.
+*_, state, _ = token_table(0.2, 0.1)
+ratio = np.exp(log_ratio)
+c_i = np.where(state == 1, np.clip(ratio, 0.8, 1.2), ratio)
+print(f"beta / N * sum_i c_i (new_i - old_i) = "
+      f"{0.1 / 6 * (c_i * log_ratio).sum():.5f}")
+print("\ndJ / d new_logp   first step           after the update")
+print("token      kl from new   fixed    kl from new   fixed")
+for i in range(6):
+    g = [q3_grads[s, k][i].item() for s in ("first", "after")
+         for k in ("new", "fixed")]
+    print(f"{i:>5}   {g[0]:+14.4f}{g[1]:+8.4f}{g[2]:+15.4f}{g[3]:+8.4f}")
+
 
 # %% tags=["hide-input"]
 setting = dict(logits_ref=[2.0, 1.0, 0.0, -1.0, 0.5],
@@ -1093,7 +1161,7 @@ for i, (k, a1, a3) in enumerate(zip(kl, adv_k1, adv_k3)):
 # </details>
 #
 # **6. A negative advantage, a rising ratio.** For $A = -1$, compute a token's term and its
-# gradient with respect to `new_logp` at ratios 1.5, 3 and 10. How large a share of a batch's
+# gradient with respect to `new_logp` at ratios 1.5, 2.5, 3.5 and 10. How large a share of a batch's
 # gradient can that one token take? Add the dual-clip floor $\max(\text{term},\, c\,A)$ for
 # $A < 0$, with $c = 3$, to `clipped_surrogate`, and check that the gradient is unchanged below
 # ratio $c$ and zero above it.
@@ -1103,12 +1171,14 @@ for i, (k, a1, a3) in enumerate(zip(kl, adv_k1, adv_k3)):
 #
 # For $A < 0$ and a ratio above $1 + \epsilon$ the minimum keeps $\mathrm{ratio}\cdot A$, and
 # since $\partial\,\mathrm{ratio} / \partial\,\texttt{new\_logp} = \mathrm{ratio}$, the gradient
-# of the term is $\mathrm{ratio}\cdot A$: $-1.5$, $-3$ and $-10$ at the three ratios (the cell
-# below). A token in the band contributes at most about $(1 + \epsilon)|A|$, so one token at
+# of the term is $\mathrm{ratio}\cdot A$: $-1.5$, $-2.5$, $-3.5$ and $-10$ at the four ratios
+# (the cell below). A token in the band contributes at most about $(1 + \epsilon)|A|$, so one token at
 # ratio 10 pulls as hard as about eight ordinary tokens with the same $|A|$, and its share grows
 # without limit as its ratio does. With the dual-clip floor the term becomes
 # $\max(\mathrm{ratio}\cdot A,\ 3A)$: unchanged (with the same gradient) while the ratio is below
-# 3, and flat at $3A = -3$, with zero gradient, from 3 on.
+# 3, and flat at $3A = -3$, with zero gradient, above 3. The cell tests ratios on either side
+# of $c$, not $c$ itself: exactly at the corner the two branches of the maximum tie, and which
+# gradient autograd returns there depends on the last bit of the ratio.
 #
 # </details>
 
@@ -1121,7 +1191,7 @@ def dual_clipped_surrogate(ratio, adv, epsilon, c=3.0):
 
 
 print("ratio   term   d/d new_logp   dual-clip term   d/d new_logp")
-for r in (1.5, 3.0, 10.0):
+for r in (1.5, 2.5, 3.5, 10.0):
     new = torch.tensor(np.log(r), requires_grad=True)  # old_logp = 0
     adv_neg = torch.tensor(-1.0)
     plain = torch.minimum(torch.exp(new) * adv_neg,

@@ -15,8 +15,10 @@
 # :class: tip
 # Chapters 1 and 2, and a little PyTorch: tensors, `softmax`, `cross_entropy`, `backward`.
 # The first run of this notebook trains the policy (about ten seconds) and saves it under
-# `outputs/models`; later runs load it. A first run of the whole notebook takes about a
-# minute on a 2-core CPU.
+# `outputs/models`; later runs load it. A run of the whole notebook takes about a minute on a
+# 2-core CPU, the first one and later ones alike: most of it goes to three cells that compute
+# afresh each time, fifteen to twenty seconds each (the learning curve, 300 steps of SFT; a
+# longer SFT run for a worked answer; 42,000 answers sampled to check a probability).
 # ```
 
 # %%
@@ -32,8 +34,9 @@ from minirlhf.course.exercises import check
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.experiment import ORIGINAL
-from minirlhf.model import (completion_logprobs, completion_mask, generate,
-                            make_generator, n_params)
+from minirlhf.model import (GPTConfig, TinyGPT, completion_logprobs,
+                            completion_mask, generate, make_generator,
+                            n_params)
 from minirlhf.palette import BLUE, ORANGE  # safe for color blindness
 from minirlhf.studies import rm_blind_spot
 
@@ -113,6 +116,12 @@ print("\n".join(rows))
 # - **episode**: one completion. It ends with the first `;`, or after 4 tokens;
 # - **reward**: 0 for every token except the last, where the whole text is scored,
 #   $r_T = R(x, y)$ (here the verifier; in one arm of chapter 5, a reward model).
+#
+# The process is *Markov* because what happens next depends only on the current state and
+# the action, never on how the state was reached: the next state is the current one with the
+# token appended, and the policy chooses from the current state alone. That property is what
+# the name Markov decision process (MDP) asks for, and here it holds by construction, since
+# the state is the whole text so far.
 #
 # The *policy* $\pi_\theta(a_t \mid s_t)$ is the language model's softmax over the next token.
 # Since every reward but the last is 0, the return of every step is the final score, and the
@@ -329,7 +338,8 @@ print("\n".join(rows))
 # below). The next cell reruns it for longer than the book's policy was trained, measuring
 # greedy accuracy on the 400 evaluation prompts every 10 steps. The run is deterministic, so
 # its first steps are exactly the run that produced the policy, whose accuracy the orange
-# dot marks.
+# dot marks. It is the slowest cell of the chapter, and in JupyterLab it shows a progress bar
+# while it trains.
 
 # %%
 config = sft.SFTConfig()
@@ -535,17 +545,66 @@ print("\n".join(rows))
 #
 # Without the mask, every one of the 9 target positions counts (the table of `sft_batch` above):
 # the prompt tokens, the answer, and the padding after the `;`. The prompt positions dominate.
-# They are the majority of the targets, and most of them cannot be predicted: the operands are
-# drawn at random, so a digit of the prompt is a guess among ten (a loss near $\log 10$) however
-# long the model trains. Those positions set a floor under the loss, roughly their share of
-# the positions times the entropy of a random digit, and their large gradients compete with
-# the answer's for the same weights, so expect the unmasked run to be no better, and likely
-# worse, after the same number of steps. Padding after the `;` is the opposite: trivially predictable once
-# the `;` is written, it adds near-zero loss and teaches nothing. Measure it by running the
-# loop both ways for the book's step count and compare `sft.greedy_accuracy`.
+# They are the majority of the targets, and three of them cannot be predicted: the operands
+# are drawn at random, so a digit of the prompt after the first is a guess among ten (a loss
+# near $\log 10$) however long the model trains. Those positions set a floor under the
+# loss: three of nine targets at $\log 10$ each, 0.768 on average once everything else is
+# learned (a little less, since some operands have one digit). Padding after the `;` is the
+# opposite: trivially predictable once the `;` is written, it adds near-zero loss and
+# teaches nothing.
+#
+# The cell below runs the book's SFT loop with the mask replaced by ones, the same initial
+# weights and batches for the same 140 steps. The unmasked policy answers 0.075 of the
+# evaluation prompts right, against 0.360 for the masked one: the prompt digits' large,
+# useless gradients compete with the answer's for the same weights, and the answer loses.
+# Its loss, 1.162 over the last ten steps, is still well above the floor, and the
+# cross-entropy per position shows where it goes: the three unpredictable prompt digits
+# cost 2.33, 2.07 and 2.34 nats, near $\log 10$, the `+` and the `=` almost nothing, and
+# the answer's digits still up to 1.63.
 #
 # </details>
-#
+
+# %% tags=["hide-input"]
+def train_unmasked():
+    """Return (model, losses): sft.train_sft's run, step for step, with
+    the loss counting all 9 target positions instead of the masked ones."""
+    cfg = sft.SFTConfig()
+    torch.manual_seed(cfg.seed)  # the same initial weights
+    model = TinyGPT(GPTConfig(dtype=cfg.dtype))
+    g = make_generator(cfg.seed)  # the same batches
+    pool = task.train_pairs()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
+    losses = []
+    for _ in range(cfg.steps):
+        inputs, targets, mask = sft.sft_batch(
+            task.sample_pairs(cfg.batch_size, g, pool))
+        loss = sft.masked_sft_loss(model(inputs), targets,
+                                   torch.ones_like(mask))  # no mask
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model.eval(), losses
+
+
+unmasked, unmasked_losses = train_unmasked()
+print(f"greedy accuracy after {sft.SFTConfig().steps} steps: masked "
+      f"{sft.greedy_accuracy(policy):.3f}, unmasked "
+      f"{sft.greedy_accuracy(unmasked):.3f}")
+print(f"unmasked loss, mean of the last 10 steps: "
+      f"{np.mean(unmasked_losses[-10:]):.3f}")
+inputs, targets, mask = sft.sft_batch(task.eval_pairs())  # (400, 9) each
+with torch.no_grad():
+    ce = F.cross_entropy(unmasked(inputs).flatten(0, 1), targets.flatten(),
+                         reduction="none").view_as(targets)  # (400, 9)
+print("its cross-entropy per target position, eval prompts (nats):")
+print("  prompt  " + " ".join(f"{v:.2f}" for v in ce.mean(0)[:5].tolist()))
+print("  answer  " + " ".join(f"{v:.2f}" for v in ce.mean(0)[5:].tolist()))
+print(f"3 unpredictable digits of 9 targets: 3 * ln(10) / 9 = "
+      f"{3 * np.log(10) / 9:.3f}")
+
+# %% [markdown]
 # **2. Stop later.** Train a policy for 260 steps with `sft.train_sft(sft.SFTConfig(steps=260))`
 # (under half a minute; it is not saved). How accurate is it greedily, and how many of 64
 # completions sampled at temperature 0.7 for one prompt are right? What would chapter 5 have

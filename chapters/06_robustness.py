@@ -28,9 +28,10 @@
 # Chapters 1 to 5. This chapter reuses chapter 5's stored runs (the models and
 # `outputs/results.json`) when they are there and makes them otherwise. With chapter 5's
 # runs stored, a first run of this notebook, which makes its own runs side by side on the
-# computer's cores, took about four minutes on a busy 2-core machine, each long cell with a
-# progress bar in JupyterLab; with nothing stored it also makes chapter 5's runs and takes
-# longer. Later runs read every result back and are much quicker.
+# computer's cores, takes about two and a half minutes on a 2-core machine, each long cell
+# with a progress bar in JupyterLab; most of it goes to the runs from the five partial-SFT
+# starts. With nothing stored it also makes chapter 5's runs and takes longer. Later runs
+# read every result back and take about fifteen seconds.
 # ```
 
 # %%
@@ -47,8 +48,7 @@ from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
 from minirlhf.course.runs import (load_or_run, same_curves,
                                   stored_experiment, stored_starts)
-from minirlhf.model import (completion_logprobs, completion_mask, generate,
-                            make_generator, n_params, reward_scores)
+from minirlhf.model import generate, make_generator, reward_scores
 from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
 from minirlhf.parallel import map_runs
 from minirlhf.paths import OUTPUTS
@@ -65,8 +65,8 @@ PROGRESS = someone_watching()
 # The next cell builds what this chapter starts from with the package's own functions: the
 # partial-SFT policy (also the frozen reference) and the reward model, read from disk or
 # trained; the recipe `ppo.PPOConfig()`; the two arms with their $\beta$; one run of each arm
-# with seed 0, which keeps the training statistics read at the end of the chapter; and the
-# five-seed experiment. The experiment is read from `outputs/results.json`, the file chapter
+# with seed 0, which keeps the training statistics read at the end of the chapter (trained
+# every time, about five seconds); and the five-seed experiment. The experiment is read from `outputs/results.json`, the file chapter
 # 5 writes, with exactly chapter 5's settings, so the two chapters always show the same runs.
 # When it is missing or was made by other code, the cell runs it: ten more runs.
 
@@ -322,7 +322,8 @@ print(f"(mean ± 95% interval over seeds {SEEDS[0]}-{SEEDS[-1]}; start: "
 
 # %% [markdown]
 # With the noise taken out, the rm arm gets better at what it is handed: the RM's score of
-# its answers climbs higher than with the batch mean. Its accuracy does not improve.
+# its answers climbs higher than with the batch mean. Its accuracy does not improve; it falls,
+# to 0.336 ± 0.023 from a start of 0.360, an interval that only just leaves the start out.
 #
 # The comparison is not clean, though, and the KL column shows why: at the same $\beta$ the
 # per-prompt arm moved further from the reference. The recipe of chapter 5 standardizes every
@@ -540,7 +541,7 @@ for kl, b in (below, above):
 # First the starts. For SFT seeds 0 to 4, `robustness.partial_start` trains with the book's
 # SFT settings and that seed, measures the greedy accuracy every 5 steps, and stops at the
 # first measurement that reaches 1/3. Each start is stored beside the book's models, so
-# making them costs about two minutes once on a busy 2-core machine; later runs read them
+# making them costs about half a minute once on a 2-core machine; later runs read them
 # back.
 
 # %%
@@ -620,43 +621,50 @@ print(f"the book's start ranks {rank + 1} of {n_starts} by the verifier "
 # | `objective/scores` | mean reward of the batch, before normalizing | It should rise. If it rises while an independent measure of quality does not, the policy is exploiting the reward. |
 # | `objective/kl` | mean per-token log-ratio to the reference on the sampled tokens (k1) | A steady climb is the policy spending its leash; a jump means one update moved it far. TRL logs the sum over a completion's tokens; ours is per token. |
 # | `objective/entropy` | mean per-token entropy of the sampling distribution, in nats | A fall toward 0 means the policy has stopped exploring: every sample of a prompt is the same, and the advantages vanish. |
-# | `policy/clipfrac_avg` | fraction of completion tokens where the clip binds: the clipped term is the smaller one, so the token's gradient is cut off (TRL's definition, `pg_losses2 > pg_losses`) | Near 0, the updates barely move the policy; above about 0.2, they are too large for the clip to keep them proximal. A ratio outside the band with the advantage pointing back inside does not count: its gradient is not cut. |
+# | `policy/clipfrac_avg` | fraction of completion tokens where the clip binds: the clipped term is the smaller one, so the token's gradient is cut off (TRL's definition, `pg_losses2 > pg_losses`) | Near 0, every update stays inside the clip band: healthy, unless the run has also stopped learning (a flat score and a flat KL). Above about 0.2, the updates are too large for the clip to keep them proximal. A ratio outside the band with the advantage pointing back inside does not count: its gradient is not cut. |
 # | `policy/approxkl_avg` | $\tfrac12\,\mathrm{mean}\,(\log r)^2$ over the completion tokens, TRL's estimate of the KL between the sampling policy and the updated one (the k2 of Schulman's note) | How far one batch moved the policy; spikes come before instabilities. It is not `objective/kl`. |
 # | `val/completion_length` | mean number of completion tokens, up to and including the first `;` | A drift in length is a classic sign of reward hacking; here it also tells whether the answers kept their format. TRL's PPO logs the count of end tokens in the batch (`val/num_eos_tokens`), its GRPO `completions/mean_length` (`trl/trainer/grpo_trainer.py`). |
 # | `loss/policy_avg` | the PPO loss, averaged over the updates | Not a progress measure: the advantages are re-centred in every batch. Watch it only for NaN or spikes. |
 
 # %% tags=["hide-input"]
-STATS = [("objective/scores", "RM units, or\nfraction right"),
+STATS = [("objective/scores", "the reward's units"),
          ("objective/kl", "nats per token"),
          ("objective/entropy", "nats per token"),
          ("policy/clipfrac_avg", "fraction of tokens"),
          ("policy/approxkl_avg", "nats per token"),
          ("val/completion_length", "tokens"), ("loss/policy_avg", "loss")]
 it = np.arange(1, cfg.iterations + 1)
+# The panels: objective/scores is in each arm's own units (RM units, or
+# the fraction of samples right), so each arm gets its own panel there.
+PANELS = ([("objective/scores", "rm", "RM units"),
+           ("objective/scores", "verifier", "fraction right")]
+          + [(key, None, unit) for key, unit in STATS[1:]])
 
 
 def draw_dashboard(narrow=False):
-    """Return one panel per statistic, both arms of the seed-0 run: three
-    columns (legend in the free slot), or one column on a phone."""
+    """Return one panel per statistic (two for objective/scores, one per
+    arm), both arms of the seed-0 run: three columns (legend in the free
+    slot), or one column on a phone."""
     cols = 1 if narrow else 3
-    rows = -(-len(STATS) // cols)
+    rows = -(-len(PANELS) // cols)
     fig, axes = plt.subplots(
         rows, cols, squeeze=False, constrained_layout=True,
         figsize=(3.6, 1.7 * rows + 0.4) if narrow else (6.8, 2.0 * rows))
-    for ax, (key, unit) in zip(axes.flat, STATS):
-        for arm in ARMS:
+    for ax, (key, only, unit) in zip(axes.flat, PANELS):
+        for arm in ARMS if only is None else (only,):
             ax.plot(it, runs[arm][key], color=ARM_COLORS[arm], lw=1.6,
                     label=f"{arm} arm")
-        ax.set_title(key, fontsize=9)
+        ax.set_title(key if only is None else f"{key}, {only} arm",
+                     fontsize=9)
         ax.set_ylabel(unit, fontsize=8)
         ax.tick_params(labelsize=8)
     # the x label on the lowest panel of each column
     for col in range(cols):
-        last = max(k for k in range(col, len(STATS), cols))
+        last = max(k for k in range(col, len(PANELS), cols))
         axes.flat[last].set_xlabel("PPO iteration", fontsize=8)
-    for ax in axes.flat[len(STATS):]:
+    for ax in axes.flat[len(PANELS):]:
         ax.axis("off")
-    handles = axes.flat[0].get_legend_handles_labels()
+    handles = axes.flat[2].get_legend_handles_labels()  # both arms
     if narrow:
         fig.legend(*handles, loc="outside upper center", ncol=2,
                    frameon=False, fontsize=9)
@@ -668,20 +676,24 @@ def draw_dashboard(narrow=False):
 
 show_figure(
     draw_dashboard,
-    alt="Seven panels of training statistics per iteration for the seed-0 "
-        "run of both arms: objective/scores, objective/kl, "
-        "objective/entropy, policy/clipfrac_avg, policy/approxkl_avg, "
-        "val/completion_length and loss/policy_avg.",
+    alt="Eight panels of training statistics per iteration for the "
+        "seed-0 run of both arms: objective/scores of the rm arm in RM "
+        "units and of the verifier arm as the fraction right, each on its "
+        "own panel, then objective/kl, objective/entropy, "
+        "policy/clipfrac_avg, policy/approxkl_avg, val/completion_length "
+        "and loss/policy_avg for both arms.",
     caption="The training statistics of one run of each arm (seed 0), "
-            "under TRL's names; objective/scores is in the reward's own "
-            "units (RM units for the rm arm, the fraction of correct "
-            "samples for the verifier arm). The verifier arm's score rises "
-            "a little; the rm arm's jumps with the prompts drawn and ends a "
-            "little lower. The clip fraction and the approximate KL fall "
-            "to almost 0 after the first iterations, and the entropy and "
-            "the completion length hardly move: nothing here tells the arm "
-            "that learned "
-            "sums from the one that did not.",
+            "under TRL's names. objective/scores is in the reward's own "
+            "units, so each arm has its own panel: RM units for the rm "
+            "arm, the fraction of correct samples for the verifier arm. "
+            "The verifier arm's score rises a little; the rm arm's jumps "
+            "with the prompts drawn and ends a little lower. Both arms "
+            "draw the same prompts at every iteration, so their entropy "
+            "and length curves wiggle together. The clip fraction and the "
+            "approximate KL fall to almost 0 after the first iterations, "
+            "and the entropy and the completion length hardly move: "
+            "nothing here tells the arm that learned sums from the one "
+            "that did not.",
 )
 print(f"mean of iterations 1-5 -> 21-25   {'rm arm':>11}  "
       f"{'verifier arm':>16}")
@@ -702,7 +714,10 @@ for key, _ in STATS:
 # full learning rate, before its running averages have seen how noisy the gradients are, and
 # the learning rate decays to 0 over the run. The entropy and the completion length hardly
 # move: neither arm collapsed onto one answer per prompt, and neither changed the format of
-# its answers. Nothing on either dashboard says that one arm got better at sums and the other
+# its answers. Their small jumps come at the same iterations in both arms because both arms'
+# seed-0 runs draw the same prompts at every iteration: the prompts come from one generator
+# seeded with the run's seed, and each iteration advances it by the same amount whatever the
+# policy writes. Nothing on either dashboard says that one arm got better at sums and the other
 # did not.
 #
 # ## What the analyses say
@@ -733,45 +748,23 @@ print(f"std of the verifier arm's gain: between starts {between:.3f}, "
 # the rm arm back.**
 
 # %%
-n_net = n_params(policy)
-# What a critic would know, for the verifier's reward: V(s_t) is the chance
-# that the starting policy, sampling at 0.7, completes the right answer
-# from state s_t.
-eval_pairs = task.eval_pairs()  # (400, 2)
-eval_prompts = task.encode_prompts(eval_pairs)  # (400, 6)
-truth = task.correct_completions(eval_pairs)  # (400, 4)
-with torch.no_grad():
-    lp = completion_logprobs(policy, eval_prompts, truth,
-                             cfg.temperature)  # (400, 4)
-lp = lp * completion_mask(truth)
-v_start = lp.sum(1).exp()  # V(s_0): the whole right answer
-v_first = lp[:, 1:].sum(1).exp()  # V(s_1) after the right first digit
 per_prompt = control["per-prompt baseline"]
-print(f"a value head the size of the policy: {n_net:,} parameters")
 print(f"share of the prompt in a batch's variance: RM "
       f"{shares['rm']:.0%}, verifier {shares['verifier']:.0%}")
-print(f"verifier's value, mean over the eval prompts: V(s_0) = "
-      f"{v_start.mean():.2f};\n  after the right first digit "
-      f"{v_first.mean():.2f}, after a wrong one 0")
 print("rm arm at the end, per-prompt baseline: RM score "
       f"{pm(*per_prompt['rm_score'], 2, '+')},\n  accuracy "
       f"{pm(*per_prompt['accuracy'])} (start "
       f"{summary['rm']['start']:.3f})")
 
 # %% [markdown]
-# Full PPO learns a critic $V(s_t)$, in InstructGPT a network as large as the reward model,
-# trained alongside the policy, with GAE to turn its predictions into per-token advantages
-# {cite}`ouyang2022instructgpt,schulman2016gae`. It is the heaviest part of PPO, and chapter 5
-# did without it. Even at 4 tokens a critic would have work to do. Its value changes *inside*
-# a completion: with the verifier's reward, a wrong first digit sends it to 0 at once, and a
-# right one raises it. A critic would credit or blame the digit that did it; the batch
-# baseline gives every token of a completion the same share of the score, and knows only the
-# position, not the state. A critic would also remove the prompt's share of the noise, large
-# for the RM. The control showed what that buys here: the rm arm follows the RM's score
-# further, and its accuracy still does not rise. Removing noise changes how far the rm arm
-# goes, not where. What a critic does buy is less noise per token, and chapter 7 measures how
-# much, at 4 tokens and at 400: the saving grows with the length, and over hundreds of tokens
-# the critic becomes load-bearing.
+# Chapter 5's lesson 2 showed what a critic, the learned value function $V(s_t)$ of full
+# PPO, would know here that the batch baseline does not: the value changes inside a
+# completion, after every right or wrong digit. A critic would also remove the prompt's share
+# of the noise, large for the RM. The control showed what that buys here: the rm arm follows
+# the RM's score further, and its accuracy falls all the same. Removing noise changes how
+# far the rm arm goes, not where. What a critic does buy is less noise per token, and
+# chapter 7 measures how much, at 4 tokens and at 400: the saving grows with the length, and
+# over hundreds of tokens the critic becomes load-bearing.
 #
 # **The leash contains damage but cannot create signal.**
 
@@ -827,7 +820,9 @@ for arm in ARMS:
 #   completion length, `loss/policy_avg`), and you know what they cannot tell you: whether
 #   the reward is the right one.
 #
-# ## Questions
+# ## Exercises
+#
+# Each exercise has a worked answer under it. Try the exercise first, as in chapters 4 and 5.
 #
 # 1. **Why does a per-prompt baseline change no expected gradient?** The rm arm's control
 #    subtracted $b(x)$, the RM's score of the reference's greedy answer to prompt $x$, from
@@ -859,7 +854,7 @@ for arm in ARMS:
 # </details>
 #
 # 2. **Which of the dashboard's statistics would have warned you about the rm arm?** Suppose
-#    you had no verifier, only the seven panels. Which would you watch, and what would you add?
+#    you had no verifier, only the seven statistics of the dashboard. Which would you watch, and what would you add?
 #
 # <details class="answer">
 # <summary>Worked answer: what a dashboard can and cannot show</summary>

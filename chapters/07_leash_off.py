@@ -20,8 +20,8 @@
 # Chapters 4 and 5: the reward model's blind spot, and `ppo_train` (chapter 6 is not needed
 # here). The notebook trains sixteen short PPO runs, twelve for the chapter and four for the
 # worked answers, each with a progress bar in JupyterLab, and stores what it reads of them in
-# `outputs/ch07_*.json`. A first run of the whole notebook takes about two minutes on a 2-core
-# CPU; later runs read the stored runs back and take about ten seconds.
+# `outputs/ch07_*.json`. A first run of the whole notebook takes about a minute and a half on a
+# 2-core CPU; later runs read the stored runs back and take about fifteen seconds.
 # ```
 
 # %%
@@ -481,9 +481,17 @@ print(f"answers that became correct ({len(found)}): the old answer had "
 # Gao et al. measured this at scale {cite}`gao2023scaling`. They trained a large "gold" reward
 # model to play the part of the truth and optimized policies against smaller proxy RMs trained
 # on its labels: the proxy score kept rising, while the gold score first rose and then fell,
-# as a smooth function of how far (in KL) the policy had moved from its start. Our verifier
-# plays the gold RM, and cannot be wrong. The next cell gives the unleashed runs' mean
-# accuracy at each distance travelled, and the figure after it plots every run their way.
+# as a smooth function of how far the policy had moved from its start. They measure that
+# distance as the square root of the KL from the initial policy to the trained one, over
+# whole sampled completions. The square root, because the KL behaves like a squared
+# distance: a small step away from the start gives a KL that grows with the square of the
+# step, so $\sqrt{\mathrm{KL}}$ grows like the step itself. Our verifier plays the gold RM,
+# and cannot be wrong. Our distance is not quite theirs: `evaluate` computes the exact KL per
+# token, summed over the vocabulary at each position of the greedy answers, not the KL
+# between the distributions of sampled answers. It reads the same drift without sampling
+# noise, so the shapes can be compared and the numbers cannot. The next cell gives the
+# unleashed runs' mean accuracy at each distance travelled, and the figure after it plots
+# every run against $\sqrt{\mathrm{KL}}$, as Gao et al. do.
 
 # %%
 print("KL per token   mean accuracy of the beta = 0 runs at that distance")
@@ -523,12 +531,13 @@ show_figure(
         "points stay at small distances, about as accurate as the beta = 0 "
         "points early on and more accurate late. RM score: no steady rise "
         "with distance.",
-    caption="Over-optimization against distance, as Gao et al. plot it: "
-            "every evaluation of every run, against the square root of the "
-            "KL. Without the leash the true accuracy falls the further the "
-            "policy goes (the dotted line is where it began), and the "
-            "proxy's score does not keep rising with it; the leashed runs "
-            "stay near the start.",
+    caption="Over-optimization against distance, in Gao et al.'s "
+            "coordinates: every evaluation of every run, against the square "
+            "root of the KL (ours per token, on the greedy answers; theirs "
+            "over whole sampled completions). Without the leash the true "
+            "accuracy falls the further the policy goes (the dotted line "
+            "is where it began), and the proxy's score does not keep "
+            "rising with it; the leashed runs stay near the start.",
 )
 
 # %% [markdown]
@@ -564,8 +573,14 @@ show_figure(
 # $\beta$ sweep ([`06_robustness.ipynb`](06_robustness.ipynb)) shows how much rides on the
 # choice. Ziegler et al.
 # instead choose the distance, a *target* KL, and let $\beta$ follow it
-# {cite}`ziegler2019finetuning`. After each batch of $n_\text{steps}$ samples whose KL to the
-# reference was measured as $\mathrm{KL}$:
+# {cite}`ziegler2019finetuning`. Their paper (section 2.2) writes the rule as
+# $e_t = \operatorname{clip}\big((\mathrm{KL}_t - \mathrm{KL}_\text{target}) /
+# \mathrm{KL}_\text{target}, -0.2, 0.2\big)$ and $\beta_{t+1} = \beta_t (1 + K_\beta e_t)$, with
+# $K_\beta = 0.1$, and calls it a log-space proportional controller. Their released code
+# (`lm_human_preferences/train_policy.py`, `AdaptiveKLController`), and TRL's PPO trainer up
+# to version 0.11 after it, replace the constant $K_\beta$ by the batch's share of a
+# *horizon* of samples. That is the form we use. After each batch of $n_\text{steps}$ samples
+# whose KL to the reference was measured as $\mathrm{KL}$:
 #
 # $$
 # e = \operatorname{clip}\!\Big(\frac{\mathrm{KL}}{\mathrm{KL}_\text{target}} - 1,\;
@@ -613,8 +628,9 @@ check("adaptive_kl_update", adaptive_kl_update);
 # **multiplies**, so a $\beta$ of 0 can never come back: the controller adjusts a leash, it
 # does not put one on. And $\beta$ stays positive as long as the factor does: at the lowest
 # error, $e = -0.2$, the factor is $1 - 0.2\, n_\text{steps}/\text{horizon}$, which reaches 0
-# at $n_\text{steps} = 5 \times \text{horizon}$. Ziegler et al. measure $n_\text{steps}$ in
-# samples per batch against a horizon of 10,000, far from that edge; the rule is only meant
+# at $n_\text{steps} = 5 \times \text{horizon}$. Ziegler et al.'s code measures
+# $n_\text{steps}$ in samples per batch against a horizon of 10,000, far from that edge; the
+# rule is only meant
 # for steps well inside it. The **clip** bounds the step whatever
 # the measurement, which matters because a per-batch KL estimate is noisy (chapter 1) and can
 # even be negative. The **horizon** sets the speed: over one horizon's worth of samples at
@@ -738,9 +754,9 @@ show_figure(
         "each: fixed beta 0.1, the adaptive controller starting at 0.1 with "
         f"target {TARGET} and horizon {HORIZON}, and fixed beta 0.5. The "
         "training-batch KL: the fixed 0.1 arm climbs well past the dashed "
-        "target, and the adaptive arm climbs past it too and ends below "
-        "the fixed 0.1 arm. Beta: the adaptive arm's beta dips, then "
-        "rises to between "
+        "target; the adaptive arm's mean follows it closely for the first "
+        "half of the run, then falls below it and ends below it. Beta: "
+        "the adaptive arm's beta dips, then rises to between "
         f"{beta_end.min():.2f} and {beta_end.max():.2f}. The last panel: "
         "true accuracy.",
     caption="The adaptive leash against two fixed ones: the KL of each "
@@ -748,15 +764,18 @@ show_figure(
             "used, and the true accuracy; thin lines are seeds, thick "
             "lines their mean. The adaptive β dips while the KL is below "
             "the target and climbs once the KL is past it; its runs "
-            "overshoot the target and level off below the fixed β = 0.1 "
-            "runs.",
+            "overshoot the target, follow the fixed β = 0.1 runs for the "
+            "first half of the run and end below them.",
 )
 
 # %% [markdown]
 # The controller does what it promises, with a delay. While the policy is still close to the
 # reference, the KL is below the target and $\beta$ drifts *down*; once the KL passes the
 # target, $\beta$ climbs by up to 5% an iteration and keeps climbing as long as the KL stays
-# above it. The adaptive runs end with a leash about three times tighter than where they
+# above it. For the first half of the run the adaptive arm's batch KL can hardly be told from
+# the fixed $\beta = 0.1$ arm's (the left panel), because its $\beta$ is still near its start,
+# at first below it; the two part only once $\beta$ has climbed. The adaptive runs end with a
+# leash about three times tighter than where they
 # started (between 0.26 and 0.39) and travel less far than the fixed $\beta = 0.1$ runs, but
 # they overshoot the target and do not come back to it within the run. Their accuracy ends
 # between the two fixed leashes' (0.294 on average, against 0.263 and 0.355): the leash they
@@ -772,11 +791,16 @@ show_figure(
 #   adaptive runs, with $\beta$ about three times its start, that is a small fraction of the
 #   score's spread (the last line printed above). It takes a large $\beta$, or a long
 #   time, for the leash to win.
-# - **It is an integral controller.** Take logarithms of the update:
-#   $\log\beta_{k+1} = \log\beta_k + \log(1 + e_k\, n/\text{horizon}) \approx \log\beta_k +
-#   e_k\, n/\text{horizon}$. So $\log\beta$ is a running sum of the clipped errors: in the
-#   language of control, integral action, with nothing proportional to the present error and
-#   nothing that anticipates its change. While the KL climbs toward the target, the errors are
+# - **It acts on the sum of past errors.** Control theory names a controller by what its
+#   output follows: a *proportional* controller's output is proportional to the present
+#   error, an *integral* controller's to the sum of all the errors so far. Take logarithms of
+#   the update: $\log\beta_{k+1} = \log\beta_k + \log(1 + e_k\, n/\text{horizon}) \approx
+#   \log\beta_k + e_k\, n/\text{horizon}$. Each *step* of $\log\beta$ is proportional to the
+#   present error, which is why Ziegler et al. call their rule a log-space proportional
+#   controller; but $\log\beta$ itself is then a running sum of the clipped errors. In the
+#   vocabulary above that is integral action, with no term proportional to the present error
+#   and none that anticipates its change. The label differs from the authors'; the arithmetic
+#   is the same. While the KL climbs toward the target, the errors are
 #   negative and their sum drives $\beta$ *down*; when the KL crosses the target, $\beta$ is
 #   at its lowest and has to be summed back up before it can hold the policy. That is the
 #   classic overshoot of integral-only control, and it is what the middle panel shows.
@@ -810,8 +834,10 @@ show_figure(
 # \delta_t = r_t + \gamma\, V(s_{t+1}) - V(s_t), \qquad V(s_T) = 0,
 # $$
 #
-# where $T$ is the completion's length and $\gamma$ the discount ($\gamma = 1$ in RLHF: the
-# episode is short and has one end). $\delta_t$ asks: did the world look better after token
+# where $T$ is the completion's length and $\gamma$ the discount: a reward that comes $k$
+# tokens later counts $\gamma^k$ times as much as one paid now, so a $\gamma$ below 1 makes
+# far-off rewards matter less. In RLHF $\gamma = 1$: the episode is short and has one end,
+# and nothing is discounted. $\delta_t$ asks: did the world look better after token
 # $t$ than the critic expected before it? Generalized advantage estimation
 # {cite}`schulman2016gae` mixes the one-step answer with longer ones through a second
 # parameter, $\lambda$:
@@ -842,7 +868,8 @@ show_figure(
 # | 1 (`8`) | 0 | 0.6 | 0.8 | $0 + 0.8 - 0.6 = 0.2$ | $0.2 + 0.5 \times 0.2 = 0.3$ |
 # | 0 (`6`) | 0 | 0.5 | 0.6 | $0 + 0.6 - 0.5 = 0.1$ | $0.1 + 0.5 \times 0.3 = 0.25$ |
 #
-# The table is filled from the bottom up: each $A_t$ needs $A_{t+1}$. With $\lambda = 1$ the
+# The table is computed from the last token back to the first, the order of its rows: each
+# $A_t$ needs $A_{t+1}$. With $\lambda = 1$ the
 # last column would read $1 - V(s_t) = (0.5, 0.4, 0.2)$, the return minus the value; with
 # $\lambda = 0$ it would be the $\delta$ column, $(0.1, 0.2, 0.2)$. The batch baseline would
 # have given all three tokens the same number.
@@ -942,7 +969,7 @@ for lam in (0.0, 0.95, 1.0):
 #
 # </details>
 
-# %%
+# %% tags=["hide-input"]
 def returns_to_go(r):
     """Return G_t = sum of r_t' over t' >= t, for every t."""
     return np.cumsum(r[::-1])[::-1]
@@ -1116,23 +1143,33 @@ show_figure(
 # number and moves the policy by the score function, $\mathbb{E}_\pi[\nabla \log \pi(y)\,
 # r(y)]$. With $r = -\beta\,\text{k1}$ that is exactly $-\beta\,\nabla\mathrm{KL}(\pi \,\|\,
 # \pi_\text{ref})$: the right gradient. With $r = -\beta\,\text{k3}$ it is not. The extra
-# term $r - 1$ (in the notation of chapter 1, $r = \pi_\text{ref}/\pi$) has mean zero, but
-# its score-function gradient does not vanish:
+# term $\pi_\text{ref}/\pi - 1$ (chapter 1's ratio minus 1; in this answer $r$ stays the
+# reward) has mean zero, but its score-function gradient does not vanish:
 # $\mathbb{E}_\pi[\nabla\log\pi\,(\pi_\text{ref}/\pi - 1)] = \mathbb{E}_{\pi_\text{ref}}[\nabla
 # \log \pi] = -\nabla\mathrm{KL}(\pi_\text{ref} \,\|\, \pi)$. So k3 in the reward pushes with
 # $\nabla\mathrm{KL}(\pi\,\|\,\pi_\text{ref}) - \nabla\mathrm{KL}(\pi_\text{ref}\,\|\,\pi)$:
 # near the reference the two KLs are nearly equal, their gradients nearly cancel, and what is
 # left need not point back toward the reference at all.
 #
-# GRPO puts k3 in the *loss* instead, and differentiates through it with the samples fixed;
-# that gives $\nabla\mathrm{KL}(\pi_\text{ref}\,\|\,\pi)$, the reverse KL, which is a proper
-# leash. The cell below checks all of this exactly (sums over the vocabulary, no sampling)
-# at one position with a five-token vocabulary. The lesson is chapter 2's: an estimator is
+# GRPO puts k3 in the *loss* instead, and differentiates through it with the samples fixed.
+# GRPO's paper writes its penalty as $D_\text{KL}[\pi_\theta\,\|\,\pi_\text{ref}]$, the
+# *reverse* KL in RLHF's usage (the KL under the policy's own samples, whose gradient the k1
+# row gives). But k3 differentiated as a loss follows the gradient of the *forward* KL,
+# $\mathrm{KL}(\pi_\text{ref}\,\|\,\pi)$. That is still a proper leash: it too is 0 only at
+# the reference, and near the reference the two KLs nearly agree. TRL 1.12.0's
+# `GRPOTrainer` changes this by default: it multiplies each token's k3 by the importance
+# ratio $\pi_\theta/\pi_\text{old}$, which is 1 in value but not in gradient
+# (`use_bias_correction_kl=True` in `trl/trainer/grpo_config.py`, applied in
+# `grpo_trainer.py`), and the gradient of that product is the reverse KL's. The
+# [From toy to real](../book/toy-to-real.md) page says what this changes in TRL's runs. The
+# cell below checks all of this exactly (sums over the vocabulary, no sampling) at one
+# position with a five-token vocabulary, TRL's product included. The lesson is chapter 2's: an
+# estimator is
 # only as good as the way it is used.
 #
 # </details>
 
-# %%
+# %% tags=["hide-input"]
 logits_ref = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5])
 theta = torch.tensor([2.5, 0.4, 0.3, -1.2, 0.9], requires_grad=True)
 
@@ -1156,6 +1193,10 @@ grads = {
     "k3 in the loss (GRPO)": exact_gradient(  # differentiated, samples fixed
         (p.detach() * (torch.exp(logp_ref - logp) - 1
                        - (logp_ref - logp))).sum()),
+    # TRL 1.12's default: k3 times the ratio pi / pi_old (1, with gradient)
+    "k3 x ratio (TRL 1.12)": exact_gradient(
+        (p.detach() * torch.exp(logp - logp.detach())
+         * (torch.exp(logp_ref - logp) - 1 - (logp_ref - logp))).sum()),
 }
 grads["difference of the two"] = (grads["grad KL(pi||ref), exact"]
                                        - grads["grad KL(ref||pi), exact"])
@@ -1167,9 +1208,10 @@ for name, g in grads.items():
           f"{g.norm().item():6.4f}{cosine.item():+6.2f}")
 
 # %% [markdown]
-# The k1 row equals the exact gradient of $\mathrm{KL}(\pi\,\|\,\pi_\text{ref})$, and the GRPO
-# row the exact gradient of the reverse KL, which points the same way (a positive cosine
-# with the first row).
+# The k1 row equals the exact gradient of $\mathrm{KL}(\pi\,\|\,\pi_\text{ref})$, the reverse
+# KL, and the GRPO row the exact gradient of the forward KL, which points the same way (a
+# positive cosine with the first row). TRL's ratio-weighted row equals the first row: the
+# reverse KL's gradient.
 # The k3-in-the-reward row equals the difference of the two, the last row: it is small next
 # to either, and here it even points away from the exact gradient (a negative cosine). As a
 # reward, k3 is a number with the right mean and the wrong gradient.
@@ -1187,11 +1229,15 @@ for name, g in grads.items():
 # $e^{100}$, beyond the largest 32-bit float, so the penalty is infinite and every gradient of
 # the batch becomes NaN. `ppo_train` clamps $\mathrm{kl}_t$ to $\pm$`kl_clamp` (10 nats):
 # far beyond anything a healthy run produces, so it never bites a normal token, and finite
-# for the one that would otherwise poison the batch. The cell below shows the numbers.
+# for the one that would otherwise poison the batch. Finite is not small, though: clamped at
+# $-10$, that token's k3 is still 22015.5 (the last line below), enough to decide a batch on
+# its own at $\beta = 0.5$. The clamp prevents the NaN, not the domination; a token like that
+# is a sign to find out why the reference gives it so little probability. The cell below
+# shows the numbers.
 #
 # </details>
 
-# %%
+# %% tags=["hide-input"]
 beta = 0.5
 logp_policy = torch.tensor(np.log(0.95), dtype=torch.float32)
 logp_reference = torch.tensor(np.log(1e-13), dtype=torch.float32)
@@ -1253,7 +1299,8 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 # - compare leashed and unleashed runs at the same distance from the reference, and say what
 #   the leash can do and what it cannot: it buys time, and cannot create signal;
 # - write and tune the adaptive KL controller (your `adaptive_kl_update`), and predict its
-#   overshoot from its being an integral controller whose horizon must fit the run;
+#   overshoot from its acting on the sum of past errors (integral action), with a horizon that
+#   must fit the run;
 # - write GAE (your `gae`), fill its table by hand, and say when a value head becomes
 #   load-bearing: with a batch baseline a token's noise grows with the answer's length, with a
 #   critic and $\lambda < 1$ it stays bounded.
@@ -1297,11 +1344,13 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 # <summary>Worked answer: longer</summary>
 #
 # The cell below runs it (seed 0; the learning rate now anneals over 100 iterations instead of
-# 40). In this run the fall slows down and nearly stops: by iteration 40 the accuracy has fallen
-# most of the way (0.360 to 0.225), and from there to 100 it stays between 0.15 and 0.25. The
-# RM score climbs no further after iteration 40 (1.773): it never gets back to that value,
-# and the KL stays below 0.4. More distance buys nothing here, on the RM's scale or the
-# verifier's. No answer becomes malformed. The RM punishes answers of the wrong size or length
+# 40). In this run the fall slows down, and it does not stop: by iteration 40 the accuracy has
+# fallen most of the way (0.360 to 0.225); from there to 100 it stays between 0.15 and 0.25,
+# and its mean over those iterations is lower than at iteration 40. The KL keeps growing
+# after iteration 40 for a while, while the RM score climbs no further (1.773 at 40): it
+# never gets back to that value, and the KL stays below 0.4. The extra distance buys nothing
+# on the RM's scale and costs a little more on the verifier's. No answer becomes malformed.
+# The RM punishes answers of the wrong size or length
 # hard (chapter 4), and a malformed answer has never been scored well, so the policy has no
 # reason to go there; what grows instead is the share of wrong numbers, near-misses and other
 # wrong numbers alike, at the edge of the near-miss band and just beyond it, where the RM
@@ -1341,6 +1390,10 @@ claims = (
     (f"the RM score stays below its value at 40 ({score_long[40]:.3f})",
      score_long[later].max() < score_long[40]),
     ("the KL per token stays below 0.4", kl_long[later].max() < 0.4),
+    ("the mean accuracy is at least 0.01 below its value at 40",
+     accuracy_long[later].mean() <= accuracy_long[40] - 0.01),
+    ("the KL per token rises 0.05 or more above its value at 40",
+     kl_long[later].max() >= kl_long[40] + 0.05),
     ("no answer is malformed", malformed[later].max() == 0.0),
 )
 print("iterations 41 to 100:")

@@ -31,9 +31,11 @@
 # partial-SFT starts of chapter 6, and the critic of chapter 7. This chapter reads chapters 5
 # and 6's stored runs when they are there and makes them otherwise; it makes its own runs side
 # by side, one per CPU core. With chapters 5 and 6's runs stored, a first run of the notebook
-# took about four minutes on a 2-core machine, each long cell with a progress bar in
-# JupyterLab; without them it takes longer. Later runs read every result back and make only
-# the one GRPO run that your functions drive.
+# takes about two and a quarter minutes on a 2-core machine, each long cell with a progress
+# bar in JupyterLab; three cells of runs take most of it (the GRPO arms, the batch shapes of
+# exercise 3, and the partial-SFT starts). Without them it makes them too, about four minutes
+# in all. Later runs read every result back and make only the one GRPO run that your
+# functions drive (about fifteen seconds in all).
 # ```
 
 # %%
@@ -51,6 +53,7 @@ from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.course.runs import (load_or_run, same_curves, stored_arms,
                                   stored_experiment, stored_starts)
+from minirlhf.model import reward_scores
 from minirlhf.parallel import map_runs
 from minirlhf.paths import OUTPUTS
 from minirlhf.studies import grpo, robustness
@@ -155,7 +158,8 @@ print("all 8 right, or all 8 wrong: every advantage",
 #
 # ## Exercise 8.1: `group_advantages`
 #
-# Write GRPO's advantages for a batch of groups.
+# Write GRPO's advantages for a batch of groups. (Two of its hints name variants that the
+# end of the chapter builds and measures: RLOO's baseline and "Dr. GRPO".)
 #
 # **Contract.** `group_advantages(rewards, group_size, eps=1e-4)`:
 #
@@ -212,8 +216,9 @@ check("group_advantages", group_advantages);
 # the loss, as chapter 5's question 3 did with `kl_placement="loss"`. The paper's objective
 # {cite}`shao2024deepseekmath` averages each completion's tokens and then the completions;
 # ours averages all kept tokens of the batch at once, as TRL's `GRPOTrainer` does with its
-# default `loss_type="dapo"` (`trl/trainer/grpo_config.py`). The end of the chapter measures
-# what that choice changes here. With mask $m_{b,t}$ and ratio
+# default `loss_type="dapo"` (`trl/trainer/grpo_config.py`), named after DAPO, a later recipe
+# built on GRPO that the end of the chapter comes back to. The end of the chapter also
+# measures what that choice changes here. With mask $m_{b,t}$ and ratio
 # $\rho_{b,t} = e^{\,\texttt{new\_logp}_{b,t} - \texttt{old\_logp}_{b,t}}$:
 #
 # $$
@@ -231,8 +236,15 @@ check("group_advantages", group_advantages);
 # $k_3$ is chapter 1's third estimator, $r - \log r - 1$ with $r = \pi_\text{ref}/\pi_\theta$
 # (the estimator the paper writes under its objective). Unlike the leash in chapter 5's reward, it is computed from the
 # policy being trained, so it carries a gradient. Chapter 7's worked answer "why k1 in the
-# reward and not k3" showed which one: differentiated with the samples fixed, $k_3$ pushes
-# along the gradient of $\mathrm{KL}(\pi_\text{ref} \,\|\, \pi_\theta)$, the reverse KL.
+# reward and not k3" showed which one. GRPO's paper writes the penalty as
+# $D_\text{KL}[\pi_\theta \,\|\, \pi_\text{ref}]$, the reverse KL in RLHF's usage, but $k_3$
+# differentiated as a loss, with the samples fixed, follows the gradient of the forward KL,
+# $\mathrm{KL}(\pi_\text{ref} \,\|\, \pi_\theta)$. TRL 1.12.0's `GRPOTrainer` multiplies the
+# $k_3$ term by the importance ratio $\pi_\theta/\pi_\text{old}$ by default
+# (`use_bias_correction_kl=True`, `trl/trainer/grpo_config.py`, applied in
+# `grpo_trainer.py`); the gradient of that product is the reverse KL's (chapter 7's cell
+# prints both), and the [From toy to real](../book/toy-to-real.md) page says what that
+# changes in TRL's runs.
 # The clamp of $d$ to $[-c, c]$ is ours, for the reason chapter 7 gives; GRPO's paper and TRL
 # do not clamp.
 #
@@ -294,8 +306,22 @@ check("grpo_token_loss", grpo_token_loss);
 # Both use 64 completions per iteration, so after 25 iterations both have sampled and scored
 # 1,600 completions: an equal sample budget. GRPO sees 8 times fewer prompts, 200 instead of
 # 1,600. Eight completions a group is also the default `num_generations` of TRL's
-# `GRPOConfig`. The registry of arms, `minirlhf.experiment.REGISTRY`, names these settings
-# once, as the arm `grpo-verifier`:
+# `GRPOConfig`.
+#
+# One difference from the paper's GRPO is not in the table, because it is chapter 5's and we
+# keep it. DeepSeekMath sampled $G = 64$ answers per question and made a single policy
+# update per batch of samples (section 4.1.4 of {cite}`shao2024deepseekmath`), so at that
+# update the policy is still the one that sampled: every ratio is 1, and the clip never
+# binds. TRL's default `num_iterations=1` does the same (`trl/trainer/grpo_config.py`; with
+# it, `grpo_trainer.py` takes the old log-probs to be the current ones, detached). We keep
+# chapter 5's two gradient steps per batch, so from the second step on the ratio moves and
+# the clip can act. With them come chapter 5's learning rate and gradient clip, tuned for
+# chapter 5's recipe, not for GRPO. DeepSeekMath also paid GRPO with a learned reward model,
+# and studied retraining it as the policy changes (iterative RL); we use the verifier, or a
+# reward model that stays fixed.
+#
+# The registry of arms, `minirlhf.experiment.REGISTRY`, names the three settings once, as the
+# arm `grpo-verifier`:
 
 # %%
 for name in ("verifier", "grpo-verifier"):
@@ -346,7 +372,9 @@ print(f"GRPO with the verifier, seed 0: accuracy {driven['accuracy'][0]:.3f}"
 # Their $\beta$ cannot be chapter 5's: there it weighs a per-token reward, here a loss term.
 # Each GRPO arm's $\beta$ was chosen by a short sweep (seeds 0 to 2) as the one whose KL to
 # the reference at the end matched that of chapter 5's arm with the same reward, so that the
-# arms would be compared at the same distance from the reference. That sweep was made when
+# arms would be compared at the same distance from the reference. Seeds 0 to 2 are also
+# three of the five seeds of the comparison below, so each $\beta$ was chosen on part of the
+# runs it is judged by. That sweep was made when
 # the book computed in float32, from the partial-SFT start of that time. The book now
 # computes in float64 from a start that stopped its SFT earlier, and the $\beta$ were not
 # chosen again: whether the KLs still match is measured below, not assumed. The variants keep
@@ -506,6 +534,9 @@ for text, (m, h) in (("gain, verifier arms", g_ver),
                      ("gain, reward-model arms", g_rm),
                      ("KL at the end, verifier arms", k_ver)):
     print(f"{text:<36}{m:>+8.3f}   [{m - h:+.3f}, {m + h:+.3f}]")
+m, h = summary["grpo-rm"]["gain"], summary["grpo-rm"]["gain_ci"]
+print(f"{'gain of grpo-rm itself':<36}{m:>+8.3f}"
+      f"   [{m - h:+.3f}, {m + h:+.3f}]")
 print()
 claims = [
     ("GRPO with the verifier gains (interval above 0)",
@@ -514,15 +545,17 @@ claims = [
      g_ver[0] + g_ver[1] < 0),
     ("the two end at the same KL (0 inside the KL difference)",
      abs(k_ver[0]) <= k_ver[1]),
-    ("GRPO with the RM gains at most 0.02",
-     summary["grpo-rm"]["gain"] <= 0.02),
+    ("GRPO with the RM loses accuracy (interval below 0)",
+     summary["grpo-rm"]["gain"] + summary["grpo-rm"]["gain_ci"] < 0),
 ]
 for text, holds in claims:
     print(f"{'holds' if holds else 'DOES NOT HOLD':<15}{text}")
 
 # %% [markdown]
-# GRPO with the verifier gains, less than chapter 5's arm in the mean, but the interval of the
-# difference holds 0: at the book's start five seeds cannot tell the two gains apart.
+# A line marked DOES NOT HOLD is not a failed cell: it is a reading of the figure that the
+# intervals do not support, printed so that you see it fail. GRPO with the verifier gains,
+# less than chapter 5's arm in the mean, but the interval of the difference holds 0: at the
+# book's start five seeds cannot tell the two gains apart.
 #
 # The claim of an equal KL does not hold. GRPO's verifier arm ends closer to the reference
 # than chapter 5's, by an interval that lies wholly below 0: its $\beta$, picked to match
@@ -533,11 +566,14 @@ for text, holds in claims:
 # to be: a difference in gain mixes how well each arm uses its 1,600 samples with how far each
 # is let move from the reference, and an arm held closer has less room to change its answers.
 # A smaller gain from GRPO is therefore not, on its own, evidence against the group baseline.
-# Exercise 3's runs give one check: with the same $\beta$, GRPO given as many prompts as
-# chapter 5 (and so eight times the samples) gains more than chapter 5's arm while still
-# ending closer to the reference.
+# Exercise 3's runs give one check, a weak one: with the same $\beta$, GRPO given as many
+# prompts as chapter 5 (and so eight times the samples) still ends closer to the reference
+# than chapter 5's arm, and its gain cannot be told from that arm's on three seeds.
 #
-# The reward-model claim holds: GRPO paid by the RM does not gain, like chapter 5's rm arm.
+# The reward-model claim holds: paid by the RM, GRPO loses accuracy (the last line of the
+# table above, an interval wholly below 0), as chapter 5's rm arm does (its gain in the
+# first table). The two losses cannot be told apart: the gain difference of the
+# reward-model arms has 0 inside its interval.
 #
 # ## Does the group baseline change what the RM's blind spot allows?
 #
@@ -567,6 +603,44 @@ for arm in MAIN:
 # interval). A better baseline reduces the noise of the gradient; it cannot add information
 # the reward does not carry.
 #
+# Why does GRPO with the RM lose accuracy at all, rather than stand still? One reason is the
+# division by the group's spread. The eight answers to one prompt are mostly the same number
+# or its near neighbours, and the RM scores them nearly alike. GRPO divides their differences
+# by that small spread and makes them unit size, however small they were. The next cell
+# measures it on five batches of `grpo-rm` at the start, against the spread that chapter
+# 5's standardization divides by, the whole batch's:
+
+# %%
+rm_cfg = experiment.arm_config("grpo-rm", cfg)
+spreads, batch_std = [], []
+for s in range(5):  # five batches of 8 prompts x 8 answers, at the start
+    rb = ppo.rollout(policy, policy, task.train_pairs(), rm_cfg,
+                     torch.Generator().manual_seed(s))
+    with torch.no_grad():
+        scores = reward_scores(rm, rb.prompts, rb.completions)  # (64,)
+    spreads.append(scores.view(-1, rm_cfg.group_size).std(1))  # (8,)
+    batch_std.append(scores.std().item())
+spreads = torch.cat(spreads)  # one std per group, 40 groups
+print(f"std of the RM's scores over a whole batch: "
+      f"{np.mean(batch_std):.2f} (mean of 5 batches)")
+print(f"std within a group of 8 answers to one prompt: median "
+      f"{spreads.median().item():.3f}")
+print(f"groups whose scores spread by less than 0.1: "
+      f"{(spreads < 0.1).double().mean().item():.3f}")
+print(f"so GRPO scales a group's differences up about "
+      f"{np.mean(batch_std) / spreads.median().item():.0f} times as much "
+      f"as\nstandardizing over the batch would")
+
+# %% [markdown]
+# Inside the RM's blind spot those small differences are not information: chapter 7 found
+# that which near neighbour of the truth the RM scores highest is an accident of its
+# weights. GRPO pushes on them at full strength. Chapter 5's standardization divides by the
+# spread of the whole batch, which is mostly the prompts' part (chapter 6), and leaves the
+# differences between answers to one prompt small. This is the std bias that the critics'
+# section below describes, in its most direct form. It does not show as a larger loss here:
+# GRPO's loss with the RM cannot be told from chapter 5's (the difference above has 0
+# inside its interval).
+#
 # ## From other starts
 #
 # Chapter 6 made four more partial-SFT starts (SFT seeds 0 to 4, each stopped as soon as it
@@ -587,32 +661,42 @@ ours = stored_starts(OUTPUTS / "grpo_starts.json", starts, rm,
                      {"grpo-verifier": GRPO_BETA["grpo-verifier"]}, cfg,
                      PPO_SEEDS, progress=PROGRESS)
 book_seed = str(sft.SFTConfig().seed)
-print(f"mean gain over PPO seeds {PPO_SEEDS}")
-print("SFT seed  start  verifier arm   GRPO verifier   difference")
-diffs = []
+print(f"mean gain over PPO seeds {PPO_SEEDS}; the difference seed by seed")
+print("SFT seed  start  verifier arm  GRPO verifier  difference (95%)")
+diffs, clear = [], 0  # clear: starts whose interval leaves out 0
 for seed in ch6:
     a = float(np.mean(ch6[seed]["verifier"]))
     b = float(np.mean(ours[seed]["grpo-verifier"]))
+    m, h = experiment.mean_ci95(np.subtract(ours[seed]["grpo-verifier"],
+                                            ch6[seed]["verifier"]))
     diffs.append(b - a)
+    clear += abs(m) > h
     mark = "  <- the book's" if seed == book_seed else ""
-    print(f"{seed:>8}  {ch6[seed]['start']:.3f}  {a:>+12.3f}   {b:>+13.3f}"
-          f"   {b - a:>+10.3f}{mark}")
+    print(f"{seed:>8}  {ch6[seed]['start']:.3f}  {a:>+12.3f}  {b:>+13.3f}"
+          f"  {pm(m, h, sign='+'):>16}{mark}")
 weak = sorted(ch6, key=lambda s: np.mean(ch6[s]["verifier"]))[:2]
 print(f"\nGRPO gains more than chapter 5's verifier arm from "
       f"{sum(d > 0 for d in diffs)} of {len(diffs)} starts")
+print(f"starts whose own interval leaves out 0: {clear} of {len(diffs)}")
 print("the two starts where chapter 5's arm gains least:", ", ".join(weak))
 print("mean difference over the starts: "
       f"{pm(*experiment.mean_ci95(diffs), sign='+')}")
 
 # %% [markdown]
-# The answer is no, and more firmly than the five seeds at the book's start could say: from
-# every start, GRPO with the verifier gains less than chapter 5's verifier arm, the two weakest
-# starts included, and the interval of the mean difference over the starts, -0.026 ± 0.018,
-# lies below zero. That is at an equal sample budget, but not at an equal KL: at the book's
-# start GRPO ends closer to the reference with the $\beta$ it has, and this table does not
-# show the KL from the other starts. So the finding is narrower than "the group baseline does
-# not pay for what it costs": GRPO with these $\beta$ gains less from 1,600 samples. Two
-# costs of the group are visible in this chapter whatever the $\beta$: each iteration covers
+# The answer is no, though less firmly than the means alone suggest. In the mean, GRPO with
+# the verifier gains less than chapter 5's verifier arm from every start, the two weakest
+# starts included. But each start has three seeds, and the interval of its own difference
+# leaves out 0 at one start only (the count printed); at the book's start the five-seed
+# comparison above printed DOES NOT HOLD for the same reading. What holds is the mean over
+# the five starts, -0.026 ± 0.018, an interval below zero. It has three limits. It is at an
+# equal sample budget but not at an equal KL: at the book's start GRPO ends closer to the
+# reference, and at the other starts the KL was neither measured nor matched (the $\beta$ was
+# chosen at the book's start only). That $\beta$ was chosen on seeds 0 to 2, the seeds used
+# here. And the learning rate, the two updates per batch and the gradient clip are chapter
+# 5's, tuned for chapter 5's recipe. So the finding is narrower than "the group baseline does
+# not pay for what it costs": with this recipe and these $\beta$, GRPO gains less from 1,600
+# samples than chapter 5's recipe, on average over these five starts. Two costs of the group
+# are visible in this chapter whatever the $\beta$: each iteration covers
 # 8 prompts instead of 64, so a run sees 200 sums instead of 1,600; and more than a quarter of
 # the groups are all right or all wrong and teach nothing (next section). What the group buys,
 # a baseline per prompt, matters little for the verifier, whose 0-or-1 reward depends mostly
@@ -664,13 +748,18 @@ print(f"so about {1 / (1 - zero[:, -5:].mean()):.2f} times the samples "
 # rewards the std of a group with $k$ right of $G$ is $\sqrt{k(G-k)/(G(G-1))}$, largest for
 # an even split and small for a group with one right answer or one wrong one. Dividing by it
 # weighs the prompts the policy nearly always gets right, or nearly never, more than the
-# prompts it is unsure about (the slider above shows it). Their fix, "Dr. GRPO", drops the
-# division: $A_i = r_i - \text{mean}$, TRL's `scale_rewards="none"`. Our arm
-# `centred-verifier` is GRPO with only that change, at the same $\beta$.
+# unbiased gradient would (the slider above shows it). An evenly split group still moves the
+# policy more in total, since more of its answers carry a large advantage; the bias is in
+# the weights, against the gradient of the expected reward. Their fix, "Dr. GRPO", removes
+# two terms: this division, so that $A_i = r_i - \text{mean}$ (TRL's
+# `scale_rewards="none"`), and the division of each completion's loss by its own length
+# (next section), replaced by a constant. Our arm `centred-verifier` makes only the first
+# change, at the same $\beta$: it is half of Dr. GRPO, and its loss keeps the batch token mean
+# of DAPO that all our arms use.
 #
 # ### RLOO: leave yourself out
 #
-# REINFORCE leave-one-out (RLOO, from Kool et al. 2019, brought to RLHF
+# REINFORCE leave-one-out (RLOO, from Kool et al. {cite}`kool2019buy`, brought to RLHF
 # {cite}`ahmadian2024rloo`) uses as the baseline of
 # answer $i$ the mean reward of the *other* $G - 1$ answers, so that an answer's own reward
 # never enters its baseline: $A_i = r_i - \frac{1}{G-1}\sum_{j \ne i} r_j$. A line of algebra
@@ -703,8 +792,10 @@ print(f"\ngain without the std minus with it: {m:+.3f} ± {h:.3f} "
 # Without the division the advantages are smaller (below 1 in size, where GRPO's reach the
 # 2.47 printed near the top of the chapter), so at the same $\beta$ the leash weighs relatively more in the loss, and the runs stay
 # closer to the reference: both variants end at a smaller KL than `grpo-verifier`. Adam
-# rescales the gradient as a whole, so the overall size of the advantages matters less than
-# their balance against the leash. RLOO is the centred estimator scaled by $8/7$, and behaves
+# divides each parameter's step by a running measure of that parameter's own gradient size,
+# so multiplying the whole loss by a constant leaves its steps nearly unchanged: the overall
+# size of the advantages matters less than their balance against the leash. RLOO is the
+# centred estimator scaled by $8/7$, and behaves
 # like it. The three gain the same to within their intervals, and the gain without the std
 # minus with it is +0.000: on this task and budget the division by the std buys no accuracy,
 # and the two estimators without it reach the same gain closer to the reference. Read the
@@ -715,10 +806,15 @@ print(f"\ngain without the std minus with it: {m:+.3f} ± {h:.3f} "
 # The second bias Liu et al. point out is in the paper's averaging: each completion's token
 # losses are divided by its own length $|o_i|$ before the completions are averaged. A token of
 # a short completion then weighs more than a token of a long one, so a wrong answer that is
-# long is punished less per token, and a right answer that is short is rewarded more. TRL
-# keeps that averaging as `loss_type="grpo"` and warns against it; its default, `"dapo"`,
-# divides by the number of kept tokens in the whole batch, as we do. How much would it change
-# here? The weights in one real GRPO batch:
+# long is punished less per token, and a right answer that is short is rewarded more. The
+# two later recipes drop the division and disagree on what replaces it. DAPO divides the sum
+# over all tokens of the batch by their number, a token mean that changes with the lengths
+# in the batch; Dr. GRPO divides by a constant, the largest completion length allowed, so
+# that a token's weight does not depend on how long the other completions are. TRL offers
+# all three as `loss_type` (`trl/trainer/grpo_config.py`): `"grpo"`, the paper's averaging,
+# which it warns against; `"dr_grpo"`, the sum divided by the batch size times
+# `max_completion_length`; and `"dapo"`, its default and ours. How much would the paper's
+# averaging change here? The weights in one real GRPO batch:
 
 # %%
 g = torch.Generator().manual_seed(0)
@@ -741,13 +837,40 @@ print(f"under the paper's averaging, a token of the shortest completion "
 # can ramble for thousands of tokens, the same factor becomes large: Liu et al. report that
 # under the paper's averaging the wrong answers grow longer and longer.
 #
+# ### What else DAPO changes
+#
+# DAPO {cite}`yu2025dapo` changes GRPO in more ways than dynamic sampling, all for long
+# chains of reasoning paid by a verifier; we run none of them here.
+#
+# - **Clip-Higher.** With GRPO the authors saw *entropy collapse*: the policy's entropy fell
+#   fast, the answers in a group became nearly identical, and exploration stopped. The upper
+#   clip limits how far an unlikely token's probability can rise in one update, so they
+#   raise only the upper bound, $\varepsilon_\text{high} = 0.28$ against
+#   $\varepsilon_\text{low} = 0.2$ (TRL's `epsilon_high`).
+# - **The token-level loss.** Averaging within each completion first gives every completion
+#   the same weight, so a token of a long completion counts less; in long reasoning, bad
+#   patterns inside long answers go unpunished. Their batch token mean is the one we use.
+# - **Overlong answers.** A completion cut off at the length limit would be scored as wrong
+#   although its reasoning may be sound. DAPO masks such completions out of the loss
+#   (*overlong filtering*; TRL's `mask_truncated_completions`) and adds a penalty that grows
+#   over a band of lengths just below the limit (*soft overlong punishment*).
+# - **No KL term.** A reasoning model is expected to move far from its start, so DAPO drops
+#   the leash altogether. TRL's `GRPOConfig` defaults to $\beta = 0$ as well; its own
+#   reason, given with the setting, is that the reference model is then not loaded at all.
+#
 # ### The leash in the loss: k3, not k1
 #
 # Chapter 7 compared the gradients of k1 and k3 in the reward and k3 in the loss. One case is
 # missing: k1 as a *loss* term, the mean of $\log \pi_\theta - \log \pi_\text{ref}$ over
 # sampled tokens, differentiated with the samples fixed. Its expected gradient is
 # $\mathbb{E}_{\pi}[\nabla \log \pi_\theta] = \nabla \sum_y \pi_\theta(y) = 0$: whatever
-# $\beta$, the leash pulls nowhere on average. The cell checks it exactly at one position with
+# $\beta$, the leash pulls nowhere on average. That holds while the samples come from the
+# policy being trained. Our recipe makes two updates per batch, and at the second the samples
+# come from $\pi_\text{old}$, the policy before the first. The expected gradient is then
+# $\beta\,\mathbb{E}_{\pi_\text{old}}[\nabla \log \pi_\theta] = -\beta\,\nabla
+# \mathrm{KL}(\pi_\text{old} \,\|\, \pi_\theta)$, and descent on the loss *raises* that KL:
+# the term pushes the policy away from the one that sampled, not toward the reference (the
+# same effect as chapter 2's leash counted twice). The cell checks it exactly at one position with
 # chapter 7's five-token example:
 
 # %%
@@ -768,20 +891,23 @@ for name, value in terms.items():
 
 # %% [markdown]
 # The k1 row is zero (to rounding; exactly zero in exact arithmetic), and the k3 row is the
-# exact gradient of the reverse KL. A leash written as `beta * (logp - ref_logp).mean()` in the loss trains without error
+# exact gradient of the forward KL. A leash written as `beta * (logp - ref_logp).mean()` in the loss trains without error
 # and does nothing on average; it is one of the silent bugs of RLHF code.
 #
 # ## What the chapter says
 #
 # - **The group replaces the critic, at a price.** Eight answers to a prompt give that
 #   prompt's baseline with no value network. With the verifier, GRPO learns; with the same
-#   1,600 samples it learns less than chapter 5's recipe here, within the noise at the book's
-#   start and beyond it over the five starts (the tables above, with their intervals). It
-#   also ends closer to the reference: its $\beta$
+#   1,600 samples it learns less than chapter 5's recipe on average over five starts (an
+#   interval below zero), though three seeds tell the two apart at only one start, and five
+#   seeds cannot at the book's start. It also ends closer to the reference: its $\beta$
 #   was matched to chapter 5's KL in float32 and the match no longer holds, so this is a
-#   comparison at an equal budget, not at an equal KL.
+#   comparison at an equal budget, not at an equal KL. And it holds for this recipe: chapter
+#   5's learning rate and two updates per batch, and a $\beta$ chosen on three of the seeds.
 # - **A baseline cannot create signal.** Paid by the reward model, GRPO does not fix the ones
-#   digit either; the kinds of answers move as in chapter 5.
+#   digit either: it loses accuracy, as chapter 5's arm does, and the kinds of answers move
+#   as in chapter 5. Its division by the group's spread makes the RM's small score
+#   differences inside the blind spot as large as any other advantage.
 # - **Groups run dry.** More than a quarter of the groups are all right or all wrong and
 #   teach nothing, in the first iterations and the last alike, because prompts differ in
 #   difficulty; dynamic sampling spends more generation to refill them.
@@ -862,7 +988,7 @@ for arm in ("grpo-rm", "grpo-verifier"):
 # <details class="answer">
 # <summary>Worked answer: why less?</summary>
 #
-# Change the number of prompts and nothing else that matters. The cell below runs the GRPO
+# Change the number of prompts, and as little else as you can. The cell below runs the GRPO
 # verifier arm from the book's start with PPO seeds 0, 1 and 2 in two more shapes: 16 prompts
 # of 4 answers (the same 64 samples, twice the prompts), and 64 prompts of 8 answers (as
 # many prompts as chapter 5, eight times the samples). It stores them in
@@ -870,14 +996,16 @@ for arm in ("grpo-rm", "grpo-verifier"):
 # made side by side). If too few prompts were the
 # whole story, the 64 x 8 shape would reach chapter 5's gain; it costs eight times the
 # generation to find out. Smaller groups have more all-equal groups (exercise 1), so the
-# 16 x 4 shape trades one cost for the other. Read the printed gains against chapter 5's
-# verifier arm, and mind that three seeds give wide intervals: the two lines at the end
-# compare means only. Here the first explanation holds up: given as many prompts as chapter
-# 5, GRPO gains more than chapter 5's arm, and at the same samples more prompts help too,
-# within the wide intervals of three seeds. The KL column bears on the $\beta$ as well: every
-# shape ends closer to the reference than chapter 5's arm, the 64 x 8 one included, so at
-# this $\beta$ the shorter distance does not by itself cap GRPO's gain (three seeds, means
-# only).
+# 16 x 4 shape trades one cost for the other. Read the printed differences, each seed by
+# seed with its interval. The 64 x 8 shape gains more than GRPO's own 8 x 8 arm (0 outside
+# the interval), but its gain cannot be told from chapter 5's arm's on three seeds, and at
+# the same samples twice the prompts (16 x 4) changes nothing measurable. The runs are
+# therefore consistent with the first explanation, and they do not test it: the 64 x 8
+# shape changes the prompts and the samples together, eight times each. A test that
+# separates them keeps the samples at 1,600 while raising the prompts, for instance 64 x 8
+# for about an eighth of the iterations, or 32 prompts of 2. The KL column bears on the $\beta$ as
+# well: every shape ends closer to the reference than chapter 5's arm, the 64 x 8 one
+# included (three seeds, means only).
 #
 # </details>
 
@@ -930,10 +1058,21 @@ print(f"{'chapter 5, 64 prompts x 1':<25}"
       f"{cfg.iterations * cfg.batch_size:>8}  "
       f"{pm(ver['gain'], ver['gain_ci'], sign='+'):<18}{ver['kl_end']:.3f}")
 print("(chapter 5's arm over its five seeds)\n")
-mean_gain = {name: np.mean([log["accuracy"][-1] - log["accuracy"][0]
-                            for log in shapes[name].values()])
-             for name in SHAPES}
-print("64 x 8 gains more than chapter 5's arm:",
-      mean_gain["64 prompts x 8"] > ver["gain"])
-print("16 x 4 gains more than 8 x 8, at the same samples:",
-      mean_gain["16 prompts x 4"] > mean_gain["8 prompts x 8 (the arm)"])
+seed_gain = {name: np.array([shapes[name][str(s)]["accuracy"][-1]
+                             - shapes[name][str(s)]["accuracy"][0]
+                             for s in PPO_SEEDS]) for name in SHAPES}
+seed_gain["chapter 5"] = np.array([  # its seeds 0-2, paired by number
+    results["arms"]["verifier"][str(s)]["accuracy"][-1]
+    - results["arms"]["verifier"][str(s)]["accuracy"][0]
+    for s in PPO_SEEDS])
+short = dict(zip(seed_gain, ("8 x 8", "16 x 4", "64 x 8", "chapter 5")))
+print(f"differences in gain, seed by seed over PPO seeds {PPO_SEEDS}:")
+for a, b, note in (("64 prompts x 8", "chapter 5", "8 times the samples"),
+                   ("64 prompts x 8", "8 prompts x 8 (the arm)",
+                    "8 times the samples"),
+                   ("16 prompts x 4", "8 prompts x 8 (the arm)",
+                    "the same samples")):
+    m, h = experiment.mean_ci95(seed_gain[a] - seed_gain[b])
+    inside = "0 inside" if abs(m) <= h else "0 outside"
+    print(f"  {short[a]} minus {short[b]:<9} {pm(m, h, sign='+')} "
+          f"({inside}; {note})")

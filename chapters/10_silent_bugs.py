@@ -19,15 +19,17 @@
 #    back inside the correct run's band.
 #
 # The chapter ends with the tells measured, which panel moves first, five checks that catch
-# every one of these bugs before training, and a debugging checklist.
+# every one of these bugs before training, a debugging checklist, and six common bugs that it
+# does not plant.
 #
 # ```{admonition} What you need
 # :class: tip
 # Chapters 1 to 9: the leash and its estimators (1, 2, 7), the completion mask (3), PPO's
 # ratio and clip (5), GRPO's k3 term (8) and DPO's loss (9). With nothing stored, a first run
-# of the notebook took about four and a half minutes on a busy 2-core CPU (it makes 30 runs,
-# then plants your fixes in each of the seven runs, for three seeds), each long cell with a
-# progress bar in JupyterLab. Later runs read the 30 runs back, and only the checks of your fixes run again.
+# of the notebook takes about four minutes on a 2-core CPU: it makes 30 runs (about two
+# minutes), then plants your fixes in each of the seven runs, for three seeds, each long cell
+# with a progress bar in JupyterLab. Later runs read the 30 runs back, and only the checks of
+# your fixes run again (about two minutes).
 # The runs are named by letter only: what each bug is, is for you to find.
 # ```
 
@@ -75,9 +77,10 @@ def dashboard(letter, narrow=False):
 
 def show_dashboard(letter):
     arm = sb.BUGS[ch10.bug_of(letter)].arm
+    x = sb.X_LABEL[sb._trainer(arm)]
     show_figure(lambda narrow=False: dashboard(letter, narrow),
                 alt=f"Eight panels of run {letter}'s logged metrics "
-                    f"against the iteration, in orange, beside a correct "
+                    f"against the {x}, in orange, beside a correct "
                     f"run of the {arm} arm in gray, each the mean over "
                     "three seeds with a 95% band.",
                 caption=f"Run {letter} (orange) and the correct "
@@ -122,8 +125,10 @@ def changed_line(letter):
 # The metrics are those of chapters 5 and 9. `accuracy` and `kl` come from the evaluation on
 # the 400 eval prompts: `kl` is the exact per-token KL to the reference. The others are
 # logged on each training batch under TRL's names. Runs A to F are PPO or GRPO runs, and run
-# G is a DPO run. The hints go from "look at this panel" to the answer, and a run's answer is
-# told in full, folded, after its check.
+# G is a DPO run. All the panels of a dashboard share one x axis: the iteration for PPO and
+# GRPO (point 0 of `accuracy` and `kl` is the start, before any update), and the step for DPO,
+# whose evaluation comes every few steps and is drawn at its step. The hints go from "look at
+# this panel" to the answer, and a run's answer is told in full, folded, after its check.
 
 # %%
 compare("A", "accuracy")
@@ -203,8 +208,10 @@ check("fix_run_a", fix_run_a);
 # %% [markdown]
 # Passing the check is not the end: the same function now goes back into the run. The next
 # cell plants your function where the engine's `completion_mask` was, runs the verifier arm
-# for seeds 0-2, and compares the tells with the correct run's band. Every "fix it" below
-# ends the same way.
+# for seeds 0-2, and compares the tells with the correct run's band. That band is of one
+# number a run, each tell's mean over the run (as in `compare`): the correct runs' mean over
+# seeds with its 95% half-width, not the band drawn point by point on the dashboard. Every
+# "fix it" below ends the same way.
 
 # %%
 print(band_report("A", fix_run_a, runs, progress=PROGRESS))
@@ -348,8 +355,9 @@ def tell_run_d():
     graded)."""
     # BEGIN SOLUTION
     return ("accuracy", 1,
-            "the leash pulls nowhere on average, so the KL leans up as in "
-            "run C, but it still pushes in each batch, and accuracy pays")
+            "on the policy's own samples the leash pulls nowhere on "
+            "average, so the KL leans up as in run C, but it still pushes "
+            "in each batch, and accuracy pays")
     # END SOLUTION
 
 # %% [hints] tell_run_d
@@ -361,14 +369,19 @@ check("tell_run_d", tell_run_d);
 # <details class="answer">
 # <summary>What was wrong in run D</summary>
 #
-# **k1 as the loss term** (mechanism 1). The leash is the mean of k1 = $\log\pi - \log
-# \pi_\text{ref}$ over the sampled tokens. As an estimate of the KL's value, k1 is unbiased
-# (chapter 1). As a loss, its gradient is $\nabla \log \pi$ of the sampled tokens. On average
-# over fresh samples that is $\sum_y \pi(y)\,\nabla\log\pi(y) = \nabla \sum_y \pi(y) = 0$:
-# the leash pulls nowhere, and the KL leans above the correct run's as in run C. It is not
-# nothing, though: in each batch it pushes down the tokens that were sampled, and on the
-# second update of a batch the samples are no longer the policy's own. Unlike run C's, run
-# D's accuracy is lower than the correct run's over the whole run (the table at the end).
+# **k1 as the loss term** (mechanism 1). The leash is the mean of k1 = $\log\pi_\theta -
+# \log \pi_\text{ref}$ over the sampled tokens. As an estimate of the KL's value, k1 is
+# unbiased (chapter 1). As a loss, its gradient is $\nabla \log \pi_\theta$ of the sampled
+# tokens. On the first update of a batch the samples are the policy's own, and on average
+# that is $\sum_y \pi_\theta(y)\,\nabla\log\pi_\theta(y) = \nabla \sum_y \pi_\theta(y) =
+# 0$: the leash pulls nowhere, and the KL leans above the correct run's as in run C. On the
+# second update the samples come from $\pi_\text{old}$, the policy before the first, and the
+# average gradient of $\beta$ times the term is $\beta\sum_y
+# \pi_\text{old}(y)\,\nabla\log\pi_\theta(y) = -\beta\,\nabla
+# \mathrm{KL}(\pi_\text{old}\,\|\,\pi_\theta)$: a step down the loss raises that KL, and
+# pushes the policy away from the policy that sampled the batch, not back to the reference.
+# In any one batch, too, it pushes down the tokens that were sampled. Unlike run C's, run D's
+# accuracy is lower than the correct run's over the whole run (the table at the end).
 # Chapter 7 shows the same trap from the other side, with k3 in the reward.
 #
 # </details>
@@ -564,10 +577,37 @@ check("tell_run_g", tell_run_g);
 # reference minus policy, so the margin is the sum of the two log-ratios, and the loss falls
 # when the policy raises *both* answers. The run no longer learns a preference:
 # `logps/rejected` rises where the correct run's falls, `logps/chosen` is lower than the
-# correct run's over the run, and `rewards/accuracies` falls to near 0. Its accuracy still rises from the
-# start, but less than the correct run's. Exercise 9.1's check names this one-term slip too.
+# correct run's over the run, and `rewards/accuracies` falls to near 0.
+#
+# Nor does it learn to write the right answers. On the eval prompts (the cell after this
+# answer), the right answer's log-prob falls by 0.05524 over the run, where the correct run's
+# rises by 0.226264. What the run learns is wrong answers: a random wrong number, the kind the
+# pairs reject, gains 2.62123 nats, and a near-miss 0.65198. Its greedy accuracy still rises
+# from the start, by 0.05167 against the correct run's 0.07250, and in both runs the share of
+# near-misses among the greedy answers falls by the same 0.04667: answers that were
+# near-misses become right. The mean log-probs do not say why. Greedy decoding takes the
+# likeliest token at each step, prompt by prompt, and a mean over 400 prompts does not show
+# which answer is likeliest for each. Exercise 9.1's check names this one-term slip too.
 #
 # </details>
+
+# %% [markdown]
+# What run G learns to write, beside the correct DPO run: on the 400 eval prompts, the
+# log-prob of the right answer and of two kinds of wrong one (the held-out log-probs that
+# chapter 9's DPO runs log), and the share of greedy answers that are right or near-misses.
+# Each is the change from the start to the end of the run, mean and 95% half-width over seeds
+# 0-2, and last the paired difference of those changes, run G minus the correct run.
+
+# %%
+writes = sb.what_it_writes(runs, ch10.bug_of("G"))
+print(f"{'change from the start':<24}{'correct run':<22}run G")
+for key, row in writes.items():
+    good, bad = (ch10.interval_text(*row[w]) for w in ("correct", "buggy"))
+    print(f"{key:<24}{good:<22}{bad}")
+print(f"\n{'':<24}{'start':>8}   run G - correct run")
+for key, row in writes.items():
+    diff = ch10.interval_text(*row["difference"])
+    print(f"{key:<24}{row['start']:>8.3f}   {diff}")
 
 # %%
 changed_line("G")
@@ -626,36 +666,51 @@ for letter, bug in ch10.RUNS.items():
 # a small margin (`accuracy` for run D, `objective/kl` for run E). Run C's KL panels lean the
 # way its bug predicts, above the correct run's, but three seeds do not tell them from noise.
 #
-# A dashboard is read while the run goes on, so it matters *when* a tell shows. For each run,
-# the first points at which a panel leaves the correct run's band and stays out for three
-# points (an iteration of PPO or GRPO; for DPO, a step of its own logs, or an evaluation for
-# `accuracy` and `kl`; at most three panels a run, `-` when none does):
+# A dashboard is read while the run goes on, so it matters *when* a tell shows. For each panel
+# that separates a run, and only for those, the next cell prints the first point from which
+# the panel stays apart from the correct run for three points in a row: an iteration, or for
+# run G a DPO step, as on the dashboards' x axis. A point is apart when the table's test, made
+# on that point alone, finds it so: the three seeds' differences there, buggy minus correct,
+# have a 95% interval that excludes 0, on the side of the whole-run difference. Both runs'
+# noise is in those differences. Three points in a row keep a one-point blip out. And since
+# only panels that pass the whole-run test are timed, a panel the bug does not move is timed
+# with a chance of about 5%, that test's own, not 5% at each point of its curve. The time itself is
+# a description, not a test: with three seeds it may be a point or two early or late.
 
 # %%
 for letter, bug in ch10.RUNS.items():
-    metrics = sb.DASHBOARD[sb._trainer(sb.BUGS[bug].arm)]
-    first = {m: sb.first_departure(runs, bug, m) for m in metrics}
+    x = sb.X_LABEL[sb._trainer(sb.BUGS[bug].arm)]
+    first = {m: sb.first_departure(runs, bug, m)
+             for m in sb.separating(runs, bug)}
     moved = sorted((i, m) for m, i in first.items() if i is not None)
-    shown = ", ".join(f"{m} at {i}" for i, m in moved[:3]) or "-"
-    print(f"run {letter} ({bug}):\n    {shown}")
+    timed = ", ".join(f"{m} at {i}" for i, m in moved) or "-"
+    never = [m for m, i in first.items() if i is None]
+    print(textwrap.fill(f"run {letter} ({bug}), by {x}: {timed}", 77,
+                        subsequent_indent="    "))
+    if never:
+        print(textwrap.fill("    separates, never apart 3 points in a row: "
+                            + ", ".join(never), 77,
+                            subsequent_indent="    "))
 
 # %% [markdown]
-# Three kinds of bug show three ways:
+# Four kinds of bug show four ways:
 #
-# - **A wrong mask** (runs A and B) shows in the first batch, in `val/completion_length`, the
-#   mask's own sum. `objective/entropy`, another average over the mask, leaves the band at
-#   once in run B and by iteration 5 in run A.
-# - **A leash that does not hold** (runs C and D) shows late, if at all. Run D's exact `kl`
-#   leaves the band at iteration 21, when most of the run is spent (its noisier
-#   `objective/kl` is out earlier, from iteration 5), and over the whole run it is run D's
-#   accuracy, not its KL, that separates it. Run C's panels never leave the band.
-# - **A wrong loss** shows in what the loss moves. Run E's KL flattens early, but the correct
-#   run's band is wide, and it leaves the band only at iteration 20. Run G's DPO logs are the
-#   wrong way up from the first step.
+# - **A wrong mask** (runs A and B) shows at the first iteration, in `val/completion_length`,
+#   the mask's own sum, and in `objective/entropy`, another average over the mask. The exact
+#   `kl` follows, from iteration 2 in run A and 6 in run B.
+# - **A leash that does not hold** (runs C and D) does not show in the KL. No panel of run C
+#   separates, and run D's one panel that does, `accuracy`, is apart from iteration 5 on, and
+#   lower, not better.
+# - **A wrong loss** shows in what the loss moves. Run G's DPO logs are apart from step 2,
+#   while its accuracy is apart only from step 152. Run E's `objective/kl` separates over the
+#   whole run but is never apart at three points in a row.
+# - **Log-probs at the wrong temperature** (run F) show late point by point:
+#   `policy/approxkl_avg` is apart from iteration 20, and the other three panels that
+#   separate run F never are.
 #
-# Run F's log-probs at the wrong temperature show early in the exact `kl`, from iteration 3,
-# before it comes back into the band. And one bug does not show on the dashboard point by
-# point at all: run C.
+# The panels that show a bug early measure the changed line itself: the mask's length, DPO's
+# own logs. A bug that moves the policy through the leash, the clip or the log-probs shows
+# late, only over the whole run, or, for run C, not at all.
 
 # %% [markdown]
 # ## Checks before training
@@ -715,15 +770,18 @@ with sb.planted(sb.BUGS[ch10.bug_of("B")]):
 # **While training, panel by panel:**
 #
 # - `val/completion_length` flat at the maximum, or one token short of what the answers
-#   should be: the mask.
-# - `objective/entropy` off a healthy run's from the first batch, up or down: the mask.
-# - The exact KL creeping above a healthy run's late in the run: the leash has no gradient, or
-#   one that is zero on average. Over a few seeds it may stay inside the band, so check the
-#   leash's gradient before training instead.
-# - The KL flattens early and stays low: the clip is measured against the wrong policy.
-# - `objective/kl` disagrees with an exact KL on the same answers, or `policy/approxkl_avg`
-#   and `policy/clipfrac_avg` sit well below a healthy run's: the log-probs in the loss are
-#   not the sampler's.
+#   should be, from the first iteration: the mask.
+# - `objective/entropy` off a healthy run's from the first iteration, up or down: the mask.
+# - Accuracy a little lower than a healthy run's, and no other panel apart: among these runs,
+#   the leash written as k1 (run D). A leash with no pull at all (run C) moved no panel over
+#   three seeds, and the KL separated neither run, so check the leash's gradient before
+#   training instead.
+# - `objective/kl` lower than a healthy run's over the run while accuracy holds: the clip may
+#   be measured against the reference (run E, which separated only just and only over the
+#   whole run).
+# - `objective/kl` lower than an exact KL on the same answers would have it, or
+#   `policy/approxkl_avg` and `policy/clipfrac_avg` well below a healthy run's: the
+#   log-probs in the loss are not the sampler's.
 # - DPO's `rewards/accuracies` near 0, or `logps/rejected` rising: a sign in the loss.
 #
 # **Always:** compare with a healthy run. Over the whole run, accuracy separated only three
@@ -731,3 +789,48 @@ with sb.planted(sb.BUGS[ch10.bug_of("B")]):
 # with bands over seeds tells what is normal, and that is how every dashboard above was read.
 # Three seeds are not always enough: they did not separate run C at all, and runs D and E
 # only just.
+#
+# ## Bugs this chapter does not plant
+#
+# Seven bugs are a sample. Six more are common in RLHF code, and none of them is planted
+# here, so none was measured. For each, the tell we would expect from what the bug does, and
+# a check that finds it before training:
+#
+# - **The group reshape in the wrong order.** GRPO's advantages reshape the batch's rewards
+#   with `view(-1, G)`, one row a prompt (chapter 8). That is right only when each prompt's G
+#   answers sit side by side, as `repeat_interleave` puts them (`rollout` in our `ppo.py`;
+#   in TRL 1.12.0, `RepeatSampler` in `trl/trainer/utils.py` and `rewards.view(-1,
+#   num_generations)` in `trl/trainer/grpo_trainer.py`). Repeat the prompts with `.repeat(G,
+#   1)` instead and every shape still fits, but each row then holds one answer to each of G
+#   different prompts: an answer is judged against answers to other questions. We would
+#   expect nothing to jump, and accuracy to gain less, as with a baseline shared by different
+#   prompts. Check: print the prompts of one group; they must be one prompt, G times.
+# - **Dropout left on.** Our small model has no dropout. In a model that has it, a policy in
+#   training mode gives other log-probs for the same tokens on every pass, so the first
+#   update's ratio would not be 1, nor the first KL 0. The ratio check above would find it.
+#   TRL's `disable_dropout` gives that reason (`trl/trainer/grpo_config.py`, off by default
+#   there; `trl/trainer/dpo_config.py`, on by default).
+# - **The reward read at the wrong token.** Our RM is read at each answer's first `;`
+#   (chapter 3). Read at the last position instead, it scores the padding after the end mark
+#   too. We would expect `objective/scores` to stop following accuracy. Check: change the
+#   tokens after an answer's end mark; its score must not change.
+# - **A reference that shares the policy's weights.** The reference is the policy object
+#   itself, not a frozen copy (mechanism 8 of the list). The leash then measures the policy
+#   against itself: both KL panels would read exactly 0 at every point, and the run would be
+#   one without a leash. The first KL is 0 in a correct run too, so check the KL after one
+#   step: it must be above 0.
+# - **Gradient accumulation that averages averages.** When a batch is split into
+#   micro-batches, each with its own token mean, the mean of those means gives a token of a
+#   short micro-batch more weight than the token mean over the whole batch. No panel would
+#   show it, only a difference from the same run without accumulation. Our engine steps on
+#   the full batch, with the token mean over all of it. In TRL 1.12.0's GRPO trainer
+#   (`_compute_loss` in `grpo_trainer.py`), `loss_type="dapo"` divides by the kept tokens of
+#   the whole batch (`num_items_in_batch`), while `"bnpo"` takes each micro-batch's own token
+#   mean: the two differ exactly here. Check: the loss and gradient of one batch are the same
+#   in one piece and in four.
+# - **Sampler and trainer that disagree.** At scale a separate inference engine samples the
+#   answers, and the trainer computes the log-probs again with other kernels and precision.
+#   The two differ a little, so the first ratio is not exactly 1. Run F is the extreme case.
+#   TRL corrects for the gap with importance sampling when vLLM, such an engine, samples
+#   (`vllm_importance_sampling_correction` in `grpo_config.py`). Check, as the log-prob check
+#   above does: the sampler's own log-probs of its answers against the trainer's.

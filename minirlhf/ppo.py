@@ -36,14 +36,20 @@ temperature 0.7, as TRL does (it divides the logits by the temperature).
 
 GRPO here against TRL's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py`` and
 ``grpo_config.py``, commit f2cd577): the group advantages and the logged
-``frac_reward_zero_std`` follow it (:func:`group_advantages`); its ``per_token_kl`` is the same
-k3 with the same sign, added as ``beta * per_token_kl`` to each token's loss; the loss here is
-averaged over every kept token of the batch, as TRL's default ``loss_type="dapo"`` (and
-``"bnpo"``) on one process, not per completion first as in the paper's equation (TRL's
-``"grpo"``). Differences kept from chapter 5's recipe: two gradient steps per batch (TRL's
-``num_iterations`` defaults to 1), gradient-norm clipping at 0.5, a linearly annealed learning
-rate, and a clamp of the log-ratio inside k3. TRL's default ``beta`` is 0.0 (no reference model
-at all); DeepSeekMath used 0.04.
+``frac_reward_zero_std`` follow it (:func:`group_advantages`). Its ``per_token_kl`` is the same
+k3 with the same sign, added as ``beta * per_token_kl`` to each token's loss, with
+``use_bias_correction_kl`` off, the default at that commit. Release 1.12.0 turns that flag on by
+default (``grpo_config.py``, lines 357-363 and 965-973): k3 is then multiplied by the ratio
+new/old (``grpo_trainer.py``, lines 3193-3194), the correction of the DeepSeek-V3.2 report, and
+its gradient becomes that of the reverse KL, KL(pi || ref). k3 differentiated as it is, here
+and in TRL with the flag off, follows the gradient of the forward KL, KL(ref || pi);
+``minirlhf.trl_run`` sets the flag off to compare like for like. The loss here is averaged over
+every kept token of the batch, as TRL's default ``loss_type="dapo"`` (and ``"bnpo"``) on one
+process, not per completion first as in the paper's equation (TRL's ``"grpo"``). Differences
+kept from chapter 5's recipe: two gradient steps per batch (TRL's ``num_iterations`` defaults to
+1), gradient-norm clipping at 0.5, a linearly annealed learning rate, and a clamp of the
+log-ratio inside k3. TRL's default ``beta`` is 0.0 (no reference model at all); DeepSeekMath
+used 0.04.
 
 Each stage is a short public function that ``ppo_train`` calls in turn and chapter 5 shows:
 :func:`rollout` (1), :func:`score_and_advantages` (2-4), :func:`ppo_update` (5),
@@ -278,9 +284,11 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) 
 
 def group_centred_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
     """Return ``r_i - mean_group`` (B,): :func:`group_advantages` without dividing by the
-    group's std, the change Liu et al. 2025 ("Dr. GRPO") make, so that a group of nearly
-    equal rewards is not scaled up. ``eps`` is unused (the signature of the other group
-    estimators). A group of equal rewards gets exactly 0. TRL: ``GRPOTrainer`` with
+    group's std, so that a group of nearly equal rewards is not scaled up. That is one of the
+    two changes of Liu et al. 2025 ("Dr. GRPO"); the other replaces each completion's
+    division by its own length with a constant (TRL's ``loss_type="dr_grpo"``), where this
+    book's loss keeps DAPO's batch token mean. ``eps`` is unused (the signature of the other
+    group estimators). A group of equal rewards gets exactly 0. TRL: ``GRPOTrainer`` with
     ``scale_rewards="none"`` (``trl/trainer/grpo_trainer.py``).
 
     Defined in chapter 8.
@@ -339,7 +347,11 @@ def k3_loss_term(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Ten
                  kl_clamp: float = 10.0) -> torch.Tensor:
     """Return the mean over masked tokens of ``k3 = exp(d) - d - 1`` with
     ``d = clamp(ref_logp - new_logp, -kl_clamp, kl_clamp)``: GRPO's leash as a loss term (to
-    be multiplied by beta), with its gradient through ``new_logp``.
+    be multiplied by beta), with its gradient through ``new_logp``. On-policy its expected
+    gradient is that of the forward KL, ``KL(ref || policy)``, although GRPO's paper writes
+    the penalty as the reverse ``KL(policy || ref)``; TRL 1.12's default
+    ``use_bias_correction_kl=True`` multiplies k3 by the ratio, which gives the reverse KL's
+    gradient.
 
     Defined in chapter 5 (the leash in the loss); part of chapter 8's :func:`grpo_token_loss`.
     """
@@ -366,10 +378,13 @@ def grpo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: to
 
 
 def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, horizon: int) -> float:
-    """Return the next beta of Ziegler et al.'s controller.
+    """Return the next beta of Ziegler et al.'s controller, in the form of their released
+    code (``lm-human-preferences``) and of TRL's PPO trainer up to 0.11.
 
     ``e = clip(kl / target - 1, -0.2, 0.2)``; ``beta * (1 + e * n_steps / horizon)``: beta
     grows when the KL runs above target and shrinks below it, by at most 20% per horizon.
+    The paper (section 2.2) writes ``beta * (1 + K_beta * e)`` with ``K_beta = 0.1`` and calls
+    it a log-space proportional controller; ``log beta`` sums the errors (integral action).
     The factor stays positive only while ``n_steps / horizon < 5`` (at e = -0.2 it is
     ``1 - 0.2 * n_steps / horizon``), so a longer step is refused.
 

@@ -11,7 +11,7 @@ length first. It ranks what it was shown, which is not what is true.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +22,7 @@ from .progress import progress_bar
 
 __all__ = [
     "RMConfig", "bradley_terry_loss", "preference_batch", "train_reward_model",
-    "pair_margins", "margin_by_offset", "rm_report", "margins_report", "HELDOUT_SEED",
+    "pair_margins", "margin_by_offset", "rm_report", "margins_report", "trained_rm_report", "HELDOUT_SEED",
 ]
 
 HELDOUT_SEED = 7  # draws the wrong answers of the held-out pairs (on the eval prompts)
@@ -73,16 +73,35 @@ def preference_batch(pairs: torch.Tensor, generator: torch.Generator, kind: str 
     )
 
 
-def train_reward_model(config: RMConfig | None = None, progress: bool = True) -> tuple[TinyGPT, dict]:
+def train_reward_model(config: RMConfig | None = None, progress: bool = True,
+                       init: TinyGPT | None = None) -> tuple[TinyGPT, dict]:
     """Return (rm, log): a scalar-head TinyGPT trained with Bradley-Terry, and its loss per step.
+
+    ``init`` None (the book's RM) starts every weight at random. A language model ``init`` (a
+    policy, such as chapter 3's SFT policy) gives the RM its body: every weight but the head
+    is copied from ``init`` (not changed), and only the scalar head starts at random, the same
+    head as with ``init`` None for the same seed. That is how InstructGPT starts its RM, from
+    a language model with its last layer replaced; chapter 9 compares the two starts.
 
     Defined in chapter 4.
     """
     cfg = config or RMConfig()
     if cfg.steps < 1 or cfg.batch_size < 1:
         raise ValueError("config.steps and config.batch_size must be >= 1")
+    gpt_cfg = GPTConfig(dtype=cfg.dtype)
+    if init is not None:
+        if not isinstance(init, TinyGPT) or init.scalar_head:
+            raise ValueError("init must be a TinyGPT language model (scalar_head=False), "
+                             f"got {type(init).__name__}"
+                             f"{' with a scalar head' if isinstance(init, TinyGPT) else ''}")
+        if init.cfg != gpt_cfg:
+            raise ValueError(f"init has the shape {init.cfg}, the RM needs {gpt_cfg}")
     torch.manual_seed(cfg.seed)
-    rm = TinyGPT(GPTConfig(dtype=cfg.dtype), scalar_head=True)
+    rm = TinyGPT(gpt_cfg, scalar_head=True)
+    if init is not None:  # the body from init; the head keeps its random start
+        body = {k: v for k, v in init.state_dict().items() if not k.startswith("head.")}
+        missing, unexpected = rm.load_state_dict(body, strict=False)
+        assert not unexpected and set(missing) == {"head.weight", "head.bias"}, (missing, unexpected)
     g = make_generator(cfg.seed)
     pool = task.train_pairs()
     opt = torch.optim.AdamW(rm.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -150,6 +169,20 @@ def rm_report(rm: TinyGPT) -> dict:
     Defined in chapter 4.
     """
     return margins_report({kind: pair_margins(rm, kind) for kind in task.WRONG_KINDS})
+
+
+def trained_rm_report(seed: int, init: TinyGPT | None = None, config: RMConfig | None = None) -> dict:
+    """Return :func:`rm_report` of an RM trained with ``config`` (None: :class:`RMConfig`'s
+    defaults), its seed replaced by ``seed``, from ``init`` (see :func:`train_reward_model`).
+
+    One item for :func:`minirlhf.parallel.map_runs`: chapter 9 trains the book's RM over five
+    seeds from random weights and from the SFT policy, and measures each like this.
+    """
+    if not (isinstance(seed, int) and seed >= 0):
+        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
+    cfg = replace(config or RMConfig(), seed=seed)
+    rm, _ = train_reward_model(cfg, progress=False, init=init)
+    return rm_report(rm)
 
 
 def margins_report(margins: dict) -> dict:

@@ -23,8 +23,10 @@ rm            ``trl.experimental.ppo.PPOTrainer``, the RM,  rm (chapter 5)
 ============  ============================================  =================================
 
 The settings come from our :class:`~minirlhf.ppo.PPOConfig` through one mapping,
-:func:`trl_settings`, which the book prints. The module can be imported without TRL (the
-mapping and the summaries need only the standard library); running a trainer needs it.
+:func:`trl_settings`, which the book prints. It turns off TRL 1.12.0's default ratio factor on
+GRPO's k3 (``use_bias_correction_kl``), so that both sides differentiate the same leash. The
+module can be imported without TRL (the mapping and the summaries need only the standard
+library); running a trainer needs it.
 
 **Float64.** TRL runs our models in their own dtype, float64: the policy, the reference (GRPO
 and RLOO load it from a folder, where TRL's default would be float32), the value model and the
@@ -223,7 +225,12 @@ def trl_settings(arm: str, seed: int = 0, n_processes: int = 1, config: PPOConfi
         }
         if spec.trainer == "grpo":
             scale = {"group": "group", "group-centred": "none"}[cfg.advantages]
-            group.update(scale_rewards=scale, loss_type="dapo")
+            # TRL 1.12.0 multiplies its k3 by the ratio new/old by default
+            # (use_bias_correction_kl, trl/trainer/grpo_config.py, lines 357-363
+            # and 965-973; grpo_trainer.py, lines 3193-3194), which turns the
+            # leash's gradient into that of KL(pi || ref). Ours differentiates k3
+            # as it is, and follows KL(ref || pi): off, to compare like for like.
+            group.update(scale_rewards=scale, loss_type="dapo", use_bias_correction_kl=False)
         else:
             group.update(normalize_advantages=False)
         return {**common, **group}
@@ -653,7 +660,7 @@ def _versions() -> dict:
 def side_by_side(results: dict) -> dict:
     """Return per arm and side (``"ours"``, ``"trl"``): gain in accuracy, KL at the end and wall
     time per run (mean and 95% half-width over seeds), plus the paired differences of gain and
-    KL (TRL minus ours, seed by seed) and the ratio of mean wall times (TRL / ours)."""
+    KL (ours minus TRL's, seed by seed) and the ratio of mean wall times (TRL / ours)."""
     out = {}
     for arm in results["settings"]["arms"]:
         row = {}
@@ -673,8 +680,8 @@ def side_by_side(results: dict) -> dict:
             ours, theirs = results["ours"][arm], results["trl"][arm]
             common = [s for s in ours if s in theirs]
             gain = lambda log: log["accuracy"][-1] - log["accuracy"][0]  # noqa: E731
-            row["gain_diff"] = mean_ci95([gain(theirs[s]) - gain(ours[s]) for s in common])
-            row["kl_diff"] = mean_ci95([theirs[s]["kl"][-1] - ours[s]["kl"][-1] for s in common])
+            row["gain_diff"] = mean_ci95([gain(ours[s]) - gain(theirs[s]) for s in common])
+            row["kl_diff"] = mean_ci95([ours[s]["kl"][-1] - theirs[s]["kl"][-1] for s in common])
             row["time_ratio"] = row["trl"]["seconds"][0] / row["ours"]["seconds"][0]
         out[arm] = row
     return out
@@ -697,7 +704,7 @@ def format_side_by_side(results: dict) -> str:
                 lines.append(f"{arm:<14} {name:<8} {_pm(r['gain']):>17} {_pm(r['kl_end'])[1:]:>15} "
                              f"{r['seconds'][0]:>6.1f}")
         if "time_ratio" in row:
-            lines.append(f"  TRL - ours: gain {_pm(row['gain_diff'])}, KL {_pm(row['kl_diff'])}, "
+            lines.append(f"  ours - TRL: gain {_pm(row['gain_diff'])}, KL {_pm(row['kl_diff'])}, "
                          f"time x{row['time_ratio']:.1f}")
     n = len(results["settings"]["seeds"])
     lines.append(f"(mean ± 95% interval over {n} seed{'s' if n > 1 else ''}; gain and KL on the")

@@ -178,6 +178,9 @@ def test_report_lists_at_most_three_failures():
 
 def test_report_of_a_right_function_is_one_line_and_of_a_blank_one_says_not_implemented():
     assert str(run_cases(kl_right, KL)) == "kl_penalty: all 11 cases pass."
+    one = dataclasses.replace(KL, cases=KL.cases[:1])
+    assert str(run_cases(kl_right, one)) == "kl_penalty: its one case passes."
+    assert "<summary>the case</summary>" in run_cases(kl_right, one)._repr_html_()
     html = run_cases(kl_right, KL)._repr_html_()
     assert "PASS" in html and "<details><summary>the 11 cases</summary>" in html
 
@@ -234,7 +237,8 @@ def test_every_exercise_can_be_checked_without_raising(name):
     assert run_cases(ex.reference, ex).passed
     report = run_cases(lambda **kw: None, ex)
     text, page = str(report), report._repr_html_()
-    assert report.state == "fail" and text.startswith(f"{name}: 0/{len(ex.cases)} cases pass.")
+    first = f"{name}: its one case fails." if len(ex.cases) == 1 else f"{name}: 0/{len(ex.cases)} cases pass."
+    assert report.state == "fail" and text.startswith(first)
     number = ex.hint_for.get(report.first_failure.mistake, 1)  # the hint for the mistake, or the first
     assert "returned  None" in text and "problem" in text
     if number < len(ex.hints):

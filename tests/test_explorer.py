@@ -135,6 +135,7 @@ def test_show_figure_gives_alt_text_in_both_modes(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
+    monkeypatch.setenv("MINIRLHF_RECORDING", "1")
     explorer.show_figure(draw_line(1), alt="a rising line")
     data, metadata = shown[0]._repr_mimebundle_()
     assert set(data) == {"image/png", "text/plain"}
@@ -208,8 +209,10 @@ def test_the_book_shows_a_narrow_rendering_on_a_phone(monkeypatch):
     assert '<source media="(max-width: 576px)"' in page and 'width="350" height="400"' in page
     assert 'width="650" height="300"' in page
     assert 'data-min-font-pt="8" data-narrow-width-in="3.5" data-narrow-min-font-pt="9"' in page
-    # In JupyterLab the wide one is shown, and both are recorded for the book.
+    # In JupyterLab the wide one is shown, and while the solutions are recorded both are kept
+    # for the book.
     monkeypatch.delenv("MINIRLHF_BUILDING_BOOK")
+    monkeypatch.setenv("MINIRLHF_RECORDING", "1")
     explorer.show_figure(draw, alt="a line", caption="What to see.")
     data, metadata = shown[1]._repr_mimebundle_()
     assert set(data) == {"image/png", "text/plain"} and metadata[explorer.BOOK_KEY]["text/html"] == page
@@ -221,6 +224,7 @@ def test_the_book_reads_each_output_in_its_book_form(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
+    monkeypatch.setenv("MINIRLHF_RECORDING", "1")
     explorer.show_figure(draw_line(1), alt="a rising line", caption="Up.")
     explorer.explore(draw_line, {"slope": [0, 1, 2]}, default={"slope": 1}, alt="slope {slope}")
     outputs = []
@@ -247,3 +251,33 @@ def test_an_explorer_whose_draw_takes_narrow_swaps_both_renderings():
     assert page.count("<source") == 1 and "srcset" in page and "firstSmall" in page
     assert 'data-min-font-pt="7"' in page and 'data-narrow-min-font-pt="9"' in page
     assert "<figcaption>Slopes.</figcaption>" in page
+
+
+def test_a_learners_run_makes_no_book_forms(monkeypatch):
+    """In JupyterLab (nbval and the grader alike) the explorer draws only the frame it shows,
+    and a figure is not drawn a second time for the phone: the book's forms are made only
+    while the notebook generator records the solutions."""
+    shown, calls = [], []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
+    monkeypatch.delenv("MINIRLHF_RECORDING", raising=False)
+
+    def draw(slope, narrow=False):
+        calls.append((slope, narrow))
+        return draw_line(slope)
+
+    explorer.explore(draw, {"slope": [0, 1, 2]}, default={"slope": 1}, alt="slope {slope}")
+    assert calls == [(1, False)]  # the default frame only
+    bundle = shown[0]._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and explorer.BOOK_KEY not in str(bundle)
+    calls.clear()
+    explorer.show_figure(lambda narrow=False: draw(1, narrow), alt="a rising line")
+    assert calls == [(1, False)]
+    data, metadata = shown[1]._repr_mimebundle_()
+    assert set(data) == {"image/png", "text/plain"} and explorer.BOOK_KEY not in metadata
+    # The recording makes all of them: every frame, wide and narrow, and the phone figure.
+    monkeypatch.setenv("MINIRLHF_RECORDING", "1")
+    calls.clear()
+    explorer.explore(draw, {"slope": [0, 1, 2]}, default={"slope": 1}, alt="slope {slope}")
+    assert sorted(set(calls)) == [(s, n) for s in (0, 1, 2) for n in (False, True)]
+    assert explorer.BOOK_KEY in shown[2]._repr_mimebundle_()[1]

@@ -220,7 +220,10 @@ def test_a_cell_that_raises_is_reported_and_the_run_goes_on(graded):
 def test_the_analyses_after_the_last_exercise_are_not_run(graded):
     result, text, seconds = graded["01_analysis_after_exercise"][:3]
     assert result.not_run == [4, 5] and not result.cells  # neither the sleep nor the raise ran
-    assert "code cells 4-5 not run: they come after the last exercise, and no grade depends on them" in text
+    assert result.first_not_run == (4, "time.sleep(60)")
+    assert ("the last 2 code cells, from cell 4 of the notebook, text cells counted, which starts "
+            "`time.sleep(60)`, are not run: they come after the last exercise, and no grade depends "
+            "on them") in text
     assert only_exercise(graded, "01_analysis_after_exercise")[0].passed
     assert seconds < 45  # the minute-long cell did not run
 
@@ -233,6 +236,27 @@ def test_the_analyses_after_the_last_exercise_are_not_run(graded):
 def test_which_cells_an_exercise_needs(first, after):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(first), nbformat.v4.new_code_cell("y = 2")])
     assert check._after_last_exercise(nb, [get("kl_penalty")]) == after
+
+
+def test_the_note_on_cells_not_run_names_them_as_jupyterlab_shows_them():
+    """JupyterLab numbers no cells: the note counts the text cells too and quotes the first line."""
+    new_code, new_text = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        new_text("# Chapter"), new_code("import numpy as np"), new_text("Write it."),
+        new_code("def kl_penalty(a, b, beta):\n    return 0.0"), new_text("The analyses."),
+        new_code("\n# the long run\nrun_everything()"), new_code("draw()"), new_code("   ")])
+    after = check._after_last_exercise(nb, [get("kl_penalty")])
+    assert after == [5, 6]  # the empty cell is no cell to run
+    assert check._where_in_lab(nb, after[0]) == (6, "# the long run")
+    with pytest.raises(ValueError, match="index must name one of the notebook's 8 cells, got 8"):
+        check._where_in_lab(nb, 8)
+    grade = check.NotebookGrade(Path("03_x.ipynb"), seed=1, not_run=[3, 4], first_not_run=(6, "# the long run"))
+    assert ("note  the last 2 code cells, from cell 6 of the notebook, text cells counted, which "
+            "starts `# the long run`, are not run: they come") in check.render(grade)
+    one = check.NotebookGrade(Path("03_x.ipynb"), seed=1, not_run=[4], first_not_run=(7, "draw()"))
+    assert ("note  the last code cell (cell 7 of the notebook, text cells counted, which "
+            "starts `draw()`) is not run: it comes after the last exercise, and no grade depends on it "
+            "(run the notebook to see it)") in check.render(one)
 
 
 def test_a_loop_that_never_ends_costs_one_time_limit(graded):

@@ -204,3 +204,31 @@ def test_in_the_solutions_the_hints_come_before_the_solution():
                 assert neighbour.cell_type == "code" and "def " in neighbour.source, (path.name, i)
                 if not learner:
                     assert neighbour.metadata.get("mystnb") == nbgen.SOLUTION_PROMPTS
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_every_recorded_figure_and_slider_carries_the_books_form(source):
+    """The book shows the solutions' outputs in their book form (explorer.book_notebook): each
+    figure and slider recorded in solutions/ must carry one, or the page would show a bare
+    image, or a widget with no kernel behind it."""
+    from minirlhf.course.explorer import BOOK_KEY
+
+    nb = _committed(nbgen.SOLUTION_DIR, source)
+    bare = [i for i, cell in enumerate(nb.cells) for out in cell.get("outputs", [])
+            if ({"image/png", "application/vnd.jupyter.widget-view+json"} & set(out.get("data", {})))
+            and BOOK_KEY not in out.get("metadata", {})]
+    assert not bare, f"cells {bare} of {source.stem} have a figure without the book's form: run `make notebooks`"
+
+
+def test_the_generator_records_the_books_forms(tmp_path):
+    """nbgen's kernel records the book's forms (frontend.RECORDING_ENV); a learner's does not."""
+    from minirlhf.course.explorer import BOOK_KEY
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "from minirlhf.course.explorer import show_figure\n"
+        "fig, ax = plt.subplots(figsize=(3, 2)); ax.plot([0, 1])\n"
+        "show_figure(fig, alt='a line')")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    out = nbgen.execute(nb, tmp_path).cells[0].outputs[-1]
+    assert out["data"]["text/plain"] == "a line" and BOOK_KEY in out["metadata"]

@@ -290,3 +290,19 @@ def test_with_workers_this_process_shows_a_line_per_finished_run_and_they_show_n
     parallel.map_runs(_says_and_returns, ["a"], workers=2, progress=True)  # one run: here, as it always was
     out, err = capfd.readouterr()
     assert "training a now" in out and "run a: 2/2 steps in" in err
+
+
+# ----------------------------------------------------------------------------- a chapter's kernel
+
+
+def test_a_chapters_kernel_computes_with_one_thread_as_the_workers_do():
+    """Importing the course (every chapter's first cell does) sets one thread, whatever the
+    environment asks for; the engine alone leaves torch's choice as it is."""
+    import subprocess
+
+    code = ("import torch, minirlhf, minirlhf.ppo; before = torch.get_num_threads(); "
+            "import minirlhf.course.exercises; print(before, torch.get_num_threads())")
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2", "1"]
+

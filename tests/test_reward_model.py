@@ -52,3 +52,46 @@ def test_short_run_learns_garbage_first():
     pairs = task.eval_pairs()[:50]
     by_offset = margin_by_offset(rm, [0, 1], pairs)
     assert by_offset[0] == 0.0 and set(by_offset) == {0, 1}
+
+
+def test_rm_from_a_policy_copies_its_body_and_keeps_the_random_head():
+    from minirlhf.model import GPTConfig, TinyGPT
+
+    torch.manual_seed(123)
+    policy = TinyGPT(GPTConfig())
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    cfg = RMConfig(steps=1, batch_size=8, lr=1e-12)  # one step too small to move a weight visibly
+    rm, _ = train_reward_model(cfg, progress=False, init=policy)
+    scratch, _ = train_reward_model(cfg, progress=False)
+    for k, v in rm.state_dict().items():
+        if k.startswith("head."):  # the same random head as the RM from scratch
+            assert torch.allclose(v, scratch.state_dict()[k], atol=1e-9), k
+        else:  # the body is the policy's
+            assert torch.allclose(v, before[k], atol=1e-9), k
+    for k, v in policy.state_dict().items():  # init is not changed
+        assert torch.equal(v, before[k]), k
+    assert rm.scalar_head and not policy.scalar_head
+
+
+def test_rm_init_must_be_a_language_model():
+    from minirlhf.model import GPTConfig, TinyGPT
+
+    with pytest.raises(ValueError, match="init"):
+        train_reward_model(RMConfig(steps=1, batch_size=8), progress=False,
+                           init=TinyGPT(GPTConfig(), scalar_head=True))
+    with pytest.raises(ValueError, match="init"):
+        train_reward_model(RMConfig(steps=1, batch_size=8), progress=False, init="policy")
+    with pytest.raises(ValueError, match="init"):
+        train_reward_model(RMConfig(steps=1, batch_size=8), progress=False,
+                           init=TinyGPT(GPTConfig(n_layer=1)))
+
+
+def test_trained_rm_report_takes_the_seed_and_checks_it():
+    from minirlhf.reward_model import trained_rm_report
+
+    cfg = RMConfig(steps=2, batch_size=8)
+    rep = trained_rm_report(1, config=cfg)
+    rm, _ = train_reward_model(RMConfig(steps=2, batch_size=8, seed=1), progress=False)
+    assert rep == rm_report(rm)
+    with pytest.raises(ValueError, match="seed"):
+        trained_rm_report(-1, config=cfg)

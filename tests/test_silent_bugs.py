@@ -175,6 +175,8 @@ def test_the_dashboard_titles_the_tells_in_bold():
     titles = {ax.get_title(): ax.title.get_fontweight() for ax in axes if ax.get_visible()}
     assert set(titles) == set(sb.DASHBOARD["ppo"])
     assert titles["val/completion_length"] == "bold" and titles["accuracy"] == "normal"
+    labels = [ax.get_xlabel() for ax in axes if ax.get_visible()]
+    assert labels == [""] * 4 + ["iteration"] * 4  # one axis, named under each column
     plt.close("all")
 
 
@@ -199,16 +201,65 @@ def test_band_check_plants_the_fix_and_judges_each_tell(monkeypatch):
     assert not sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)["passed"]
 
 
-def test_first_departure_needs_three_points_out_of_the_band():
+def _kl_runs(correct, buggy):
     def logs(values_by_seed):
-        return {str(s): {"kl": v} for s, v in enumerate(values_by_seed)}
+        return {str(s): {"kl": list(v)} for s, v in enumerate(values_by_seed)}
 
-    correct = [[0.0, 0.1, 0.1, 0.1, 0.1, 0.1], [0.0, 0.1, 0.12, 0.1, 0.1, 0.1], [0.0, 0.1, 0.11, 0.1, 0.1, 0.1]]
-    runs = {"correct": {"grpo-verifier": logs(correct)}}
-    runs["kl-no-grad"] = logs([[0.0, 0.5, 0.1, 0.5, 0.5, 0.5]] * 3)  # one blip at 1, then out from 3
+    return {"correct": {"grpo-verifier": logs(correct)}, "kl-no-grad": logs(buggy)}
+
+
+_CORRECT = [[0.0, 0.10, 0.10, 0.10, 0.10, 0.10, 0.10],
+            [0.0, 0.12, 0.11, 0.12, 0.12, 0.11, 0.12],
+            [0.0, 0.11, 0.12, 0.11, 0.10, 0.12, 0.11]]
+
+
+def test_first_departure_needs_k_points_in_a_row_apart_by_the_paired_test():
+    # seed by seed, buggy minus correct: a blip at point 1, back at 2, apart from 3 on
+    bump = [0.0, 0.3, 0.0, 0.3, 0.3, 0.3, 0.3]
+    buggy = [[c + b + 0.01 * s for c, b in zip(row, bump)] for s, row in enumerate(_CORRECT)]
+    runs = _kl_runs(_CORRECT, buggy)
     assert sb.first_departure(runs, "kl-no-grad", "kl") == 3
-    runs["kl-no-grad"] = logs(correct)
-    assert sb.first_departure(runs, "kl-no-grad", "kl") is None
+    assert sb.first_departure(runs, "kl-no-grad", "kl", k=1) == 1  # the blip counts when one point is enough
+    assert sb.first_departure(runs, "kl-no-grad", "kl", k=5) is None  # never five in a row
+    x, mean, half = sb.point_differences(runs, "kl-no-grad", "kl")
+    assert list(x) == list(range(7)) and mean[3] == pytest.approx(0.31) and half[3] > 0
+    assert sb.first_departure(_kl_runs(_CORRECT, _CORRECT), "kl-no-grad", "kl") is None
+
+
+def test_first_departure_uses_the_buggy_runs_own_noise():
+    # the buggy mean is far outside the correct run's band, but one seed of three is the
+    # correct run's: the paired differences (0, 0, big) hold 0, and the panel is not timed
+    buggy = [row[:] for row in _CORRECT]
+    buggy[2] = [v + 1.0 for v in buggy[2]]
+    assert sb.first_departure(_kl_runs(_CORRECT, buggy), "kl-no-grad", "kl", k=1) is None
+
+
+def test_first_departure_never_times_a_zero_band_or_a_panel_that_does_not_separate():
+    zeros = [[0.0] * 7] * 3
+    # every correct seed exactly 0 (a zero-width band); one buggy seed of three a little above
+    blip = [[0.0] * 7, [0.0] * 7, [0.0] + [0.01] * 6]
+    assert sb.first_departure(_kl_runs(zeros, blip), "kl-no-grad", "kl", k=1) is None
+    assert sb.first_departure(_kl_runs(zeros, zeros), "kl-no-grad", "kl", k=1) is None
+    # every seed moved by the same amount from point 1 on: apart, with no spread to hide it
+    same = [[c + (0.0 if i == 0 else 1.0) for i, c in enumerate(row)] for row in _CORRECT]
+    assert sb.first_departure(_kl_runs(_CORRECT, same), "kl-no-grad", "kl") == 1
+    # apart on the wrong side of the whole-run difference at points 1-2 only: not timed there
+    early = [[c + (-0.3 if i in (1, 2) else 0.5) + 0.01 * s for i, c in enumerate(row)]
+             for s, row in enumerate(_CORRECT)]
+    assert sb.first_departure(_kl_runs(_CORRECT, early), "kl-no-grad", "kl", k=2) == 3
+    with pytest.raises(ValueError, match="k must be"):
+        sb.first_departure(_kl_runs(_CORRECT, _CORRECT), "kl-no-grad", "kl", k=0)
+
+
+def test_curve_x_puts_every_panel_on_one_axis():
+    ppo_log = {"kl": [0.0] * 4, "objective/kl": [0.0] * 3}
+    assert list(sb.curve_x(ppo_log, "kl", "ppo")) == [0, 1, 2, 3]  # before training, then after each
+    assert list(sb.curve_x(ppo_log, "objective/kl", "ppo")) == [1, 2, 3]  # each iteration's batch
+    dpo_log = {"accuracy": [0.1, 0.2, 0.3], "steps": [0, 8, 16], "logps/chosen": [0.0] * 16}
+    assert list(sb.curve_x(dpo_log, "accuracy", "dpo")) == [0, 8, 16]
+    assert list(sb.curve_x(dpo_log, "logps/chosen", "dpo")) == list(range(1, 17))
+    with pytest.raises(ValueError, match="trainer must be"):
+        sb.curve_x(ppo_log, "kl", "sft")
 
 
 def test_tell_table_every_metric_of_the_dashboard():
@@ -251,3 +302,18 @@ def test_band_report_never_raises_for_the_learners_code(monkeypatch):
     calls.clear()
     broken = ch10.band_report("A", lambda completions: completions, runs={})
     assert broken.startswith("fix_run_a: the check above does not pass yet")
+
+
+def test_what_it_writes_compares_the_change_from_the_start():
+    def log(end, malformed):
+        return {"heldout/logps_correct": [-2.0, -1.5, end], "kinds": {"malformed": [0.2, 0.1, malformed]}}
+
+    runs = {"correct": {"dpo": {"0": log(-1.0, 0.1), "1": log(-1.1, 0.1), "2": log(-0.9, 0.1)}},
+            "dpo-rejected-flipped": {"0": log(-1.8, 0.0), "1": log(-1.7, 0.02), "2": log(-1.9, 0.01)}}
+    rows = sb.what_it_writes(runs, "dpo-rejected-flipped", keys=("heldout/logps_correct", "kinds/malformed"))
+    row = rows["heldout/logps_correct"]
+    assert row["start"] == -2.0 and row["correct"][0] == pytest.approx(1.0)
+    assert row["buggy"][0] == pytest.approx(0.2) and row["difference"][0] == pytest.approx(-0.8)
+    assert rows["kinds/malformed"]["buggy"][0] == pytest.approx(-0.19)
+    with pytest.raises(ValueError, match="DPO bug"):
+        sb.what_it_writes(runs, "no-mask")

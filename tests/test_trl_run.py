@@ -38,6 +38,49 @@ def test_grpo_settings_are_ours():
     assert trl_run.trl_settings("grpo-rm")["beta"] == 1.5
 
 
+def test_grpo_leash_is_ours_not_trls_default():
+    # TRL 1.12.0 multiplies GRPO's k3 by the ratio new/old unless told not to
+    # (use_bias_correction_kl, default True): our k3 loss has no such factor.
+    for arm in ("grpo-verifier", "grpo-rm"):
+        assert trl_run.trl_settings(arm)["use_bias_correction_kl"] is False
+    assert "use_bias_correction_kl" not in trl_run.trl_settings("rloo-verifier")  # k1 in the reward
+    if not NEEDS_TRL:
+        pytest.importorskip("trl")
+    import trl
+
+    assert trl.GRPOConfig.__dataclass_fields__["use_bias_correction_kl"].default is True
+    assert not hasattr(trl.RLOOConfig, "use_bias_correction_kl")
+
+
+def test_the_leash_gradients_the_page_names():
+    # On a 5-token vocabulary, exactly (the expectation is a sum over the tokens): k3
+    # differentiated as a loss follows the gradient of the forward KL, KL(ref || pi); k3 times
+    # the ratio new/old (TRL 1.12.0's default) follows that of the reverse KL, KL(pi || ref).
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(5, generator=g, dtype=torch.float64).log_softmax(0)
+    theta = torch.randn(5, generator=g, dtype=torch.float64, requires_grad=True)
+
+    def expected_grad(term):
+        new = theta.log_softmax(0)
+        old = new.detach()  # on-policy: the sampling policy is the current one
+        k3 = torch.exp(ref - new) - (ref - new) - 1
+        loss = (old.exp() * term(k3, new, old)).sum()  # E over tokens drawn from old
+        return torch.autograd.grad(loss, theta)[0]
+
+    def kl_grad(forward):
+        new = theta.log_softmax(0)
+        kl = (ref.exp() * (ref - new)).sum() if forward else (new.exp() * (new - ref)).sum()
+        return torch.autograd.grad(kl, theta)[0]
+
+    plain = expected_grad(lambda k3, new, old: k3)
+    corrected = expected_grad(lambda k3, new, old: k3 * torch.exp(new - old))
+    assert torch.allclose(plain, kl_grad(forward=True), atol=1e-12)
+    assert torch.allclose(corrected, kl_grad(forward=False), atol=1e-12)
+    assert not torch.allclose(plain, corrected, atol=1e-3)
+
+
 def test_rloo_settings():
     s = trl_run.trl_settings("rloo-verifier")
     assert s["num_generations"] == 8 and s["normalize_advantages"] is False
@@ -118,6 +161,30 @@ def test_side_by_side_table(stored):
         assert s[arm]["time_ratio"] > 0
         assert arm in table
     assert "TRL PPO" in table and "TRL GRPO" in table and "TRL RLOO" in table
+
+
+def test_the_page_code_and_tables_fit_the_column(stored):
+    # The toy-to-real page is executed only when the book is built; its code and the tables it
+    # prints keep to the book's 77 columns (tests/test_page_fit.py checks the chapters).
+    page = (ROOT / "book" / "toy-to-real.md").read_text(encoding="utf-8")
+    cells = [block.split("```", 1)[0] for block in page.split("```{code-cell} ipython3")[1:]]
+    printed = trl_run.format_side_by_side(stored) + "\n" + trl_run.format_profile(stored)
+    long = [line for text in (*cells, printed) for line in text.splitlines() if len(line.rstrip()) > 77]
+    assert cells and not long, long
+
+
+def test_our_rows_are_chapter_8s(stored):
+    # The page's "ours" rows are the runs of chapters 5 and 8 made again, seed for seed: each
+    # arm's gain and KL at the end, as chapter 8's tables print them (over the same 5 seeds).
+    nb = json.loads((ROOT / "solutions" / "08_grpo.ipynb").read_text(encoding="utf-8"))
+    printed = "".join("".join(out.get("text", "")) for cell in nb["cells"] if cell["cell_type"] == "code"
+                      for out in cell.get("outputs", []))
+    lines = {line.split()[0]: line for line in printed.splitlines() if line.strip() and "±" in line}
+    assert stored["settings"]["seeds"] == [0, 1, 2, 3, 4]
+    for arm, row in trl_run.side_by_side(stored).items():
+        gain, kl = row["ours"]["gain"], row["ours"]["kl_end"]
+        assert f"{gain[0]:+.3f} ± {gain[1]:.3f}" in lines[arm], arm
+        assert f"{kl[0]:.3f} ± {kl[1]:.3f}" in lines[arm], arm
 
 
 @pytest.fixture(scope="module")

@@ -12,4 +12,14 @@
 ==================  ==========================================================================
 
 The engine (:mod:`minirlhf`) never imports from here.
+
+Importing the course sets torch to one thread in the process: a chapter's kernel then computes
+as the worker processes and the command lines do. With more threads torch splits a float64 sum
+differently (an SFT policy trained for 30 steps differs by about 1e-12), so a model the kernel
+trains would not be, weight for weight, the one a worker trains, and a printed last digit
+could depend on how JupyterLab was started.
 """
+
+import torch as _torch
+
+_torch.set_num_threads(1)

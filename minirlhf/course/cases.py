@@ -342,12 +342,13 @@ class Report:
     def summary(self) -> str:
         name, n, total = self.exercise.name, self.n_passed, len(self.results)
         if self.not_implemented:
-            return f"{name}: not implemented yet (0/{total} cases run). Write the function, then run this cell again."
+            cases = "its one case not run" if total == 1 else f"0/{total} cases run"
+            return f"{name}: not implemented yet ({cases}). Write the function, then run this cell again."
         if self.passed:
-            return f"{name}: all {total} cases pass."
+            return f"{name}: its one case passes." if total == 1 else f"{name}: all {total} cases pass."
         if self.slow:
             return f"{name}: right so far, but too slow: {self.slow_text()}."
-        return f"{name}: {n}/{total} cases pass."
+        return f"{name}: its one case fails." if total == 1 else f"{name}: {n}/{total} cases pass."
 
     def slow_text(self, noun: str = "case") -> str:
         """Say how far a slow function got: how many ran (all right), and what stopped it."""
@@ -418,7 +419,8 @@ class Report:
                            f" &rarr; <code>{html.escape(describe(r.case.expected))}</code>"
                            + (f": {html.escape(r.case.why)}" if r.case.why else "") + "</li>"
                            for r in self.results)
-            out.append(f'<details><summary>the {len(self.results)} cases</summary><ol>{rows}</ol></details>')
+            cases = "the case" if len(self.results) == 1 else f"the {len(self.results)} cases"
+            out.append(f'<details><summary>{cases}</summary><ol>{rows}</ol></details>')
         out.append("</div>")
         return "".join(out)
 

@@ -25,10 +25,13 @@ One call, two front ends::
   content, so the same call gives byte-identical HTML every time.
 
 **Recorded once, shown in both.** The book renders the outputs recorded in ``solutions/``,
-which are executed as JupyterLab runs them. So in JupyterLab every figure and explorer also
+which are executed as JupyterLab runs them. So while the notebook generator records them
+(:func:`minirlhf.course.frontend.recording_book_forms`), every figure and explorer also
 carries its book form (the static HTML above) in the output's metadata under
 :data:`BOOK_KEY`, which JupyterLab and nbval ignore; while the book is built,
-:func:`book_notebook` reads each notebook and puts that form in place of the live one.
+:func:`book_notebook` reads each notebook and puts that form in place of the live one. A
+learner's run makes neither the precomputed frames nor the phone renderings: it never shows
+them.
 
 ``draw`` receives the grid values as keyword arguments and must return a new Figure; the
 explorer renders it to PNG and closes it. One or two grids are supported (two grids make
@@ -57,7 +60,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .frontend import building_book
+from .frontend import building_book, recording_book_forms
 
 __all__ = ["explore", "explorer_html", "live_explorer", "figure_png", "render", "Rendered", "show_figure",
            "DPI", "CSS_PPI", "PHONE_MEDIA", "BOOK_KEY", "book_notebook"]
@@ -427,17 +430,21 @@ def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping |
     from IPython.display import display
 
     book_grids = grids if book_grids is None else book_grids
+
+    def live():
+        return live_explorer(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt, dpi=dpi,
+                             continuous_update=continuous_update)
+
+    if not (building_book() or recording_book_forms()):
+        display(live())  # a learner's run: the book's frames would never be seen
+        return
     axes = _axes(book_grids, default, labels, fmt)
     page = explorer_html(draw, book_grids, default=default, labels=labels, fmt=fmt, alt=alt, key=key, dpi=dpi,
                          caption=caption)
     n = int(np.prod([len(a.values) for a in axes]))
     summary = f"Explorer with {n} precomputed frames over " + ", ".join(a.name for a in axes) + "."
     static = _StaticExplorer(page, summary)
-    if building_book():
-        display(static)
-    else:
-        display(_LiveWithBook(live_explorer(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt,
-                                            dpi=dpi, continuous_update=continuous_update), static))
+    display(static if building_book() else _LiveWithBook(live(), static))
 
 
 class _StaticFigure:
@@ -453,10 +460,12 @@ class _StaticFigure:
     def _repr_mimebundle_(self, **kwargs):
         if not building_book():
             # JupyterLab shows the PNG at its CSS size (sharp on a high-DPI screen); the alt
-            # text is the plain-text form (and what nbval compares). The book's form rides
-            # along in the metadata.
-            return ({"image/png": self.wide.b64(), "text/plain": self.alt},
-                    {"image/png": {"width": self.wide.css_width}, BOOK_KEY: self._book()})
+            # text is the plain-text form (and what nbval compares). While the solutions are
+            # recorded, the book's form rides along in the metadata.
+            metadata = {"image/png": {"width": self.wide.css_width}}
+            if recording_book_forms():
+                metadata[BOOK_KEY] = self._book()
+            return {"image/png": self.wide.b64(), "text/plain": self.alt}, metadata
         return self._book()
 
 
@@ -470,11 +479,15 @@ def show_figure(fig, alt: str, caption: str | None = None, dpi: int = DPI, narro
     import matplotlib.pyplot as plt
 
     small = None
+    for_book = building_book() or recording_book_forms()  # only the book shows the narrow one
     if callable(fig) and not hasattr(fig, "savefig"):
         draw, fig = fig, fig(narrow=False)
-        small = render(draw(narrow=True), dpi)
-    elif narrow is not None:
+        if for_book:
+            small = render(draw(narrow=True), dpi)
+    elif narrow is not None and for_book:
         small = render(narrow, dpi)
+    elif narrow is not None:
+        plt.close(narrow)
     wide = render(fig, dpi)  # renders and closes the figure, also when alt is missing
     if not alt:
         raise ValueError("alt must describe the figure for readers who cannot see it")

@@ -12,7 +12,9 @@ For each notebook:
    own check cells do nothing during the run (``GRADING_ENV``): the grader runs those cases
    itself. The cells after the last one an exercise needs (its check or its definition) are
    the chapter's analyses, its long runs and figures: no grade depends on them, so they are
-   not run, and the report says which were left out.
+   not run, and the report says which were left out, naming the first of them the way a
+   learner finds it in JupyterLab: its place among all cells, text cells included, and its
+   first line.
 2. **Pick the exercises.** Those of the notebook's chapter (its ``NN_`` prefix) from the
    registry :mod:`minirlhf.course.exercises`; a renamed notebook is recognised by its check cells.
 3. **Call the learner's functions.** Each exercise gets its cases plus ``n_random``
@@ -142,6 +144,9 @@ class NotebookGrade:
     seconds: float = 0.0
     file_problem: str = ""  # set when the notebook file was deleted or changed while it was graded
     not_run: list = field(default_factory=list)  # numbers of the code cells after the last exercise
+    # the first of them as JupyterLab shows it: (its place among all cells, text cells included,
+    # from 1; its first line)
+    first_not_run: tuple = ()
 
     @property
     def passed(self) -> bool:
@@ -475,6 +480,16 @@ def _after_last_exercise(nb, exercises: list[Exercise]) -> list[int]:
     return [] if last is None else [i for i in code if i > last]
 
 
+def _where_in_lab(nb, index: int) -> tuple[int, str]:
+    """Return (the place of cell ``index`` among all the notebook's cells, text cells included,
+    counted from 1; its first line that is not blank), the two things a learner can find it
+    by in JupyterLab, which numbers no cells."""
+    if not 0 <= index < len(nb.cells):
+        raise ValueError(f"index must name one of the notebook's {len(nb.cells)} cells, got {index}")
+    first = next((l.strip() for l in nb.cells[index].source.splitlines() if l.strip()), "")
+    return index + 1, printable(shorten(first, 60))
+
+
 def _random_cases(exercise: Exercise, seed: int) -> list[Case]:
     """Return ``n_random`` randomized cases, their expected values from the reference."""
     if exercise.random_kwargs is None or exercise.n_random <= 0:
@@ -545,7 +560,7 @@ class _Runner:
         from nbclient import NotebookClient
 
         from .exercises import GRADING_ENV
-        from .frontend import BOOK_BUILD_ENV
+        from .frontend import BOOK_BUILD_ENV, RECORDING_ENV
 
         class QuietClient(NotebookClient):
             def output(self, outs, msg, display_id, cell_index):
@@ -562,6 +577,7 @@ class _Runner:
         self.scratch = len(self.nb.cells) - 1
         env = dict(os.environ, **{GRADING_ENV: "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
         env.pop(BOOK_BUILD_ENV, None)  # solutions and learners run in the live (JupyterLab) mode
+        env.pop(RECORDING_ENV, None)  # and make no book forms, which grading never shows
         if tmp is not None:  # the kernel's temporary files go where the grader removes them
             env.update(TMPDIR=str(tmp), TEMP=str(tmp), TMP=str(tmp))
         self.start_kwargs = {"env": env, "cwd": str(cwd),
@@ -1036,6 +1052,7 @@ def grade_notebook(path, seed: int | None = None, time_limit: float | None = Non
             after = _after_last_exercise(nb, exercises)
             code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
             grade.not_run = [code.index(i) + 1 for i in after]
+            grade.first_not_run = _where_in_lab(nb, after[0]) if after else ()
             problems, skip = {}, set(after)
             runner.run_notebook(problems, skip)
             grade.cells = [problems[i] for i in sorted(problems)]
@@ -1111,10 +1128,17 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
     if grade.file_problem:
         lines.append(f"  {s('fail', 'FILE')}  {grade.file_problem}")
     if grade.not_run:
-        first, last = grade.not_run[0], grade.not_run[-1]
-        cells = f"code cell {first}" if first == last else f"code cells {first}-{last}"
-        lines.append(f"  {s('dim', 'note')}  {cells} not run: they come after the last exercise, and no "
-                     "grade depends on them (run the notebook to see them)")
+        n = len(grade.not_run)
+        if grade.first_not_run:
+            place, first_line = grade.first_not_run
+            where = f"cell {place} of the notebook, text cells counted, which starts `{first_line}`"
+            cells = (f"the last code cell ({where}) is" if n == 1 else
+                     f"the last {n} code cells, from {where}, are")
+        else:
+            cells = "the last code cell is" if n == 1 else f"the last {n} code cells are"
+        they, come, them = ("it", "comes", "it") if n == 1 else ("they", "come", "them")
+        lines.append(f"  {s('dim', 'note')}  {cells} not run: {they} {come} after the last exercise, and "
+                     f"no grade depends on {them} (run the notebook to see {them})")
     for problem in grade.cells:
         lines.append(f"  {s('fail', 'CELL')}  {problem}")
         lines.append(f"        {s('dim', '|')} {problem.code}")
@@ -1286,7 +1310,7 @@ def main(argv=None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if len(grades) > 1 or not grades[0].error:
-        print(summary_line(grades, color))
+        print(summary_line(grades, color), flush=True)  # before anything the shell writes next
     return exit_status(grades)
 
 

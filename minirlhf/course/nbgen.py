@@ -56,7 +56,7 @@ import nbformat
 from .. import paths
 from ..paths import ROOT, write_atomic
 from . import answers
-from .frontend import BOOK_BUILD_ENV
+from .frontend import BOOK_BUILD_ENV, RECORDING_ENV
 
 SOURCES = ROOT / "chapters"
 LEARNER_DIR = ROOT / "notebooks"
@@ -270,7 +270,10 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbforma
 
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(cwd)}})
-    client.execute()
+    # The kernel records each figure's and slider's book form too (frontend.recording_book_forms).
+    env = dict(os.environ, **{RECORDING_ENV: "1"})
+    env.pop(BOOK_BUILD_ENV, None)
+    client.execute(env=env)
     nb.metadata.pop("widgets", None)  # saved widget state would make the book load a widget manager
     for cell in nb.cells:
         cell.metadata.pop("execution", None)

@@ -46,9 +46,12 @@ def all_equal_chance(p_right, group_size: int) -> np.ndarray:
 
 def token_weights(mask: torch.Tensor) -> dict:
     """Return the weight each kept token gets in the loss, per completion length, under the
-    two normalizations: ``"token"`` divides by all kept tokens of the batch (this book, TRL's
-    default ``loss_type="dapo"``), ``"completion"`` by the completion's own length and then by
-    the number of completions (Shao et al. 2024's equation, TRL's ``loss_type="grpo"``).
+    two normalizations: ``"token"`` divides by all kept tokens of the batch (this book, DAPO's
+    token-level loss, TRL's default ``loss_type="dapo"``), ``"completion"`` by the
+    completion's own length and then by the number of completions (Shao et al. 2024's
+    equation, TRL's ``loss_type="grpo"``). Dr. GRPO's constant normalizer (Liu et al. 2025;
+    TRL's ``loss_type="dr_grpo"``, the batch size times ``max_completion_length``) gives every
+    token a weight that no completion's length changes; it is not computed here.
 
     Returns ``{length: {"count": completions of that length, "token": weight,
     "completion": weight}}``, lengths in increasing order.

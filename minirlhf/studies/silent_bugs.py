@@ -16,7 +16,10 @@ correct, of the metric's mean over the run, and whether the 95% interval of thos
 excludes 0; :func:`separating` lists the dashboard's metrics that pass it, and
 :func:`tell_table` prints them. In float64, over seeds 0-2, no metric separates kl-no-grad's
 run from the correct one, and one or a few separate k1-loss's, ratio-to-reference's and
-no-temperature's; chapter 10's table prints which.
+no-temperature's; chapter 10's table prints which. :func:`first_departure` times, among those
+panels only, the point from which a panel stays apart from the correct run's by a per-point
+paired test; :func:`what_it_writes` says what a DPO run learns to write, from the held-out
+log-probs and the greedy answers' kinds that its stored log keeps (:data:`KEPT`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from ..task import SEMI
 __all__ = ["Bug", "BUGS", "planted", "one_line_diff", "run_bug", "tell_value", "paired_difference", "separating",
            "tell_table", "CHECKS",
            "run_checks", "check_mask", "check_logprobs", "check_ratio", "check_leash_gradient",
-           "check_dpo_gradient", "DASHBOARD", "study", "plot_dashboard", "band_check", "first_departure"]
+           "check_dpo_gradient", "DASHBOARD", "KEPT", "X_LABEL", "curve_x", "study", "plot_dashboard",
+           "band_check", "point_differences", "first_departure", "what_it_writes"]
 
 
 # ----------------------------------------------------------------------------- the copies
@@ -130,7 +134,8 @@ BUGS = {
         "minirlhf.ppo", "k3_loss_term", k3_loss_term_no_grad, "grpo-verifier", ("kl", "objective/kl")),
     "k1-loss": Bug(
         "k1 as the loss term", "GRPO's leash is the mean of k1 = log pi - log ref over sampled tokens; "
-        "its expected gradient is zero, so the leash pulls nowhere on average",
+        "over the policy's own samples its expected gradient is zero, so the leash pulls nowhere on "
+        "average, and over an older policy's samples it pushes away from that policy",
         "minirlhf.ppo", "k3_loss_term", k3_loss_term_k1, "grpo-verifier", ("kl",)),
     "no-mask": Bug(
         "the completion mask is missing", "every one of the 4 tokens is trained and counted, also those "
@@ -425,10 +430,46 @@ DASHBOARD = {
 }
 
 
+# What a run's stored log keeps besides its dashboard, by trainer: for DPO, the step of each
+# evaluation (the x of its `accuracy` and `kl`), the share of each kind of greedy answer at each
+# evaluation (``kinds``: right, near-miss, other wrong, malformed) and the held-out log-probs of
+# the right answer and of two kinds of wrong one (minirlhf.dpo.HELDOUT_LOGPS), which say what a
+# DPO run learns to write.
+KEPT = {"ppo": (), "dpo": ("steps", "kinds", "heldout/logps_correct", "heldout/logps_random",
+                           "heldout/logps_near_miss")}
+
+# The x axis of a dashboard, by trainer: what one point of a curve is.
+X_LABEL = {"ppo": "iteration", "dpo": "DPO step"}
+
+# The metrics of each trainer read by the evaluation (one point before training, then one after
+# each iteration, or every few DPO steps); every other metric is logged on each training batch.
+_EVALUATED = ("accuracy", "kl", "rm_score")
+
+
 def _trainer(arm: str) -> str:
     from ..experiment import REGISTRY
 
     return REGISTRY[arm].trainer
+
+
+def curve_x(log: dict, metric: str, trainer: str) -> np.ndarray:
+    """Return the x of each point of ``metric``'s curve in ``log``, on one axis for the whole
+    dashboard (:data:`X_LABEL`): for PPO and GRPO, the iteration (an evaluation's point 0 is
+    before training, point i after iteration i; a batch metric's point i is iteration i + 1);
+    for DPO, the step (an evaluation at the steps the log records, a batch metric at its own
+    step, 1 to the last)."""
+    if trainer not in X_LABEL:
+        raise ValueError(f"trainer must be one of {', '.join(X_LABEL)}, got {trainer!r}")
+    n = len(log[metric])
+    if metric not in _EVALUATED:
+        return np.arange(1, n + 1)
+    if trainer == "dpo":
+        if "steps" in log:
+            return np.asarray(log["steps"][:n])
+        from ..dpo import DPOConfig
+
+        return np.arange(n) * DPOConfig().eval_every
+    return np.arange(n)
 
 
 def _dashboard_run(job, policy, rm, evalset, progress) -> dict:
@@ -438,7 +479,8 @@ def _dashboard_run(job, policy, rm, evalset, progress) -> dict:
     bug = BUGS.get(who)
     arm = who if bug is None else bug.arm
     log = run_bug(bug, arm, policy, rm, seed, evalset, progress=progress)
-    return {k: log[k] for k in DASHBOARD[_trainer(arm)]}
+    trainer = _trainer(arm)
+    return {k: log[k] for k in (*DASHBOARD[trainer], *KEPT[trainer]) if k in log}
 
 
 def study(seeds=(0, 1, 2), bugs=None, progress: bool = False, evalset=None, policy=None, rm=None,
@@ -468,8 +510,10 @@ def plot_dashboard(runs: dict, name: str, metrics=None, axes=None, label: str | 
                    narrow: bool = False, bold: bool = True):
     """Draw a bug's run beside the correct one, one panel per metric (default: the arm's
     :data:`DASHBOARD`), mean over seeds with a 95% band; with ``bold``, its tells are titled
-    in bold. ``label`` names the buggy run in the legend (default: the bug's name); ``narrow``
-    draws two panels a row instead of four. Return the axes."""
+    in bold. Every panel has the same x axis, the iteration or the DPO step (:func:`curve_x`),
+    named under the last panel of each column. ``label`` names the buggy run in the legend
+    (default: the bug's name); ``narrow`` draws two panels a row instead of four. Return the
+    axes."""
     import matplotlib.pyplot as plt
 
     from ..palette import GRAY, ORANGE
@@ -481,23 +525,59 @@ def plot_dashboard(runs: dict, name: str, metrics=None, axes=None, label: str | 
         rows = (len(metrics) + cols - 1) // cols
         size = (3.6, 1.9 * rows) if narrow else (2.0 * cols, 2.3 * rows)
         _, axes = plt.subplots(rows, cols, figsize=size, squeeze=False)
+    grid = np.asarray(axes, dtype=object)
+    cols = grid.shape[1] if grid.ndim == 2 else 1  # a flat list of axes: one column
     axes = list(np.ravel(axes))
-    for ax, metric in zip(axes, metrics):
+    trainer = _trainer(bug.arm)
+    for i, (ax, metric) in enumerate(zip(axes, metrics)):
         for who, logs, color in (("correct", runs["correct"][bug.arm], GRAY), (label or name, runs[name], ORANGE)):
             curves = np.array([log[metric] for log in logs.values()], dtype=float)
-            x = np.arange(curves.shape[1])
+            x = curve_x(next(iter(logs.values())), metric, trainer)
             mean = curves.mean(0)
             ax.plot(x, mean, color=color, lw=2, label=who)
             if len(curves) > 1:
-                half = np.array([mean_ci95(curves[:, i])[1] for i in range(curves.shape[1])])
+                half = np.array([mean_ci95(curves[:, j])[1] for j in range(curves.shape[1])])
                 ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, lw=0)
         ax.set_title(metric, fontsize=9, fontweight="bold" if bold and metric in bug.tells else "normal")
+        if i + cols >= len(metrics):  # every panel on one x axis, named under each column's last
+            ax.set_xlabel(X_LABEL[trainer], fontsize=8)
         ax.tick_params(labelsize=7 if narrow else 8)
         ax.grid(alpha=0.3)
     for ax in axes[len(metrics):]:
         ax.set_visible(False)
     axes[0].legend(frameon=False, fontsize=8)
     return axes
+
+
+def _kept_curve(log: dict, key: str) -> np.ndarray:
+    # A kept curve of a DPO log by its key; "kinds/<kind>" reads the share of that kind.
+    if key.startswith("kinds/"):
+        return np.asarray(log["kinds"][key.split("/", 1)[1]], dtype=float)
+    return np.asarray(log[key], dtype=float)
+
+
+def what_it_writes(runs: dict, name: str, keys=("heldout/logps_correct", "heldout/logps_random",
+                                                 "heldout/logps_near_miss", "kinds/correct",
+                                                 "kinds/near_miss")) -> dict:
+    """Return, for a DPO bug's run and the correct DPO run, what each learns to write: per key
+    (a held-out log-prob of :data:`minirlhf.dpo.HELDOUT_LOGPS`, or ``kinds/<kind>``, the share
+    of the greedy answers of that kind), its value at the start (the same for both runs: the
+    starting policy), each run's change from the start to the last evaluation (mean and 95%
+    half-width over seeds) and the paired difference of those changes, buggy minus correct
+    seed by seed. The runs must have been kept with :data:`KEPT`'s keys (:func:`study`)."""
+    bug = BUGS[name]
+    if _trainer(bug.arm) != "dpo":
+        raise ValueError(f"name must be a DPO bug, got {name!r} (the {bug.arm} arm)")
+    seeds = sorted(runs[name])
+    out = {}
+    for key in keys:
+        good = [_kept_curve(runs["correct"][bug.arm][s], key) for s in seeds]
+        bad = [_kept_curve(runs[name][s], key) for s in seeds]
+        out[key] = {"start": float(good[0][0]),
+                    "correct": mean_ci95([g[-1] - g[0] for g in good]),
+                    "buggy": mean_ci95([b[-1] - b[0] for b in bad]),
+                    "difference": mean_ci95([(b[-1] - b[0]) - (g[-1] - g[0]) for g, b in zip(good, bad)])}
+    return out
 
 
 def _fixed_run(seed, bug, policy, rm, evalset, progress) -> dict:
@@ -537,19 +617,52 @@ def band_check(name: str, fn: Callable, runs: dict, progress: bool = False, poli
     return out
 
 
-def first_departure(runs: dict, name: str, metric: str) -> int | None:
-    """Return the first point of ``metric``'s curve (an iteration, or a DPO evaluation) at which
-    the buggy run's mean over seeds leaves the correct run's 95% band and stays out for the
-    next two points as well; None if it never does. For the checklist: which panel moves first."""
+def point_differences(runs: dict, name: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (x, mean, half) of ``metric``'s curve, point by point: at each point the seeds'
+    differences, buggy minus correct, seed by seed, their mean and the half-width of their 95%
+    t-interval (NaN with one seed). ``x`` is the dashboard's axis (:func:`curve_x`)."""
     bug = BUGS[name]
-    good = np.array([log[metric] for log in runs["correct"][bug.arm].values()], dtype=float)
-    bad = np.array([log[metric] for log in runs[name].values()], dtype=float).mean(0)
-    n = min(good.shape[1], len(bad))
-    out = []
-    for i in range(n):
-        mean, half = mean_ci95(good[:, i])
-        out.append(abs(bad[i] - mean) > (0.0 if np.isnan(half) else half))
-    for i in range(n - 2):
-        if out[i] and out[i + 1] and out[i + 2]:
-            return i
+    seeds = sorted(runs[name])
+    good = np.array([runs["correct"][bug.arm][s][metric] for s in seeds], dtype=float)
+    bad = np.array([runs[name][s][metric] for s in seeds], dtype=float)
+    n = min(good.shape[1], bad.shape[1])
+    rows = [mean_ci95(bad[:, i] - good[:, i]) for i in range(n)]
+    x = curve_x(runs[name][seeds[0]], metric, _trainer(bug.arm))[:n]
+    return x, np.array([m for m, _ in rows]), np.array([h for _, h in rows])
+
+
+def first_departure(runs: dict, name: str, metric: str, k: int = 3) -> int | None:
+    """Return the first x (an iteration, or a DPO step: :func:`curve_x`) from which ``metric``
+    of bug ``name``'s run stays apart from the correct run's for ``k`` points in a row; None if
+    it never does, or if the panel does not separate the runs over the whole run.
+
+    The rule, and what it guards against:
+
+    - Only a panel that separates the runs by the whole-run paired test
+      (:func:`paired_difference`) is timed. For a panel that the bug does not move, the chance
+      of a time at all is then that test's own 5% (per panel, as in the chapter's table), not
+      5% at each of the curve's points.
+    - A point is apart when the seeds' differences there, buggy minus correct seed by seed
+      (:func:`point_differences`), have a 95% interval that excludes 0, on the side of the
+      whole-run difference. Both runs' noise is in it, since each seed pairs a buggy and a
+      correct run, and no band of the correct run alone is used: where every correct seed is
+      exactly 0, a buggy seed that is 0 too gives a difference of 0, which keeps 0 inside the
+      interval. Differences that are all equal and not 0 (every seed's first batch moved by
+      the same amount) are apart; differences that are all 0 never are.
+    - ``k`` points in a row, so that a one-point blip does not time the panel.
+
+    The time found is a description of the curves, not a test of its own: the first point of
+    the ``k`` may still be early or late by the noise of three seeds.
+    """
+    if not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
+        raise ValueError(f"k must be a whole number >= 1, got {k!r}")
+    whole = paired_difference(runs, name, metric)
+    if not whole["separates"]:
+        return None
+    side = np.sign(whole["difference"][0])
+    x, mean, half = point_differences(runs, name, metric)
+    apart = np.isfinite(half) & (side * mean > half)
+    for i in range(len(apart) - k + 1):
+        if apart[i:i + k].all():
+            return int(x[i])
     return None

@@ -3,7 +3,7 @@
 # not run (the report says which), the exercise passes, and grading takes seconds.
 # verdict: pass
 # says: PASS  kl_penalty
-# says: note  code cells 4-5 not run: they come after the last exercise
+# says: note  the last 2 code cells, from cell 4 of the notebook, text cells counted, which starts `time.sleep(60)`, are not run: they come after the last exercise
 
 # %%
 import time

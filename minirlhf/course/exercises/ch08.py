@@ -183,10 +183,10 @@ GROUP_ADVANTAGES = Exercise(
         "`grouped = rewards.view(-1, group_size)`, since a prompt's G completions sit side by side.",
         "The baseline is each group's own mean, the completion's reward included: "
         "`grouped.mean(1, keepdim=True)`, shape (B / G, 1). Not the batch's mean, and not the "
-        "mean of the others (that is RLOO).",
+        "mean of the others (that is RLOO's baseline, built at the end of this chapter).",
         "Scale by each group's sample std, torch's default `grouped.std(1, keepdim=True)` (divides by "
         "G - 1, as TRL), with eps inside: `(grouped - mean) / (std + eps)`. Dropping the division is "
-        "Dr. GRPO, another estimator.",
+        "half of another estimator, Dr. GRPO, which the end of this chapter measures.",
         "A group whose rewards are all equal gets exactly 0: `same = (grouped == grouped[:, :1]).all(1, "
         "keepdim=True)`, then `torch.where(same, torch.zeros_like(adv), adv)`. Return "
         "`.reshape(-1)`, shape (B,).",

@@ -49,7 +49,7 @@ def bug_of(letter: str) -> str:
 # particular order, and three that no run has.
 MECHANISMS = (
     (1, "The leash term is k1, the mean of log pi - log pi_ref over the sampled tokens, whose gradient "
-        "is zero on average."),
+        "is zero on average over the policy's own samples."),
     (2, "The completion mask drops every `;`, the end mark included, as if it were padding."),
     (3, "The advantages have the wrong sign: the loss makes the answers that scored well less likely."),
     (4, "The clipped ratio compares the policy with the frozen reference, not with the policy that "
@@ -220,6 +220,7 @@ def interval_text(mean: float, half: float) -> str:
     """Return 'mean ± half' (a mean and its 95% half-width), with the decimals that show the
     half-width to four figures, so that a mean just outside its interval reads so."""
     places = 3 if not half > 0 else max(3, 3 - int(np.floor(np.log10(half))))
+    mean = 0.0 if round(mean, places) == 0 else mean  # no "-0.000" for a mean that rounds to 0
     return f"{mean:+.{places}f} ± {half:.{places}f}"
 
 
