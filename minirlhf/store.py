@@ -38,7 +38,7 @@ from .reward_model import RMConfig, rm_report, train_reward_model
 from .sft import SFTConfig, greedy_accuracy, train_sft
 
 __all__ = [
-    "FORMAT", "models_dir", "package_modules", "code_fingerprint", "settings_hash", "save_model", "load_model",
+    "FORMAT", "models_dir", "package_modules", "code_digest", "code_fingerprint", "settings_hash", "save_model", "load_model",
     "load_or_train", "load_sft", "load_rm", "load_all",
 ]
 
@@ -68,26 +68,50 @@ def _package_imports(module: ModuleType) -> set[str]:
     return found
 
 
-def package_modules(*modules: ModuleType) -> dict[str, ModuleType]:
+def package_modules(*modules: ModuleType, skip=()) -> dict[str, ModuleType]:
     """Return ``{name: module}`` for ``modules`` and every package module they import,
-    directly or not."""
+    directly or not; a module named in ``skip`` (or inside a package named there) is left
+    out, and so is what only it imports."""
+    def skipped(name):
+        return any(name == s or name.startswith(s + ".") for s in skip)
+
     seen: dict[str, ModuleType] = {}
     todo = list(modules)
     while todo:
         module = todo.pop()
-        if module.__name__ not in seen:
+        if module.__name__ not in seen and not skipped(module.__name__):
             seen[module.__name__] = module
-            todo += [importlib.import_module(name) for name in _package_imports(module)]
+            todo += [importlib.import_module(name) for name in _package_imports(module)
+                     if not skipped(name)]
     return seen
 
 
-def code_fingerprint(*modules: ModuleType) -> str:
-    """Return a short digest of the source of ``modules`` and of every package module they
-    import (:func:`package_modules`): edit any of that code and the fingerprint changes."""
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_digest(source: str) -> str:
+    """Return a digest of what the Python ``source`` does: its syntax tree without docstrings,
+    so that comments, docstrings, blank lines and line breaks do not change it."""
+    tree = _without_docstrings(ast.parse(source))
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()
+
+
+def code_fingerprint(*modules: ModuleType, skip=()) -> str:
+    """Return a short digest of the code of ``modules`` and of every package module they
+    import (:func:`package_modules`, ``skip`` as there): change what any of that code does
+    and the fingerprint changes; edit a comment or a docstring and it does not
+    (:func:`code_digest`)."""
     h = hashlib.sha256()
-    for name, module in sorted(package_modules(*modules).items()):
+    for name, module in sorted(package_modules(*modules, skip=skip).items()):
         h.update(name.encode())
-        h.update(Path(module.__file__).read_bytes())
+        h.update(code_digest(Path(module.__file__).read_text()).encode())
     return h.hexdigest()[:16]
 
 

@@ -140,3 +140,25 @@ def test_a_models_folder_that_cannot_be_made_does_not_lose_the_trained_model(tmp
                                    directory=tmp_path / "file" / "models")
     assert model is not None and metrics["a"] == 1
     assert "but not saved" in capsys.readouterr().out
+
+
+def test_the_fingerprint_ignores_docstrings_and_comments_but_not_code():
+    from minirlhf.store import code_digest
+
+    code = 'def f(x):\n    """Add one."""\n    return x + 1  # one\n'
+    assert code_digest(code) == code_digest('def f(x):\n    """Add one, said otherwise."""\n\n    return x + 1\n')
+    assert code_digest(code) == code_digest("def f(x):\n    return (x\n            + 1)\n")
+    assert code_digest(code) != code_digest('def f(x):\n    """Add one."""\n    return x + 2\n')
+    assert code_digest(code) != code_digest('def f(y):\n    """Add one."""\n    return y + 1\n')
+    assert code_digest('x = "a string, not a docstring"\n') != code_digest('x = "another"\n')
+
+
+def test_a_skipped_module_and_what_only_it_imports_leave_the_fingerprint():
+    from minirlhf import experiment
+    from minirlhf.store import package_modules
+
+    everything = set(package_modules(experiment))
+    without = set(package_modules(experiment, skip=("minirlhf.palette",)))
+    assert "minirlhf.palette" in everything and "minirlhf.palette" not in without
+    assert without == everything - {"minirlhf.palette"}  # nothing else is imported only by it
+    assert code_fingerprint(experiment, skip=("minirlhf.palette",)) != code_fingerprint(experiment)

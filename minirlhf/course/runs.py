@@ -204,10 +204,11 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int 
     import inspect
 
     from ..dpo import DPOConfig
+    from ..store import code_digest
     from ..ppo import PPOConfig
     from ..studies import silent_bugs
 
-    source = hashlib.sha256(inspect.getsource(silent_bugs).encode()).hexdigest()[:16]
+    source = code_digest(inspect.getsource(silent_bugs))[:16]
     settings = {"seeds": [int(s) for s in seeds], "bugs": list(silent_bugs.BUGS), "ppo": asdict(PPOConfig()),
                 "dpo": asdict(DPOConfig()), "study": source}
     return load_or_run(Path(path), settings, {},
