@@ -9,7 +9,7 @@ PPO or GRPO arm (default: chapter 5's two) and :func:`minirlhf.dpo.train_dpo` fo
 every seed from the same starting policy, prints the results table beside the original run's
 values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_kl.png`` and
 ``results.json`` to ``--out`` (default: the project's ``outputs/``). The arms come from one
-registry, :data:`REGISTRY`. The runs are made side by side by worker processes, one per core
+registry, :data:`minirlhf.arms.REGISTRY`. The runs are made side by side by worker processes, one per core
 (``--workers`` sets how many), with the same results as one after another.
 """
 
@@ -24,7 +24,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
@@ -34,9 +34,11 @@ import torch
 from . import parallel, paths, task
 from .model import make_generator, reward_scores
 from .dpo import DPO_METRICS, HELDOUT_LOGPS, DPOConfig, train_dpo
-from .palette import ARM_COLORS, BLACK, DARK_YELLOW, GRAY, GREEN, PINK, SKY, YELLOW
+from .arms import ARMS, DEFAULT_ARMS, DEFAULT_BETA, GRPO_SETTINGS, LABELS, REGISTRY, Arm
 from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
 from .reward_model import HELDOUT_SEED
+from .plots import FIGURES, plot_curves
+from .stats import mean_ci95, pm
 from .store import load_rm, load_sft
 
 __all__ = [
@@ -47,82 +49,6 @@ __all__ = [
 
 
 
-@dataclass(frozen=True)
-class Arm:
-    """One arm of the experiment: what rewards it, its KL coefficient, the settings of
-    :class:`~minirlhf.ppo.PPOConfig` it changes from the recipe (none for chapter 5's arms),
-    and which trainer runs it.
-
-    Defined in chapter 5.
-    """
-
-    reward: str  # "rm" (the reward model's score), "verifier" (1 if the sum is right), or
-    # "pairs" (DPO: chapter 4's preference pairs themselves, no reward at all)
-    beta: float  # the default KL coefficient (DPO: the beta of its loss)
-    label: str  # for tables and legends
-    color: str  # for figures
-    settings: dict = field(default_factory=dict)  # PPOConfig (DPO: DPOConfig) fields set over the recipe
-    help: str = ""  # one line for --help
-    trainer: str = "ppo"  # "ppo" (ppo_train, GRPO included) or "dpo" (dpo.train_dpo)
-
-
-# GRPO (Shao et al. 2024) on this world: 8 prompts x 8 completions = 64 completions per
-# iteration, as chapter 5's 64 prompts x 1 (equal sample budget); group-relative advantages;
-# the leash as the k3 loss term. 8 is also TRL's default num_generations
-# (trl/trainer/grpo_config.py).
-GRPO_SETTINGS = {"group_size": 8, "advantages": "group", "kl_placement": "loss"}
-
-# The arms, by name. A GRPO arm's beta weighs the k3 loss term, not a per-token reward, so
-# chapter 5's values do not carry over. Each was chosen by a short sweep (seeds 0-2, 25
-# iterations) as the one whose KL to the reference at the end matched that of chapter 5's arm
-# with the same reward, so that the arms would be compared at equal distance from the
-# reference. That sweep ran when the engine computed in float32, from the partial-SFT start
-# of that time. In float64, over seeds 0-4, the reward-model arms still end close (grpo-rm
-# 0.027, rm 0.031) but the verifier arms do not (grpo-verifier 0.049, verifier 0.069):
-# chapter 8 prints the difference and says what it does to the comparison. DeepSeekMath's
-# 0.04 gave a KL several times chapter 5's in that sweep; pass --beta-grpo-verifier /
-# --beta-grpo-rm (or betas=) to run it.
-REGISTRY = {
-    "rm": Arm("rm", 0.5, "reward-model arm", ARM_COLORS["rm"],
-              help="chapter 5: the reward model's score, leash in the reward"),
-    "verifier": Arm("verifier", 0.08, "verifier arm", ARM_COLORS["verifier"],
-                    help="chapter 5: the verifier (1 if right), leash in the reward"),
-    "grpo-verifier": Arm("verifier", 0.12, "GRPO verifier arm", GREEN, GRPO_SETTINGS,
-                         help="GRPO: the verifier, 8 prompts x 8 completions, k3 loss term"),
-    "grpo-rm": Arm("rm", 1.5, "GRPO reward-model arm", PINK, GRPO_SETTINGS,
-                   help="GRPO: the reward model's score, 8 x 8, k3 loss term"),
-    # Chapter 8's variants of the group baseline, at grpo-verifier's beta: without the
-    # division by the group's std (Liu et al. 2025), and the leave-one-out baseline of RLOO.
-    "centred-verifier": Arm("verifier", 0.12, "group-centred verifier arm", YELLOW,
-                            {**GRPO_SETTINGS, "advantages": "group-centred"},
-                            help="GRPO without the std: r minus the group's mean"),
-    "rloo-verifier": Arm("verifier", 0.12, "RLOO verifier arm", SKY,
-                         {**GRPO_SETTINGS, "advantages": "rloo"},
-                         help="GRPO with RLOO's baseline: r minus the others' mean"),
-}
-# DPO (Rafailov et al. 2023) on the RM's 12,800 pairs, one pass (200 steps of 64 pairs),
-# evaluated every 8 steps: 25 points after the start, as PPO's 25 iterations. Its beta follows
-# the rule of the GRPO arms: a short sweep (seeds 0-2, the default DPOConfig, in float32 as
-# above) picked the one whose KL to the reference at the end matched the rm arm's, since DPO
-# learns from the RM's own pairs. In float64 the match still holds over seeds 0-4 (chapter 9
-# tests it seed by seed). The default of the paper and of TRL, 0.1 (trl/trainer/dpo_config.py),
-# ends at 0.177 (seed 0, chapter 9's beta sweep), further than the verifier arm; pass
-# --beta-dpo 0.1 (or betas=) to run it.
-REGISTRY["dpo"] = Arm("pairs", 1.25, "DPO arm", DARK_YELLOW, trainer="dpo",
-                      help="DPO on chapter 4's pairs: no reward model, no sampling")
-# Chapter 9's question: DPO on pairs of which half have a near-miss as the rejected answer,
-# chapter 4's near-miss retrain applied to DPO's data; everything else as the dpo arm.
-REGISTRY["dpo-near-miss"] = Arm("pairs", 1.25, "DPO arm, near-miss pairs", BLACK, {"near_miss_share": 0.5},
-                                trainer="dpo", help="DPO on pairs with a near-miss as half the rejected answers")
-# Chapter 9's control: no preference at all, SFT on the pairs' chosen answers (TRL's DPO
-# loss_type "sft") with DPO's batches, optimizer and steps. Its beta only scales the logged
-# implicit rewards.
-REGISTRY["sft-chosen"] = Arm("pairs", 1.25, "SFT on the chosen answers", GRAY, {"loss_type": "sft"},
-                             trainer="dpo", help="control: SFT on the pairs' chosen answers, no preference")
-ARMS = tuple(REGISTRY)  # every registered arm
-DEFAULT_ARMS = ("rm", "verifier")  # chapter 5's experiment, the command's default
-DEFAULT_BETA = {name: arm.beta for name, arm in REGISTRY.items()}
-LABELS = {name: arm.label for name, arm in REGISTRY.items()}
 # The original run: the numbers of the project this book rebuilds (one seed, its own
 # partial-SFT policy and reward model), printed beside ours. Called "original", never
 # "reference", which in this book is the frozen policy the KL is measured to.
@@ -131,26 +57,6 @@ ORIGINAL = {
     "rm": {"start": 0.360, "end": 0.298, "rm_score": 2.2, "kl": "0.02-0.04"},
     "verifier": {"start": 0.360, "end": 0.583, "rm_score": 2.2, "kl": "about 0.1"},
 }
-
-# Two-sided 95% critical values of Student's t, by degrees of freedom (1..30).
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-
-
-def mean_ci95(values) -> tuple[float, float]:
-    """Return (mean, half-width of the 95% t-interval) of ``values``; half-width NaN for one value.
-
-    Defined in chapter 5.
-    """
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        raise ValueError("values is empty")
-    if x.size == 1:
-        return float(x[0]), float("nan")
-    t = _T95[x.size - 2] if x.size - 1 <= len(_T95) else 1.960
-    return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(x.size))
-
 
 def _check_arm(arm: str) -> "Arm":
     if arm not in REGISTRY:
@@ -383,10 +289,6 @@ def summarize(results: dict) -> dict:
     return out
 
 
-def _pm(mean: float, half: float, digits: int = 3) -> str:
-    return f"{mean:.{digits}f}" if math.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
-
-
 def format_table(results: dict) -> str:
     """Return the results table (ours, mean ± 95% half-width over seeds, beside the original run's end).
 
@@ -403,9 +305,9 @@ def format_table(results: dict) -> str:
         r = s[arm]
         orig = f"{ORIGINAL[arm]['end']:.3f}" if arm in ORIGINAL else "-"
         lines.append(
-            f"{arm:<{w}} {r['start']:>7.3f} {_pm(r['end'], r['end_ci']):>16} {_pm(r['gain'], r['gain_ci']):>16} "
-            f"{orig:>11} {_pm(r['rm_score_end'], r['rm_score_end_ci'], 2):>16} "
-            f"{_pm(r['kl_end'], r['kl_end_ci']):>16}"
+            f"{arm:<{w}} {r['start']:>7.3f} {pm(r['end'], r['end_ci']):>16} {pm(r['gain'], r['gain_ci']):>16} "
+            f"{orig:>11} {pm(r['rm_score_end'], r['rm_score_end_ci'], 2):>16} "
+            f"{pm(r['kl_end'], r['kl_end_ci']):>16}"
         )
     n = s[arms[0]]["n_seeds"]
     lines.append(f"(mean ± 95% interval over {n} seed{'s' if n > 1 else ''}; original run: one seed, "
@@ -413,60 +315,14 @@ def format_table(results: dict) -> str:
     for arm in arms:
         if "zero_std_mean" in s[arm]:
             lines.append(f"{arm}: share of groups with equal rewards (advantage 0), mean over the "
-                         f"iterations: {_pm(s[arm]['zero_std_mean'], s[arm]['zero_std_mean_ci'])}")
+                         f"iterations: {pm(s[arm]['zero_std_mean'], s[arm]['zero_std_mean_ci'])}")
         if "implicit_pair_accuracy" in s[arm]:
             lines.append(f"{arm}: implicit reward on the held-out pairs, pair accuracy "
-                         f"{_pm(s[arm]['implicit_pair_accuracy'], s[arm]['implicit_pair_accuracy_ci'])}, "
+                         f"{pm(s[arm]['implicit_pair_accuracy'], s[arm]['implicit_pair_accuracy_ci'])}, "
                          f"near-miss accuracy "
-                         f"{_pm(s[arm]['implicit_near_miss_accuracy'], s[arm]['implicit_near_miss_accuracy_ci'])} "
+                         f"{pm(s[arm]['implicit_near_miss_accuracy'], s[arm]['implicit_near_miss_accuracy_ci'])} "
                          f"(the RM's: {results['rm_pair_accuracy']:.3f}, {results['rm_near_miss_accuracy']:.3f})")
     return "\n".join(lines)
-
-
-def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landmarks: dict | None = None):
-    """Draw ``key`` per iteration for every arm (mean over seeds, band = 95% interval); return the axes.
-
-    ``landmarks`` ({label: value}) adds labelled dashed lines, e.g. the RM's score of right
-    answers and of garbage, so a small move can be read against the whole scale.
-
-    Defined in chapter 5.
-    """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 3.8))
-    for i, (label, value) in enumerate((landmarks or {}).items()):
-        ax.axhline(value, color="0.4", ls="--" if i == 0 else ":", lw=1.2, label=f"RM score of {label}")
-    for arm in results["arms"]:
-        runs = np.array([log[key] for log in results["arms"][arm].values()])  # (seeds, iterations + 1)
-        x = np.arange(runs.shape[1])
-        mean = runs.mean(0)
-        color = REGISTRY[arm].color if arm in REGISTRY else None
-        ax.plot(x, mean, color=color, lw=2,
-                label=f"{LABELS.get(arm, arm)} (beta {results['settings']['beta'][arm]:g})")
-        if len(runs) > 1:
-            half = np.array([mean_ci95(runs[:, i])[1] for i in range(runs.shape[1])])
-            ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, lw=0)
-    grouped = "arm_settings" in results["settings"]  # some arm samples groups: count completions
-    batch = results["settings"]["ppo"]["batch_size"]
-    xlabel = f"iteration ({batch} completions each)" if grouped else "PPO iteration (64 prompts each)"
-    if "dpo" in results["settings"]:  # a DPO arm: say what one of its points is
-        dpo = results["settings"]["dpo"]
-        xlabel = (f"{'iteration' if grouped else 'PPO iteration'}, or DPO evaluation "
-                  f"(every {dpo['eval_every']} steps of {dpo['batch_size']} pairs)")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(frameon=False)
-    return ax
-
-
-FIGURES = {
-    "ppo_accuracy.png": ("accuracy", "true accuracy (greedy, 400 eval prompts)", "What the verifier says"),
-    "ppo_rm_score.png": ("rm_score", "mean RM score of greedy answers", "What the reward model says"),
-    "ppo_kl.png": ("kl", "KL to reference (nats per token)", "How far each arm moved"),
-}
 
 
 def write_outputs(results: dict, out: Path) -> list[Path]:

@@ -4,7 +4,7 @@ Okabe and Ito, "Color Universal Design" (2008). Figures that compare the two arm
 experiment use :data:`ARM_COLORS`, so an arm has the same color in every chapter.
 """
 
-__all__ = ["BLUE", "ORANGE", "GREEN", "PINK", "YELLOW", "SKY", "DARK_YELLOW", "BLACK", "GRAY", "ARM_COLORS"]
+__all__ = ["PALETTE", "BLUE", "ORANGE", "GREEN", "PINK", "YELLOW", "SKY", "DARK_YELLOW", "BLACK", "GRAY", "ARM_COLORS"]
 
 BLUE = "#0072B2"
 ORANGE = "#D55E00"  # vermillion
@@ -16,4 +16,5 @@ DARK_YELLOW = "#8C6D00"  # a darker shade of yellow, legible as text on white
 BLACK = "#000000"
 GRAY = "#7F7F7F"  # a neutral gray, for a control that is not a method
 
+PALETTE = (BLUE, ORANGE, GREEN, PINK, YELLOW, SKY, DARK_YELLOW, BLACK, GRAY)  # in the order arms take them
 ARM_COLORS = {"rm": ORANGE, "verifier": BLUE}
