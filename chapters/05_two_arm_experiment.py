@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from minirlhf import experiment, ppo, store, task
+from minirlhf.estimators import batch as batch_estimator
 from minirlhf.course.cases import run_cases
 from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
@@ -434,9 +435,13 @@ loss_fn = drive["ppo_token_loss"]
 # `ppo_update` calls your `ppo_token_loss` (exercise 5.2) through `loss_fn`. The cell above
 # chose them, and every run of this chapter passes them in.
 #
-# Two settings in the source below are there for GRPO, a later method that samples several
-# completions of each prompt and compares each with its own group; chapter 8 builds it. In
-# this chapter `group_size` is 1 and `advantages` is `"batch"`, and they change nothing.
+# Three things in the source below are there for later methods. GRPO, which chapter 8 builds,
+# samples several completions of each prompt and compares each with its own group:
+# `group_size` says how many (1 here). `advantages` names the advantage estimator, which a
+# table in `minirlhf/estimators/` looks up: chapter 5's is `"batch"`, and each later one is a
+# module of that folder. And a rollout carries `extras`, whatever data an estimator needs
+# beyond the fields below (chapter 5's needs none), so that a new estimator leaves this
+# chapter's code as it is.
 #
 # First the loop itself. Steps 1 to 7 in its comments are the recipe's; the rest is
 # bookkeeping: a copy of the policy to train, one random generator for the prompts and the
@@ -473,6 +478,9 @@ stage_batch = ppo.rollout(policy, reference, task.train_pairs(), small,
                           make_generator(0))
 for field in fields(stage_batch):
     value = getattr(stage_batch, field.name)
+    if isinstance(value, dict):  # extras: what a later estimator needs
+        print(f"{field.name:<12}{value}")
+        continue
     print(f"{field.name:<12}{str(tuple(value.shape)):<9}"
           f"first row {np.round(value[0].tolist(), 2).tolist()}")
 a, b = stage_batch.pairs[0].tolist()
@@ -486,14 +494,21 @@ print(f"first row as text: {task.format_prompt(a, b)}{text}")
 #
 # ### 2-4. Score, leash and advantages
 #
-# One score per completion from the reward function, standardized over the batch, then the
-# advantages: this is where exercise 5.1 plugs in. The default is the package's
-# `kl_shaped_advantages`; `ppo_train` passes yours as `advantage_fn`. With the leash in the
-# loss instead (`kl_placement="loss"`, GRPO's placement), the advantages get $\beta = 0$ and
-# `ppo_update` adds the leash.
+# One score per completion from the reward function, then the advantages, made by the
+# estimator that `cfg.advantages` names with its own function, or with `advantage_fn` when
+# one is given: this is where exercise 5.1 plugs in.
 
 # %%
 Source(ppo.score_and_advantages)
+
+# %% [markdown]
+# Chapter 5's estimator, `"batch"`, standardizes the scores over the batch and hands them to
+# `fn`: the package's `kl_shaped_advantages`, or yours, which `ppo_train` passes as
+# `advantage_fn`. With the leash in the loss instead (`kl_placement="loss"`, GRPO's
+# placement), the advantages get $\beta = 0$ and `ppo_update` adds the leash.
+
+# %%
+Source(batch_estimator.leashed_advantages)
 
 # %% [markdown]
 # On the batch above, with the rm arm's reward and $\beta$, and the `advantage_fn` this
@@ -516,7 +531,11 @@ for i in range(len(stage_adv)):
 # ### 5. The update
 #
 # Two gradient steps on the same batch, each through your loss (exercise 5.2, `loss_fn`),
-# with the gradient norm clipped before Adam's step. After each step it records two numbers
+# with the gradient norm clipped before Adam's step. Which loss depends on where the leash
+# acts: `LEASHES[cfg.kl_placement]` holds the package's function and how the update calls
+# it. With the leash in the reward, as here, that call is
+# `fn(new_logp, batch.old_logp, adv, batch.mask, cfg.epsilon)`, your `ppo_token_loss` with
+# the exercise's signature. After each step it records two numbers
 # under TRL's names: `policy/clipfrac_avg`, the fraction of completion tokens whose gradient
 # the clip cut off, and `policy/approxkl_avg`, half the mean squared log-ratio of the new
 # policy to the one that sampled, chapter 1's k2 estimate of how far the update moved it.
@@ -1101,7 +1120,8 @@ def exercise_runs():
 
 extra = load_or_run(OUTPUTS / "ch05_exercises.json",
                     {"iterations": cfg.iterations, "beta": BETA,
-                     "ppo": asdict(cfg), "runs": 5}, {}, exercise_runs)
+                     "ppo": asdict(cfg), "runs": 5}, {}, exercise_runs,
+                    arms=())
 extra = {name: seeds["0"] for name, seeds in extra["arms"].items()}
 seed0 = {arm: logs[arm][0] for arm in ARMS}  # the recipe's runs, seed 0
 print("Runs for the worked answers, seed 0 each:")

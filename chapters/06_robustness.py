@@ -304,7 +304,7 @@ def run_centred():
 centred = load_or_run(
     OUTPUTS / "rm_prompt_baseline.json",
     {"seeds": SEEDS, "beta": BETA["rm"], "ppo": asdict(cfg)},
-    {("rm", "0"): runs["rm"]}, run_centred)["arms"]["rm"]
+    {("rm", "0"): runs["rm"]}, run_centred, arms=())["arms"]["rm"]
 control = {}  # baseline -> metric -> (mean, half-width) at the end
 print(f"{'rm arm, end of run':<24}{'true accuracy':>16}{'RM score':>15}"
       f"{'KL':>15}")
@@ -391,7 +391,7 @@ sweep = load_or_run(
     OUTPUTS / "beta_sweep.json",
     {"betas": BETAS, "seed": 0, "ppo": asdict(cfg)},
     {(arm, str(BETA[arm])): runs[arm] for arm in ARMS},
-    run_sweep)["arms"]
+    run_sweep, arms=tuple(ARMS))["arms"]
 print("        rm arm                   verifier arm")
 print("beta    accuracy         KL      accuracy         KL")
 for beta in BETAS:

@@ -1041,8 +1041,9 @@ def run_shapes():
 
 shapes = load_or_run(OUTPUTS / "grpo_shapes.json",
                      {"shapes": SHAPES, "seeds": PPO_SEEDS,
-                      "beta": GRPO_BETA["grpo-verifier"]}, {},
-                     run_shapes)["arms"]
+                      "beta": GRPO_BETA["grpo-verifier"],
+                      "advantages": "group"}, {},
+                     run_shapes, arms=())["arms"]
 print(f"GRPO with the verifier, PPO seeds {PPO_SEEDS}, "
       "from the book's start")
 print(f"{'shape':<25}{'samples':>8}  {'gain in accuracy':<18}KL at the end")

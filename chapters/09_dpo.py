@@ -552,7 +552,7 @@ def run_rm_starts():
 
 starts = load_or_run(OUTPUTS / "rm_start.json",
                      {"seeds": SEEDS, "rm": asdict(reward_model.RMConfig())},
-                     {}, run_rm_starts)
+                     {}, run_rm_starts, arms=())
 
 
 def rm_acc(start, kind):
@@ -740,7 +740,8 @@ def run_betas():
 
 
 swept = load_or_run(OUTPUTS / "dpo_beta.json",
-                    {"betas": OTHER_BETAS, "seed": 0}, {}, run_betas)["runs"]
+                    {"betas": OTHER_BETAS, "seed": 0}, {}, run_betas,
+                    arms=("dpo",))["runs"]
 swept[f"{experiment.DEFAULT_BETA['dpo']:g}"] = {
     k: found["arms"]["dpo"]["0"][k] for k in KEEP}
 print("seed 0; log-prob of the right answers to the held-out prompts")
@@ -866,7 +867,8 @@ def run_equal_kl():
 
 
 equal = load_or_run(OUTPUTS / "dpo_equal_kl.json",
-                    {"beta": B_EQ, "seeds": SEEDS}, {}, run_equal_kl)["runs"]
+                    {"beta": B_EQ, "seeds": SEEDS}, {}, run_equal_kl,
+                    arms=("dpo",))["runs"]
 ctrl = [results["arms"]["sft-chosen"][str(s)] for s in SEEDS]
 eq = [equal[str(s)] for s in SEEDS]
 gain_c = np.array([log["accuracy"][-1] - log["accuracy"][0] for log in ctrl])
@@ -938,7 +940,7 @@ def run_small():
 
 small = load_or_run(OUTPUTS / "dpo_small.json",
                     {"n_pairs": SMALL, "seeds": SMALL_SEEDS}, {},
-                    run_small)["runs"]
+                    run_small, arms=("dpo",))["runs"]
 acc = np.array([run["accuracy"] for run in small.values()])  # (seeds, 26)
 steps = small["0"]["steps"]
 top = acc.mean(0).argmax()

@@ -59,13 +59,13 @@ Each stage is a short public function that ``ppo_train`` calls in turn and chapt
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
 import torch
 
-from . import task
+from . import estimators, task
 from .model import (
     TinyGPT, completion_logits, completion_mask, entropy_from_logits, exact_kl, generate,
     logprobs_from_logits, make_generator, reward_scores,
@@ -74,8 +74,8 @@ from .progress import progress_bar
 
 __all__ = [
     "PPOConfig", "KL_PLACEMENTS", "ppo_token_loss", "standardized_scores", "kl_shaped_advantages",
-    "k3_loss_term", "grpo_token_loss", "adaptive_kl_update", "gae", "ADVANTAGES", "group_advantages",
-    "group_centred_advantages", "rloo_advantages", "GROUP_ADVANTAGES", "GROUP_METRICS",
+    "k3_loss_term", "grpo_token_loss", "Leash", "LEASHES", "adaptive_kl_update", "gae", "group_advantages",
+    "group_centred_advantages", "rloo_advantages", "same_groups", "GROUP_METRICS",
     "rm_reward", "verifier_reward", "evaluate", "EvalSet", "ppo_train", "TRAIN_METRICS",
     "Rollout", "rollout", "score_and_advantages", "ppo_update", "batch_metrics",
 ]
@@ -149,7 +149,8 @@ class PPOConfig:
     multiple of it. 1 is chapter 5's recipe. TRL: ``GRPOConfig.num_generations`` (8 by
     default); TRL's PPO trainer samples one completion per prompt."""
     advantages: str = "batch"
-    """The advantage estimator. ``"batch"``: the score standardized over the batch, then
+    """The advantage estimator, a name of :data:`minirlhf.estimators.ESTIMATORS`, which says
+    what each needs. ``"batch"``: the score standardized over the batch, then
     :func:`kl_shaped_advantages` (chapter 5). The group estimators of chapter 8 score each
     completion against its own group of ``group_size`` (they need ``group_size >= 2`` and
     ``kl_placement="loss"``: they put no leash in the advantages): ``"group"``, GRPO's
@@ -162,24 +163,16 @@ class PPOConfig:
     def __post_init__(self):
         if self.kl_placement not in KL_PLACEMENTS:
             raise ValueError(f"kl_placement must be one of {KL_PLACEMENTS}, got {self.kl_placement!r}")
-        if self.advantages not in ADVANTAGES:
-            raise ValueError(f"advantages must be one of {ADVANTAGES}, got {self.advantages!r}")
+        estimator = estimators.get(self.advantages)
         if not (isinstance(self.group_size, int) and self.group_size >= 1):
             raise ValueError(f"group_size must be a whole number >= 1, got {self.group_size!r}")
         if self.batch_size % self.group_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of group_size "
                              f"({self.group_size}): each prompt gets group_size completions")
-        if self.advantages != "batch" and self.group_size < 2:
-            raise ValueError(f"advantages={self.advantages!r} needs group_size >= 2: a group of "
-                             "one has only itself as a baseline, so every advantage would be 0")
-        if self.advantages != "batch" and self.kl_placement != "loss":
-            raise ValueError(f"advantages={self.advantages!r} puts no leash in the advantages: "
-                             "use kl_placement='loss' (GRPO's k3 loss term), got "
-                             f"kl_placement={self.kl_placement!r}")
+        estimator.check(self)
 
 
 KL_PLACEMENTS = ("reward", "loss")
-ADVANTAGES = ("batch", "group", "group-centred", "rloo")
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -262,6 +255,18 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) 
 
     Defined in chapter 8 (exercise 8.1).
     """
+    _check_groups(rewards, group_size, eps)
+    grouped = rewards.view(-1, group_size)  # (B / G, G): one row per prompt
+    mean = grouped.mean(1, keepdim=True)
+    std = grouped.std(1, keepdim=True)  # sample std, as TRL
+    same = same_groups(rewards, group_size)  # all equal: no signal
+    adv = torch.where(same, torch.zeros_like(grouped), (grouped - mean) / (std + eps))
+    return adv.reshape(-1)
+
+
+def _check_groups(rewards: torch.Tensor, group_size: int, eps: float) -> None:
+    """Raise ValueError unless ``rewards`` (B,) holds finite rewards in groups of ``group_size``
+    >= 2 side by side, and ``eps`` > 0: what every group estimator needs of its inputs."""
     if rewards.dim() != 1 or rewards.numel() < 1:
         raise ValueError(f"rewards must be a non-empty 1-D tensor, got shape {tuple(rewards.shape)}")
     if not torch.isfinite(rewards).all():
@@ -274,12 +279,16 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) 
                          f"({rewards.numel()}): G completions of each prompt, side by side")
     if eps <= 0:
         raise ValueError(f"eps must be > 0, got {eps}")
-    grouped = rewards.view(-1, group_size)  # (B / G, G): one row per prompt
-    mean = grouped.mean(1, keepdim=True)
-    std = grouped.std(1, keepdim=True)  # sample std, as TRL
-    same = (grouped == grouped[:, :1]).all(1, keepdim=True)  # all equal: no signal
-    adv = torch.where(same, torch.zeros_like(grouped), (grouped - mean) / (std + eps))
-    return adv.reshape(-1)
+
+
+def same_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Return (B / G, 1) booleans: True for each group of ``group_size`` side-by-side rewards
+    that are all equal, a group that carries no signal (every group estimator gives it 0).
+
+    Defined in chapter 8.
+    """
+    grouped = rewards.view(-1, group_size)  # (B / G, G)
+    return (grouped == grouped[:, :1]).all(1, keepdim=True)
 
 
 def group_centred_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
@@ -293,9 +302,9 @@ def group_centred_advantages(rewards: torch.Tensor, group_size: int, eps: float 
 
     Defined in chapter 8.
     """
-    group_advantages(rewards, group_size, eps)  # the same checks
+    _check_groups(rewards, group_size, eps)
     grouped = rewards.view(-1, group_size)  # (B / G, G)
-    same = (grouped == grouped[:, :1]).all(1, keepdim=True)
+    same = same_groups(rewards, group_size)
     adv = torch.where(same, torch.zeros_like(grouped), grouped - grouped.mean(1, keepdim=True))
     return adv.reshape(-1)
 
@@ -310,17 +319,12 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -
 
     Defined in chapter 8.
     """
-    group_advantages(rewards, group_size, eps)  # the same checks
+    _check_groups(rewards, group_size, eps)
     grouped = rewards.view(-1, group_size)  # (B / G, G)
     others = (grouped.sum(1, keepdim=True) - grouped) / (group_size - 1)
-    same = (grouped == grouped[:, :1]).all(1, keepdim=True)
+    same = same_groups(rewards, group_size)
     adv = torch.where(same, torch.zeros_like(grouped), grouped - others)
     return adv.reshape(-1)
-
-
-GROUP_ADVANTAGES = {"group": group_advantages, "group-centred": group_centred_advantages,
-                    "rloo": rloo_advantages}
-"""The group estimators of :attr:`PPOConfig.advantages`, by name."""
 
 
 def ppo_token_loss(
@@ -375,6 +379,35 @@ def grpo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: to
     """
     return (ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon)
             + beta * k3_loss_term(new_logp, ref_logp, mask, kl_clamp))
+
+
+@dataclass(frozen=True)
+class Leash:
+    """Where the KL leash acts (``PPOConfig.kl_placement``), and so which loss the update
+    minimises: ``fn``, the function ``ppo_train``'s ``loss_fn`` replaces with the same
+    signature, and ``loss(fn, new_logp, batch, adv, beta, cfg)``, how the update calls it."""
+
+    fn_name: str  # the loss's name in this module, looked up at each call (chapter 10 plants copies)
+    loss: Callable
+
+    @property
+    def fn(self) -> Callable:
+        return globals()[self.fn_name]
+
+
+def _surrogate(fn, new_logp, batch, adv, beta, cfg):
+    # the leash in the reward: it is inside the advantages already
+    return fn(new_logp, batch.old_logp, adv, batch.mask, cfg.epsilon)
+
+
+def _surrogate_and_k3(fn, new_logp, batch, adv, beta, cfg):
+    # the leash in the loss: the surrogate plus beta times k3, from the current policy
+    return fn(new_logp, batch.old_logp, batch.ref_logp, adv, batch.mask, cfg.epsilon, beta,
+              cfg.kl_clamp)
+
+
+LEASHES = {"reward": Leash("ppo_token_loss", _surrogate), "loss": Leash("grpo_token_loss", _surrogate_and_k3)}
+"""The places of :attr:`PPOConfig.kl_placement`, by name."""
 
 
 def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, horizon: int) -> float:
@@ -542,6 +575,12 @@ GROUP_METRICS = {
 }
 
 
+# ---------------------------------------------------- SHOWN VERBATIM IN CHAPTER 5
+# Chapter 5 shows the source of each stage below as it is (Source(...) cells), so every line
+# stays within 77 columns (minirlhf.course.source.PAGE_WIDTH; tests/test_source.py enforces
+# it), and an edit here is followed by `make notebooks 05`, whose stored pages show the code.
+
+
 @dataclass
 class Rollout:
     """One batch of sampled completions and what the update needs of it.
@@ -556,6 +595,8 @@ class Rollout:
     old_logp: torch.Tensor  # (B, 4): log-probs under the sampling policy
     ref_logp: torch.Tensor  # (B, 4): log-probs under the frozen reference
     entropy: torch.Tensor  # (B, 4): entropy of the sampling distribution
+    extras: dict = field(default_factory=dict)  # what the estimator
+    # needs beyond these (minirlhf.estimators); chapter 5's needs nothing
 
 
 @torch.no_grad()
@@ -565,24 +606,26 @@ def rollout(policy, reference, pool, cfg, g) -> Rollout:
     ``cfg.batch_size // cfg.group_size`` prompts drawn from ``pool`` with
     generator ``g``, each repeated ``cfg.group_size`` times side by side
     (once in chapter 5; GRPO samples several); completions
-    sampled at ``cfg.temperature``.
+    sampled at ``cfg.temperature``; ``extras`` as the estimator
+    ``cfg.advantages`` asks (none for chapter 5's).
 
     Defined in chapter 5.
     """
-    T, G = cfg.temperature, cfg.group_size
+    temp, G = cfg.temperature, cfg.group_size
     pairs = task.sample_pairs(cfg.batch_size // G, g, pool)  # (B / G, 2)
     pairs = pairs.repeat_interleave(G, dim=0)  # (B, 2): G rows a prompt
     prompts = task.encode_prompts(pairs)  # (B, 6)
-    completions = generate(policy, prompts, T, generator=g)  # (B, 4)
+    completions = generate(policy, prompts, temp, generator=g)  # (B, 4)
     mask = completion_mask(completions)  # (B, 4)
     # Recomputed the way the update computes them: the first ratio is 1.
     logits = completion_logits(policy, prompts, completions)  # (B, 4, 13)
-    old_logp = logprobs_from_logits(logits, completions, T)  # (B, 4)
+    old_logp = logprobs_from_logits(logits, completions, temp)  # (B, 4)
     ref_logits = completion_logits(reference, prompts, completions)
-    ref_logp = logprobs_from_logits(ref_logits, completions, T)  # (B, 4)
-    entropy = entropy_from_logits(logits, T)  # (B, 4)
+    ref_logp = logprobs_from_logits(ref_logits, completions, temp)
+    entropy = entropy_from_logits(logits, temp)  # (B, 4)
+    extras = estimators.get(cfg.advantages).extras(policy, prompts, cfg)
     return Rollout(pairs, prompts, completions, mask,
-                   old_logp, ref_logp, entropy)
+                   old_logp, ref_logp, entropy, extras)
 
 
 @torch.no_grad()
@@ -590,30 +633,23 @@ def score_and_advantages(batch, reward_fn, beta, cfg,
                          advantage_fn=None):
     """Return (rewards (B,), advantages (B, 4)) of a :class:`Rollout`.
 
-    One score per completion from ``reward_fn``, standardized over the
-    batch; then ``advantage_fn`` (default :func:`kl_shaped_advantages`)
-    puts the leash and the score into per-token advantages. With the leash
-    in the loss (``cfg.kl_placement == "loss"``) it gets beta = 0.
-    In GRPO (``cfg.advantages == "group"``, chapter 8) the default
-    ``advantage_fn`` is :func:`group_advantages`: each raw score gets one
-    advantage against its group, copied to every kept token.
+    One score per completion from ``reward_fn``; then the estimator
+    ``cfg.advantages`` of :data:`minirlhf.estimators.ESTIMATORS` makes
+    per-token advantages with its function, or with ``advantage_fn``,
+    which replaces it (same signature). Chapter 5's, ``"batch"``,
+    standardizes the scores over the batch and calls
+    :func:`kl_shaped_advantages`, with beta = 0 when the leash is in the
+    loss (``cfg.kl_placement == "loss"``); GRPO's, ``"group"`` (chapter
+    8), calls :func:`group_advantages` and copies each completion's
+    advantage to its kept tokens.
 
     Defined in chapter 5.
     """
     rewards = reward_fn(batch.pairs, batch.prompts, batch.completions)
     rewards = rewards.to(batch.old_logp.dtype)  # (B,), the policy's dtype
-    if cfg.advantages != "batch":  # GRPO: no batch baseline
-        group_fn = advantage_fn or GROUP_ADVANTAGES[cfg.advantages]
-        a = group_fn(rewards, cfg.group_size, cfg.adv_eps)  # (B,)
-        if a.shape != rewards.shape:
-            raise ValueError(f"group advantages must be (B,) = "
-                             f"{tuple(rewards.shape)}, got {tuple(a.shape)}")
-        return rewards, a[:, None] * batch.mask  # (B, 4)
-    advantage_fn = advantage_fn or kl_shaped_advantages
-    z = standardized_scores(rewards, cfg.adv_clip, cfg.adv_eps)  # (B,)
-    leash = beta if cfg.kl_placement == "reward" else 0.0
-    adv = advantage_fn(z, batch.old_logp, batch.ref_logp, batch.mask,
-                       leash, cfg.kl_clamp)  # (B, 4)
+    estimator = estimators.get(cfg.advantages)
+    adv = estimator.advantages(advantage_fn or estimator.fn, batch,
+                               rewards, reward_fn, beta, cfg)  # (B, 4)
     _check_token_shapes(batch.mask, advantages=adv)
     return rewards, adv
 
@@ -623,25 +659,22 @@ def ppo_update(policy, opt, batch, adv, beta, cfg, loss_fn=None):
 
     Return the clip statistics, averaged over the steps (TRL's names):
     ``policy/clipfrac_avg``, ``policy/approxkl_avg``, ``loss/policy_avg``.
-    ``loss_fn`` (default :func:`ppo_token_loss`) is the clipped surrogate;
-    with the leash in the loss it is GRPO's (default
-    :func:`grpo_token_loss`), which also takes ``ref_logp`` and beta.
+    Where the leash acts (:data:`LEASHES`) decides the loss: the clipped
+    surrogate, :func:`ppo_token_loss`, when it is in the reward; GRPO's
+    :func:`grpo_token_loss`, which adds beta times k3, when it is in the
+    loss. ``loss_fn`` replaces that function (same signature).
 
     Defined in chapter 5.
     """
-    in_loss = cfg.kl_placement == "loss"  # GRPO's leash: a k3 loss term
-    loss_fn = loss_fn or (grpo_token_loss if in_loss else ppo_token_loss)
+    leash = LEASHES[cfg.kl_placement]
+    loss_fn = loss_fn or leash.fn
     eps, mask, old_logp = cfg.epsilon, batch.mask, batch.old_logp
     stats = {"clipfrac": [], "approxkl": [], "loss": []}
     for _ in range(cfg.updates_per_batch):
         logits = completion_logits(policy, batch.prompts, batch.completions)
         new_logp = logprobs_from_logits(
             logits, batch.completions, cfg.temperature)  # (B, 4)
-        if in_loss:
-            loss = loss_fn(new_logp, old_logp, batch.ref_logp, adv,
-                           mask, eps, beta, cfg.kl_clamp)
-        else:
-            loss = loss_fn(new_logp, old_logp, adv, mask, eps)
+        loss = leash.loss(loss_fn, new_logp, batch, adv, beta, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(),
@@ -684,8 +717,7 @@ def batch_metrics(batch, rewards, stats, beta, group_size=1) -> dict:
         "beta": float(beta),
     }
     if group_size > 1:  # groups whose rewards are all equal
-        grouped = rewards.view(-1, group_size)  # (B / G, G)
-        same = (grouped == grouped[:, :1]).all(1)  # (B / G,)
+        same = same_groups(rewards, group_size)  # (B / G, 1)
         metrics["frac_reward_zero_std"] = same.double().mean().item()
     return metrics
 
@@ -716,12 +748,12 @@ def ppo_train(
     ``reward_fn(pairs, prompts, completions) -> (B,)`` scores completions:
     :func:`rm_reward` or :func:`verifier_reward`. ``rm`` (optional) only
     logs the RM's score of the greedy answers. ``advantage_fn`` replaces
-    :func:`kl_shaped_advantages` (:func:`group_advantages` when
-    ``config.advantages == "group"``) and ``loss_fn`` replaces
-    :func:`ppo_token_loss` (same signatures), so a learner's own functions
-    can drive the run. With ``config.kl_placement == "loss"``,
-    ``advantage_fn`` gets beta = 0 and ``loss_fn`` replaces
-    :func:`grpo_token_loss` (the surrogate plus ``beta`` times k3).
+    the estimator's function (:func:`kl_shaped_advantages` in chapter 5,
+    :func:`group_advantages` when ``config.advantages == "group"``) and
+    ``loss_fn`` the leash's loss (:func:`ppo_token_loss`;
+    :func:`grpo_token_loss` with ``config.kl_placement == "loss"``), each
+    with the signature of what it replaces, so a learner's own functions
+    can drive the run.
     ``callback(iteration, log)`` runs after each iteration;
     ``desc`` labels the progress bar.
 
@@ -750,14 +782,14 @@ def ppo_train(
     g = make_generator(cfg.seed)
     pool = task.train_pairs()
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    T, cache = cfg.temperature, {}  # cache: frozen models' eval outputs
+    temp, cache = cfg.temperature, {}  # cache: frozen models' eval outputs
 
     log = {"accuracy": [], "rm_score": [], "kl": [],
            "kinds": {k: [] for k in task.KINDS}}
     log.update({name: [] for name in TRAIN_METRICS})
     log["config"] = asdict(cfg)
     log["beta0"] = float(beta)
-    _record_eval(log, evaluate(policy, reference, rm, evalset, T, cache))
+    _record_eval(log, evaluate(policy, reference, rm, evalset, temp, cache))
 
     bar = progress_bar(total=cfg.iterations, desc=desc, enabled=progress)
     for it in range(cfg.iterations):
@@ -777,7 +809,7 @@ def ppo_train(
         for name, value in metrics.items():
             log.setdefault(name, []).append(value)
         policy.eval()
-        ev = evaluate(policy, reference, rm, evalset, T, cache)
+        ev = evaluate(policy, reference, rm, evalset, temp, cache)
         _record_eval(log, ev)
         policy.train()
         # 7. the adaptive leash, when asked: move beta toward the target

@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import paths, task
+from . import estimators, paths, task
 from .experiment import (_STOP_SIGNALS, REGISTRY, _on_stop_signal, _Parser, _positive_int, _stop_name, _stop_status,
                          _stopped_by, arm_config, mean_ci95, run_arm)
 from .model import dtype_of, generate, make_generator, reward_scores
@@ -224,13 +224,15 @@ def trl_settings(arm: str, seed: int = 0, n_processes: int = 1, config: PPOConfi
             "model_init_kwargs": {"dtype": "auto"},
         }
         if spec.trainer == "grpo":
-            scale = {"group": "group", "group-centred": "none"}[cfg.advantages]
+            same = estimators.get(cfg.advantages).trl  # the GRPOConfig settings that compute our advantages
+            if not same:
+                raise ValueError(f"TRL's GRPOTrainer has no setting that computes the {cfg.advantages!r} advantages")
             # TRL 1.12.0 multiplies its k3 by the ratio new/old by default
             # (use_bias_correction_kl, trl/trainer/grpo_config.py, lines 357-363
             # and 965-973; grpo_trainer.py, lines 3193-3194), which turns the
             # leash's gradient into that of KL(pi || ref). Ours differentiates k3
             # as it is, and follows KL(ref || pi): off, to compare like for like.
-            group.update(scale_rewards=scale, loss_type="dapo", use_bias_correction_kl=False)
+            group.update(**same, loss_type="dapo", use_bias_correction_kl=False)
         else:
             group.update(normalize_advantages=False)
         return {**common, **group}

@@ -11,23 +11,23 @@ def test_load_or_run_reuses_only_what_this_code_made_with_these_settings(tmp_pat
         return {"arms": {"rm": {"0": {"accuracy": [0.5, 0.6], "rm_score": [1.0, 1.1], "kl": [0.0, 0.1]}}}}
 
     path = tmp_path / "stored.json"
-    first = runs.load_or_run(path, {"beta": 0.5}, {}, run)
-    again = runs.load_or_run(path, {"beta": 0.5}, {}, run)
+    first = runs.load_or_run(path, {"beta": 0.5}, {}, run, arms=())
+    again = runs.load_or_run(path, {"beta": 0.5}, {}, run, arms=())
     assert first == again and len(calls) == 1 and first["arms"] == run()["arms"]
     calls.pop()
-    runs.load_or_run(path, {"beta": 0.2}, {}, run)  # other settings: run again
+    runs.load_or_run(path, {"beta": 0.2}, {}, run, arms=())  # other settings: run again
     assert len(calls) == 2
     start = {("rm", "0"): {"accuracy": [0.4], "rm_score": [1.0], "kl": [0.0]}}  # other start
-    runs.load_or_run(path, {"beta": 0.2}, start, run)
+    runs.load_or_run(path, {"beta": 0.2}, start, run, arms=())
     assert len(calls) == 3
     same_start = {("rm", "0"): {"accuracy": [0.5], "rm_score": [1.0], "kl": [0.0]}}
-    runs.load_or_run(path, {"beta": 0.2}, same_start, run)
+    runs.load_or_run(path, {"beta": 0.2}, same_start, run, arms=())
     assert len(calls) == 3
-    monkeypatch.setattr(runs, "code_fingerprint", lambda *modules: "other code")
-    runs.load_or_run(path, {"beta": 0.2}, {}, run)  # the engine's code changed: run again
+    monkeypatch.setattr(runs, "code_fingerprint", lambda *modules, skip=(): "other code")
+    runs.load_or_run(path, {"beta": 0.2}, {}, run, arms=())  # the engine's code changed: run again
     assert len(calls) == 4
     path.write_text("{not json")  # corrupt: run again
-    runs.load_or_run(path, {"beta": 0.2}, {}, run)
+    runs.load_or_run(path, {"beta": 0.2}, {}, run, arms=())
     assert len(calls) == 5
     assert [p.name for p in tmp_path.iterdir()] == ["stored.json"]  # written atomically
 
@@ -88,7 +88,7 @@ def _counting():
 
 
 def _stored_ok(path, run):
-    return runs.load_or_run(path, {"beta": 0.5}, {}, run)
+    return runs.load_or_run(path, {"beta": 0.5}, {}, run, arms=())
 
 
 @pytest.mark.parametrize("content, why", [
@@ -179,3 +179,52 @@ def test_chapter_5s_experiment_is_not_lost_when_results_json_is_a_folder(tmp_pat
     got = runs.stored_experiment([0], PPOConfig(iterations=1), {"rm": 0.5, "verifier": 0.08}, {})
     assert got["arms"] == done["arms"] and got["summary"] == {"rows": 1}  # C3: the run is returned, not lost
     assert "so the results of this run will not be kept" in capsys.readouterr().out
+
+
+# ---- the key holds what the runs depend on, and nothing else
+
+
+def _counting_run(calls):
+    def run():
+        calls.append(1)
+        return {"arms": {"rm": {"0": {"accuracy": [0.5], "rm_score": [1.0], "kl": [0.0]}}}}
+    return run
+
+
+def test_a_new_arm_or_a_changed_label_reruns_nothing(tmp_path, monkeypatch):
+    import dataclasses
+
+    from minirlhf import arms
+
+    calls, path = [], tmp_path / "stored.json"
+    settings = {"ppo": {"advantages": "batch"}}
+    runs.load_or_run(path, settings, {}, _counting_run(calls), arms=("rm",))
+    extra = arms.Arm("an-arm-added-later", "verifier", 0.3, "new", "a test arm")
+    relabelled = dataclasses.replace(arms.REGISTRY["rm"], label="the RM arm, renamed", help="other words")
+    monkeypatch.setitem(arms.REGISTRY, "an-arm-added-later", extra)
+    monkeypatch.setitem(arms.REGISTRY, "rm", relabelled)
+    runs.load_or_run(path, settings, {}, _counting_run(calls), arms=("rm",))
+    assert len(calls) == 1
+    monkeypatch.setitem(arms.REGISTRY, "rm", dataclasses.replace(relabelled, beta=0.25))  # what the run depends on
+    runs.load_or_run(path, settings, {}, _counting_run(calls), arms=("rm",))
+    assert len(calls) == 2
+
+
+def test_the_code_key_follows_the_estimators_used_and_leaves_out_presentation():
+    from minirlhf.store import package_modules
+
+    batch, group = runs.runs_code({"ppo": {"advantages": "batch"}}), runs.runs_code({"x": [{"advantages": "group"}]})
+    assert batch != group and batch == runs.runs_code({"a": {"advantages": "batch"}, "b": 1})
+    modules = set(package_modules(runs.experiment, skip=runs.NOT_THE_RUNS_CODE))
+    assert {"minirlhf.ppo", "minirlhf.dpo", "minirlhf.model", "minirlhf.estimators"} <= modules
+    assert not modules & {"minirlhf.arms", "minirlhf.plots", "minirlhf.palette", "minirlhf.stats",
+                          "minirlhf.estimators.group", "minirlhf.estimators.batch"}
+
+
+def test_a_run_must_say_which_arms_it_uses(tmp_path):
+    import pytest
+
+    with pytest.raises(TypeError, match="arms"):
+        runs.load_or_run(tmp_path / "a.json", {}, {}, _counting_run([]))
+    with pytest.raises(ValueError, match="arms must name registered arms"):
+        runs.load_or_run(tmp_path / "a.json", {}, {}, _counting_run([]), arms=("grpo",))

@@ -2,8 +2,13 @@
 
 A chapter that shows a minute of PPO runs should not repeat them on every execution, and must
 never show results that other code or other settings made. :func:`load_or_run` keys a stored
-file on the run's settings, on a fingerprint of the engine code that makes the runs, and on
-the starting point of a few runs the chapter has just made itself.
+file on what the runs depend on, and on nothing else: the run's settings; the definition of
+each arm it runs, resolved (its reward, trainer, beta and settings, read from
+:mod:`minirlhf.arms` but not the file itself, so a new arm reruns nothing); the code that
+trains, as a fingerprint of what it does (:func:`runs_code`: comments and docstrings, the
+figures, the statistics and the command lines left out), with the module of each advantage
+estimator the runs use and of no other; and the starting point of a few runs the chapter has
+just made itself.
 
 A stored file is trusted only as far as it can be checked. It is opened only when it is a
 regular file (a folder, a named pipe or a device at its path is never read), and read only up
@@ -23,13 +28,14 @@ from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
-from .. import experiment
+from .. import arms as arm_registry
+from .. import estimators, experiment
 from ..parallel import map_runs
 from ..paths import OUTPUTS, file_problem, kind_of, write_atomic
-from ..store import _open_regular, code_fingerprint
+from ..store import _open_regular, code_digest, code_fingerprint
 from ..studies.robustness import gain
 
-__all__ = ["MAX_STORED_BYTES", "same_curves", "load_or_run", "stored_experiment", "stored_arms", "stored_starts",
+__all__ = ["MAX_STORED_BYTES", "NOT_THE_RUNS_CODE", "runs_code", "arm_key", "same_curves", "load_or_run", "stored_experiment", "stored_arms", "stored_starts",
            "weights_digest", "stored_runs", "stored_bug_runs"]
 
 
@@ -37,6 +43,46 @@ def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
     """Return True when two run logs hold the same eval curves (the first ``upto`` points, or
     all), to the last digit."""
     return all(list(a[k])[:upto] == list(b[k])[:upto] for k in ("accuracy", "rm_score", "kl"))
+
+
+# Modules that change no number a run makes: the arms' table (each arm used enters the key as
+# its resolved definition instead), the figures, colors, statistics, progress bars and command
+# lines. Leaving them out of the fingerprint is what lets a new arm, a figure's fix or a new
+# command option keep every stored run.
+NOT_THE_RUNS_CODE = ("minirlhf.arms", "minirlhf.plots", "minirlhf.palette", "minirlhf.stats", "minirlhf.progress",
+                     "minirlhf.cli", "minirlhf.commands")
+
+
+def _estimators_named(value, found: set) -> set:
+    # every estimator a PPOConfig in the settings names (a dict with an "advantages" key)
+    if isinstance(value, dict):
+        if isinstance(value.get("advantages"), str):
+            found.add(value["advantages"])
+        for item in value.values():
+            _estimators_named(item, found)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _estimators_named(item, found)
+    return found
+
+
+def runs_code(settings: dict) -> str:
+    """Return the fingerprint of the code that makes runs with ``settings``: the experiment's
+    runner and every module it imports, as :func:`minirlhf.store.code_fingerprint` reads them
+    (docstrings and comments left out), but not :data:`NOT_THE_RUNS_CODE`; and the module of
+    each advantage estimator the settings name, not of the others."""
+    h = hashlib.sha256(code_fingerprint(experiment, skip=NOT_THE_RUNS_CODE).encode())
+    for name in sorted(_estimators_named(settings, set())):
+        module = estimators.module_of(name)
+        h.update(f"{name} {code_digest(Path(module.__file__).read_text())}".encode())
+    return h.hexdigest()[:16]
+
+
+def arm_key(name: str) -> dict:
+    """Return what a run of the arm ``name`` depends on in its definition: reward, trainer,
+    beta and the settings over the recipe (not its label, help or style)."""
+    arm = arm_registry.REGISTRY[name]
+    return {"reward": arm.reward, "trainer": arm.trainer, "beta": arm.beta, "settings": arm.settings}
 
 
 MAX_STORED_BYTES = 200_000_000  # a stored file larger than this is not read (the book's largest is a few MB)
@@ -93,11 +139,12 @@ def _read_stored(path: Path) -> tuple[dict | None, str]:
     return (None, problem) if problem else (stored, "")
 
 
-def load_or_run(path: Path, settings: dict, starts: dict, run, check=None) -> dict:
+def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, arms) -> dict:
     """Return the results stored at ``path`` if the current engine code made them with
-    ``settings`` from the same starting point as the runs in ``starts`` (``{(arm, seed_key):
-    log}``, may be empty); otherwise call ``run()``, store what it returns with the settings,
-    and return that, exactly as a later load will return it.
+    ``settings`` and the arms ``arms`` (names of :data:`minirlhf.arms.REGISTRY`, as they are
+    defined now; () for runs that use none) from the same starting point as the runs in
+    ``starts`` (``{(arm, seed_key): log}``, may be empty); otherwise call ``run()``, store
+    what it returns with the settings, and return that, exactly as a later load will return it.
 
     ``check(stored)``, when given, raises (KeyError, TypeError, ValueError, ...) when the stored
     results lack what the caller reads. A stored file that cannot be trusted (see the module's
@@ -105,7 +152,12 @@ def load_or_run(path: Path, settings: dict, starts: dict, run, check=None) -> di
     take a file, that is said before the run, and the results are returned without being kept.
     """
     path = Path(path)
-    settings = json.loads(json.dumps({**settings, "code": code_fingerprint(experiment)}, default=str))
+    unknown = [arm for arm in arms if arm not in arm_registry.REGISTRY]
+    if unknown or isinstance(arms, str):
+        raise ValueError(f"arms must name registered arms, got {arms!r}")
+    used = {arm: arm_key(arm) for arm in sorted(set(arms))}
+    settings = json.loads(json.dumps({**settings, "arm_definitions": used}, default=str))
+    settings["code"] = runs_code(settings)
     stored, why = _read_stored(path)
     if stored is not None:
         try:
@@ -158,7 +210,7 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
         return json.loads((OUTPUTS / "results.json").read_text())
 
     settings = {"seeds": list(seeds), "iterations": cfg.iterations, "beta": beta, "ppo": asdict(cfg)}
-    return load_or_run(OUTPUTS / "results.json", settings, starts, run, _every_run(beta, seeds))
+    return load_or_run(OUTPUTS / "results.json", settings, starts, run, _every_run(beta, seeds), arms=tuple(beta))
 
 
 def _every_run(arms, seeds):
@@ -191,7 +243,7 @@ def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bo
         return experiment.run_experiment(list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress,
                                          workers=workers)
 
-    return load_or_run(Path(path), settings, starts or {}, run, _every_run(arms, seeds))
+    return load_or_run(Path(path), settings, starts or {}, run, _every_run(arms, seeds), arms=arms)
 
 
 def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int | None = None) -> dict:
@@ -213,7 +265,8 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int 
                 "dpo": asdict(DPOConfig()), "study": source}
     return load_or_run(Path(path), settings, {},
                        lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress, workers=workers)},
-                       lambda found: found["runs"].items())
+                       lambda found: found["runs"].items(),
+                       arms={bug.arm for bug in silent_bugs.BUGS.values()})
 
 
 def _gain_from(job, policies, rm, cfg, progress):
@@ -258,7 +311,7 @@ def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: 
             if not all(isinstance(row[arm], list) and all(map(_is_number, row[arm])) for arm in beta):
                 raise TypeError(f"the gains from start {seed} are not lists of numbers")
 
-    return load_or_run(Path(path), settings, {}, run, check)["arms"]
+    return load_or_run(Path(path), settings, {}, run, check, arms=tuple(beta))["arms"]
 
 
 def weights_digest(model) -> str:
@@ -320,5 +373,5 @@ def stored_runs(path, plan: dict, policy, rm, keep=None, answers: bool = False,
             if not isinstance(found["arms"][str(name)][str(seed)], dict):
                 raise TypeError(f"run {name}, {seed} is not a log")
 
-    stored = load_or_run(Path(path), settings, {}, run, check)["arms"]
+    stored = load_or_run(Path(path), settings, {}, run, check, arms={arm for arm, _, _ in plan.values()})["arms"]
     return {(name, seed): stored[str(name)][str(seed)] for name, seed in plan}

@@ -33,3 +33,26 @@ class Source:
 
     def __repr__(self) -> str:
         return self.text
+
+
+PAGE_WIDTH = 77  # characters of a code line the book's page and a phone show without scrolling
+
+
+def shown_in(chapter) -> list:
+    """Return the objects whose source the chapter at ``chapter`` (a ``chapters/NN_*.py``
+    path) shows with ``Source(...)``, in its order: read from the chapter's own text, with
+    its imports, so that no list of them is kept by hand."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(chapter).read_text(encoding="utf-8"))
+    namespace: dict = {}
+    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    exec(compile(ast.Module(body=imports, type_ignores=[]), str(chapter), "exec"), namespace)
+    shown = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Source"
+                and len(node.args) == 1):
+            shown.append((node.lineno, eval(compile(ast.Expression(node.args[0]), str(chapter), "eval"),
+                                            namespace)))
+    return [obj for _, obj in sorted(shown, key=lambda item: item[0])]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..ppo import GROUP_ADVANTAGES
+from .. import estimators
 
 __all__ = ["verifier_group", "all_equal_chance", "token_weights"]
 
@@ -20,15 +20,18 @@ __all__ = ["verifier_group", "all_equal_chance", "token_weights"]
 def verifier_group(group_size: int, n_right: int, estimator: str = "group") -> tuple[float, float]:
     """Return (advantage of a right answer, advantage of a wrong one) in a group of
     ``group_size`` verifier rewards of which ``n_right`` are 1 and the rest 0, under the
-    group estimator ``estimator`` (a key of :data:`minirlhf.ppo.GROUP_ADVANTAGES`). A side
+    group estimator ``estimator`` (an estimator of :data:`minirlhf.estimators.ESTIMATORS` that
+    gives each completion one advantage from its group's rewards). A side
     with no member (``n_right`` 0 or ``group_size``) gets NaN.
     """
-    if estimator not in GROUP_ADVANTAGES:
-        raise ValueError(f"estimator must be one of {tuple(GROUP_ADVANTAGES)}, got {estimator!r}")
+    grouped = tuple(name for name in estimators.names()
+                    if estimators.get(name).advantages is estimators.copied_to_tokens)
+    if estimator not in grouped:
+        raise ValueError(f"estimator must be one of {grouped}, got {estimator!r}")
     if not 0 <= n_right <= group_size:
         raise ValueError(f"n_right must be between 0 and group_size ({group_size}), got {n_right}")
     rewards = torch.tensor([1.0] * n_right + [0.0] * (group_size - n_right), dtype=torch.float64)
-    adv = GROUP_ADVANTAGES[estimator](rewards, group_size).tolist()
+    adv = estimators.get(estimator).fn(rewards, group_size).tolist()
     right = adv[0] if n_right > 0 else float("nan")
     wrong = adv[-1] if n_right < group_size else float("nan")
     return right, wrong
