@@ -94,7 +94,7 @@ notebooks: $(STAMP)
 	$(PY) -m minirlhf.course.nbgen $(if $(FORCE),--force)
 
 bench: $(STAMP)
-	$(PY) -m minirlhf.bench
+	$(PY) -m minirlhf.commands.bench
 
 # Exits non-zero unless every exercise of every notebook passes.
 check: $(STAMP)

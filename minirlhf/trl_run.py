@@ -54,12 +54,9 @@ KL by about 1e-8, far below the printed digits (``tests/test_trl_run.py`` allows
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import math
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -71,9 +68,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import estimators, paths, task
-from .experiment import (_STOP_SIGNALS, REGISTRY, _on_stop_signal, _Parser, _positive_int, _stop_name, _stop_status,
-                         _stopped_by, arm_config, mean_ci95, run_arm)
+from . import estimators, task
+from .experiment import REGISTRY, arm_config, mean_ci95, run_arm
 from .model import dtype_of, generate, make_generator, reward_scores
 from .ppo import EvalSet, PPOConfig, evaluate
 
@@ -263,7 +259,7 @@ def _offline() -> None:
         os.environ.setdefault(key, value)
 
 
-def _import_trl():
+def import_trl():
     _offline()
     try:
         import trl
@@ -395,7 +391,7 @@ def run_trl_arm(arm: str, policy, rm, seed: int, config: PPOConfig | None = None
     ``profile`` names a file for a cProfile of the whole run. ``freeze_gc=False`` leaves out
     the ``gc.freeze()`` below, to time TRL's PPO as shipped (the results are the same).
     """
-    trl = _import_trl()
+    trl = import_trl()
     from transformers.utils import logging as hf_logging
 
     called = time.perf_counter()
@@ -780,116 +776,7 @@ def side_by_side_figure(results: dict, key: str = "accuracy", narrow: bool = Fal
 # ----------------------------------------------------------------------------- command line
 
 
-MAX_SEEDS = 100  # --seeds above this is refused: the book's comparison runs 5
-MAX_ITERATIONS = 1000  # --iterations above this is refused: the book runs 25
-OUTPUT_FILES = ("trl_results.json", "trl_accuracy.png", "trl_kl.png")
+if __name__ == "__main__":  # the command line lives in minirlhf/commands/trl_run.py
+    from .commands.trl_run import main
 
-
-def _at_most(top: int, why: str):
-    def parse(text: str) -> int:
-        value = _positive_int(text)
-        if value > top:
-            raise argparse.ArgumentTypeError(f"must be at most {top}, got {value} ({why})")
-        return value
-    return parse
-
-
-def main(argv=None) -> int:
-    """Run TRL's arms (and ours, with --compare) from the command line; return the exit status.
-
-    The output folder is checked and held (one writer per folder) before anything runs;
-    Ctrl-C, SIGTERM and SIGHUP write the seeds whose every run had finished and say which
-    were not kept."""
-    parser = _Parser(prog="python -m minirlhf.trl_run", description=__doc__.split("\n\n")[2],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arm", choices=tuple(TRL_ARMS), action="append",
-                        help="a TRL arm (repeat for several; default: every arm with --compare, else grpo-verifier)")
-    parser.add_argument("--seeds", type=_at_most(MAX_SEEDS, "the book's comparison runs 5"), default=1,
-                        help=f"seeds 0..n-1 (default 1, at most {MAX_SEEDS})")
-    parser.add_argument("--iterations", type=_at_most(MAX_ITERATIONS, "the book runs 25"), default=25,
-                        help=f"rollout batches (default 25, at most {MAX_ITERATIONS})")
-    parser.add_argument("--compare", action="store_true", help="also run our arm, seed for seed, in the same "
-                        "process, for the side-by-side table")
-    parser.add_argument("--profile", action="store_true", help="profile one more run of the first seed of each "
-                        "arm and print where TRL's time goes")
-    parser.add_argument("--out", default=None,
-                        help="folder for trl_results.json, trl_accuracy.png and trl_kl.png (default: outputs/trl)")
-    args = parser.parse_args(argv)
-    arms = tuple(dict.fromkeys(args.arm or (TRL_ARMS if args.compare else ("grpo-verifier",))))
-    if args.out is not None and not args.out.strip():
-        parser.error("argument --out: is empty: name a folder, e.g. --out outputs/trl")
-    out = Path(args.out) if args.out is not None else paths.OUTPUTS / "trl"
-    problem = paths.folder_problem(out, OUTPUT_FILES)  # before minutes of runs, not after
-    if problem:
-        parser.error(f"{'--out' if args.out is not None else 'the output folder (MINIRLHF_OUTPUTS/trl)'}: {problem}")
-    try:
-        _import_trl()
-    except ImportError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    torch.set_num_threads(1)
-    main_process = os.environ.get("RANK", "0") == "0"  # under accelerate, one process reports
-    _stopped_by.clear()
-    previous = {sig: signal.signal(sig, _on_stop_signal) for sig in _STOP_SIGNALS}
-    try:
-        if not main_process:
-            compare(arms, args.seeds, args.iterations, progress=False, ours=args.compare, profile=args.profile)
-            return 0
-        with paths.output_lock(out, "python -m minirlhf.trl_run"):
-            return _run_and_write(args, arms, out)
-    except paths.FolderInUse as exc:
-        parser.error(f"--out: {exc}")
-    except KeyboardInterrupt:  # before the first seed finished, or in a process that does not write
-        where = "before the first seed finished" if main_process else "in a process that does not write"
-        print(f"{_stop_name()} {where}: nothing written", file=sys.stderr)
-        return _stop_status()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _run_and_write(args, arms: tuple, out: Path) -> int:
-    """The runs and the writes of :func:`main`, once its checks have passed and it holds ``out``."""
-    results = compare(arms, args.seeds, args.iterations, progress=True, ours=args.compare, profile=args.profile,
-                      keep_on_interrupt=True)
-    # From here on the finished seeds are written whole: a stop signal now is ignored.
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *_STOP_SIGNALS)}
-    try:
-        return _write(args, results, out)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _write(args, results: dict, out: Path) -> int:
-    """Write the finished seeds to ``out``, print the tables and say what was kept."""
-    kept = results["settings"]["seeds"]
-    stopped = len(kept) < args.seeds or (args.profile and "profile" not in results)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    try:
-        paths.write_atomic(out / "trl_results.json", json.dumps(results, indent=1))
-        for key in ("accuracy", "kl"):
-            paths.save_figure(side_by_side_figure(results, key), out / f"trl_{key}.png", dpi=120)
-    except OSError as exc:  # checked before the runs; kept all the same if the disk fails now
-        fd, name = tempfile.mkstemp(prefix="minirlhf-trl-results-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
-        print(f"could not write to {out} ({exc.strerror or exc}); the results are kept in {name}", file=sys.stderr)
-        return 1
-    print(format_side_by_side(results))
-    if args.profile and "profile" in results:
-        print(format_profile(results))
-    print(f"processes: {os.environ.get('WORLD_SIZE', '1')}; results: {out / 'trl_results.json'}")
-    if stopped:
-        n = len(kept)
-        rest = (f"seeds {n} to {args.seeds - 1} are" if n < args.seeds - 1 else f"seed {n} is") if n < args.seeds \
-            else "the profile is"
-        print(f"{_stop_name()}: wrote the {n} finished seed{'s' if n > 1 else ''}; {rest} not kept", file=sys.stderr)
-        return _stop_status()
-    return 0
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 import pytest
 
-from minirlhf import bench
+from minirlhf.commands import bench
 
 
 def rows(seconds, peak_mb=400.0):
@@ -109,7 +109,7 @@ def test_help_says_what_it_does_and_the_exit_status(capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--help"])
     out = capsys.readouterr().out
-    assert exit_info.value.code == 0 and "usage: python -m minirlhf.bench" in out and "Exit status" in out
+    assert exit_info.value.code == 0 and "usage: python -m minirlhf.commands.bench" in out and "Exit status" in out
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--fast"])
     err = capsys.readouterr().err
@@ -122,7 +122,7 @@ def test_bench_json_is_checked_before_any_stage_runs(tmp_path, monkeypatch, caps
     (tmp_path / "bench.json").mkdir()
     assert bench.main([]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"python -m minirlhf.bench: error: cannot write the results: {tmp_path / 'bench.json'} is a "
+    assert err == (f"python -m minirlhf.commands.bench: error: cannot write the results: {tmp_path / 'bench.json'} is a "
                    "folder, not a file that can be replaced")
 
 

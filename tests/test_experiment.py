@@ -6,6 +6,8 @@ import math
 import pytest
 import torch
 
+from minirlhf import cli
+from minirlhf.commands import experiment as command
 from minirlhf import dpo, experiment, task
 from minirlhf.reward_model import RMConfig
 from minirlhf.model import GPTConfig, TinyGPT
@@ -36,7 +38,7 @@ def test_mean_ci95_by_hand():
 )
 def test_bad_options_get_a_clear_error(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        experiment.main(argv)
+        command.main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -44,7 +46,7 @@ def test_bad_options_get_a_clear_error(argv, message, capsys):
 def test_out_must_be_a_folder(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     with pytest.raises(SystemExit):
-        experiment.main(["--out", str(tmp_path / "file")])
+        command.main(["--out", str(tmp_path / "file")])
     assert "not a folder" in capsys.readouterr().err
 
 
@@ -60,7 +62,7 @@ def tiny_models(monkeypatch):
 
 
 def test_cli_writes_the_figures_and_results(tiny_models, tmp_path, capsys):
-    assert experiment.main(["--seeds", "2", "--iterations", "2", "--out", str(tmp_path)]) == 0
+    assert command.main(["--seeds", "2", "--iterations", "2", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     table = printed[printed.index("arm "):].splitlines()
     assert "end (orig)" in table[0] and "original run" in printed
@@ -86,7 +88,7 @@ def test_cli_writes_the_figures_and_results(tiny_models, tmp_path, capsys):
 
 def one_line_error(argv, capsys) -> str:
     with pytest.raises(SystemExit) as exit_info:
-        experiment.main(argv)
+        command.main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
     return err
@@ -107,11 +109,11 @@ def test_output_places_are_checked_before_the_run(tmp_path, monkeypatch, capsys)
 
 
 def test_absurd_seed_counts_are_refused(capsys):
-    assert f"must be at most {experiment.MAX_SEEDS}, got 100000000" in one_line_error(["--seeds", "100000000"], capsys)
+    assert f"must be at most {command.MAX_SEEDS}, got 100000000" in one_line_error(["--seeds", "100000000"], capsys)
 
 
 def test_long_runs_say_how_long_and_which_seed(tiny_models, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(experiment, "SECONDS_PER_ARM_ITERATION", 100.0)
+    monkeypatch.setattr(command, "SECONDS_PER_ARM_ITERATION", 100.0)
 
     class Clock:  # 20 s pass between two readings of the clock: 140 s per seed (seven
         # intervals: the seed, the experiment and each of the two arms' runs read it)
@@ -122,9 +124,10 @@ def test_long_runs_say_how_long_and_which_seed(tiny_models, tmp_path, monkeypatc
             cls.now += 20.0
             return cls.now
 
-    monkeypatch.setattr(experiment, "time", Clock)
+    monkeypatch.setattr(command, "time", Clock)  # the seed's time, read by the command
+    monkeypatch.setattr(experiment, "time", Clock)  # the experiment's and each run's
     # one worker: the seeds one after another (tests/test_parallel.py has the runs in workers)
-    assert experiment.main(["--seeds", "3", "--iterations", "1", "--workers", "1", "--out", str(tmp_path)]) == 0
+    assert command.main(["--seeds", "3", "--iterations", "1", "--workers", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "3 seeds x 2 arms x 1 iterations: about 10.0 min (a rough estimate" in out
     assert "seed 1 of 3" in out and "seed 3 of 3" in out
@@ -141,18 +144,18 @@ def test_ctrl_c_keeps_the_finished_seeds_and_nothing_partial(tiny_models, tmp_pa
 
     monkeypatch.setattr(experiment, "run_experiment", interrupted_at_seed_2)
     argv = ["--seeds", "3", "--iterations", "2", "--workers", "1", "--out", str(tmp_path)]
-    assert experiment.main(argv) == 130
+    assert command.main(argv) == 130
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == ("interrupted during seed 2 of 3: wrote the 1 finished seed; "
                                             "seeds 1 to 2 are not kept")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["settings"]["seeds"] == [0] and set(results["arms"]["rm"]) == {"0"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(experiment.OUTPUT_FILES)  # no .tmp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(command.OUTPUT_FILES)  # no .tmp left
 
 
 def test_ctrl_c_before_any_seed_finished_writes_nothing(tiny_models, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
-    assert experiment.main(["--seeds", "2", "--out", str(tmp_path / "run")]) == 130
+    assert command.main(["--seeds", "2", "--out", str(tmp_path / "run")]) == 130
     assert "interrupted before the first seed finished: nothing written" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
@@ -165,7 +168,7 @@ def test_a_write_that_fails_at_the_end_keeps_the_results(tiny_models, tmp_path, 
 
     monkeypatch.setattr(experiment, "write_outputs", disk_full)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    assert experiment.main(["--seeds", "2", "--iterations", "1", "--out", str(tmp_path / "run")]) == 1
+    assert command.main(["--seeds", "2", "--iterations", "1", "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     (kept,) = tmp_path.glob("minirlhf-results-*.json")
     assert f"could not write to {tmp_path / 'run'} (No space left on device); the results are kept in {kept}" in err
@@ -174,7 +177,7 @@ def test_a_write_that_fails_at_the_end_keeps_the_results(tiny_models, tmp_path, 
 
 def test_running_seed_by_seed_gives_the_results_of_one_run(tiny_models):
     whole = experiment.run_experiment([0, 1], 2, progress=False)
-    parts = experiment._merge([experiment.run_experiment([seed], 2, progress=False) for seed in (0, 1)])
+    parts = command._merge([experiment.run_experiment([seed], 2, progress=False) for seed in (0, 1)])
     assert parts["arms"] == whole["arms"] and parts["settings"] == whole["settings"]
 
 
@@ -199,7 +202,7 @@ def test_bad_arms_get_a_one_line_error(argv, message, monkeypatch, capsys):
 
 def test_help_lists_every_registered_arm(capsys):
     with pytest.raises(SystemExit):
-        experiment.main(["--help"])
+        command.main(["--help"])
     out = capsys.readouterr().out
     assert "--arms ARM [ARM ...]" in out and "default: rm verifier" in out
     listed = out[out.index("arms (--arms):"):].splitlines()[1:]
@@ -232,7 +235,7 @@ def test_the_registry_names_each_arms_reward_beta_and_settings():
 def test_cli_runs_any_registered_arms_keyed_by_name(tiny_models, tmp_path, capsys):
     argv = ["--arms", "grpo-verifier", "rm", "--seeds", "2", "--iterations", "2",
             "--beta-grpo-verifier", "0.3", "--out", str(tmp_path)]
-    assert experiment.main(argv) == 0
+    assert command.main(argv) == 0
     printed = capsys.readouterr().out
     table = printed[printed.index("arm "):].splitlines()
     assert [line.split()[0] for line in table[1:3]] == ["grpo-verifier", "rm"]
@@ -299,7 +302,7 @@ def test_cli_runs_the_dpo_arm_beside_ppo_arms(tiny_models, tmp_path, capsys, mon
     monkeypatch.setattr(experiment, "run_experiment",
                         lambda *a, **k: real(*a, **k, dpo_config=experiment.DPOConfig(**TINY_DPO)))
     argv = ["--arms", "rm", "dpo", "--seeds", "2", "--iterations", "3", "--beta-dpo", "0.3", "--out", str(tmp_path)]
-    assert experiment.main(argv) == 0
+    assert command.main(argv) == 0
     printed = capsys.readouterr().out
     table = printed[printed.index("arm "):].splitlines()
     assert [line.split()[0] for line in table[1:3]] == ["rm", "dpo"] and table[2].split()[-7] == "-"
@@ -343,11 +346,11 @@ def test_a_dpo_beta_of_zero_is_refused_before_any_run(tiny_models):
 
 def test_the_estimate_counts_a_dpo_run_by_its_own_cost(monkeypatch, capsys):
     monkeypatch.setattr(experiment, "run_experiment", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
-    experiment._run_seeds(10, 25, ("rm", "dpo"), {})
-    guess = 10 * (25 * experiment.SECONDS_PER_ARM_ITERATION + experiment.SECONDS_PER_DPO_RUN)
-    assert f"about {experiment._duration(guess)}" in capsys.readouterr().out
-    experiment._run_seeds(20, 25, ("rm", "dpo"), {}, workers=2)  # two workers: half the time
-    assert f"on 2 worker processes: about {experiment._duration(guess)}" in capsys.readouterr().out
+    command._run_seeds(10, 25, ("rm", "dpo"), {})
+    guess = 10 * (25 * command.SECONDS_PER_ARM_ITERATION + command.SECONDS_PER_DPO_RUN)
+    assert f"about {cli.duration(guess)}" in capsys.readouterr().out
+    command._run_seeds(20, 25, ("rm", "dpo"), {}, workers=2)  # two workers: half the time
+    assert f"on 2 worker processes: about {cli.duration(guess)}" in capsys.readouterr().out
 
 
 # ---- a stop signal keeps what is finished; one writer per folder; bounds
@@ -357,6 +360,7 @@ STOPPED_RUN = """
 import os, signal, sys
 import torch
 from minirlhf import experiment, task
+from minirlhf.commands import experiment as command
 from minirlhf.model import GPTConfig, TinyGPT
 from minirlhf.ppo import EvalSet
 
@@ -375,7 +379,7 @@ def stopped_at_seed_2(seeds, *args, **kwargs):
     return real(seeds, *args, **kwargs)
 
 experiment.run_experiment = stopped_at_seed_2
-sys.exit(experiment.main(["--seeds", "3", "--iterations", "1", "--workers", "1", "--out", sys.argv[2]]))
+sys.exit(command.main(["--seeds", "3", "--iterations", "1", "--workers", "1", "--out", sys.argv[2]]))
 """
 
 
@@ -393,7 +397,7 @@ def test_sigterm_and_sighup_keep_the_finished_seeds_as_ctrl_c_does(tmp_path, nam
                                                     "seed; seeds 1 to 2 are not kept")
     assert "Traceback" not in done.stderr
     assert json.loads((out / "results.json").read_text())["settings"]["seeds"] == [0]
-    assert sorted(p.name for p in out.iterdir()) == sorted(experiment.OUTPUT_FILES)  # no lock or .tmp left
+    assert sorted(p.name for p in out.iterdir()) == sorted(command.OUTPUT_FILES)  # no lock or .tmp left
 
 
 def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, monkeypatch, capsys):
@@ -409,5 +413,5 @@ def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, monkeypatch, cap
 
 
 def test_absurd_iteration_counts_are_refused(capsys):
-    assert f"must be at most {experiment.MAX_ITERATIONS}, got 1000000000" in one_line_error(  # D2
+    assert f"must be at most {command.MAX_ITERATIONS}, got 1000000000" in one_line_error(  # D2
         ["--iterations", "1000000000"], capsys)

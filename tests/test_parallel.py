@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from minirlhf.commands import experiment as command
 from minirlhf import dpo, experiment, parallel, task
 from minirlhf.model import GPTConfig, TinyGPT
 from minirlhf.ppo import EvalSet, PPOConfig
@@ -224,7 +225,7 @@ def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(tmp_
     monkeypatch.setattr(experiment, "run_arm", seed_0_only)  # the workers are forked with it
     monkeypatch.setattr(experiment.parallel, "map_runs", ctrl_c_after_seed_0)
     argv = ["--seeds", "3", "--iterations", "2", "--workers", "2", "--out", str(tmp_path)]
-    assert experiment.main(argv) == status  # SIGTERM and SIGHUP as Ctrl-C: the finished seed kept (C11)
+    assert command.main(argv) == status  # SIGTERM and SIGHUP as Ctrl-C: the finished seed kept (C11)
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (f"{words} during seed 2 of 3: wrote the 1 finished seed; "
                                             "seeds 1 to 2 are not kept")
@@ -234,10 +235,10 @@ def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(tmp_
 
 def test_the_command_takes_workers(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        experiment.main(["--workers", "0"])
+        command.main(["--workers", "0"])
     assert exit_info.value.code == 2 and "argument --workers: must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        experiment.main(["--help"])
+        command.main(["--help"])
     assert "--workers" in capsys.readouterr().out
 
 

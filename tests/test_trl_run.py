@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from minirlhf import trl_run
+from minirlhf.commands import trl_run as trl_command
 from minirlhf.paths import ROOT
 from minirlhf.ppo import PPOConfig
 
@@ -232,13 +233,13 @@ def test_a_fresh_run_reproduces_the_stored_one(stored, starts, arm):
 
 def test_missing_trl_is_a_clear_error(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "trl", None)  # import trl now raises ImportError
-    assert trl_run.main(["--arm", "grpo-verifier"]) == 1
+    assert trl_command.main(["--arm", "grpo-verifier"]) == 1
     assert 'pip install -e ".[trl]"' in capsys.readouterr().err
 
 
 def test_bad_command_line_is_one_line(capsys):
     with pytest.raises(SystemExit) as exit_:
-        trl_run.main(["--arm", "dpo"])
+        trl_command.main(["--arm", "dpo"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "invalid choice" in err and "--help" in err and "Traceback" not in err
@@ -272,14 +273,14 @@ def test_two_process_launch(tmp_path):
 
 def _one_line_error(argv, capsys) -> str:
     with pytest.raises(SystemExit) as exit_info:
-        trl_run.main(argv)
+        trl_command.main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
     return err
 
 
 def test_the_output_folder_and_the_counts_are_checked_before_anything_runs(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(trl_run, "_import_trl", lambda: pytest.fail("TRL was imported: the runs would start"))
+    monkeypatch.setattr(trl_run, "import_trl", lambda: pytest.fail("TRL was imported: the runs would start"))
     (tmp_path / "file").write_text("x")
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "out" / "trl_results.json").mkdir(parents=True)
@@ -288,17 +289,18 @@ def test_the_output_folder_and_the_counts_are_checked_before_anything_runs(tmp_p
                        (tmp_path / "out", "trl_results.json is a folder, where the output file should go"),
                        ("", "is empty")):
         assert words in _one_line_error(["--out", str(out)], capsys)
-    assert f"must be at most {trl_run.MAX_SEEDS}, got 1000000000" in _one_line_error(  # D5
+    assert f"must be at most {trl_command.MAX_SEEDS}, got 1000000000" in _one_line_error(  # D5
         ["--seeds", "1000000000"], capsys)
-    assert f"must be at most {trl_run.MAX_ITERATIONS}, got 100000" in _one_line_error(
+    assert f"must be at most {trl_command.MAX_ITERATIONS}, got 100000" in _one_line_error(
         ["--iterations", "100000"], capsys)
 
 
 STOPPED_TRL_RUN = """
 import os, signal, sys
 from minirlhf import store, trl_run
+from minirlhf.commands import trl_run as trl_command
 
-trl_run._import_trl = lambda: None
+trl_run.import_trl = lambda: None
 trl_run._versions = lambda: {}
 store.load_sft = lambda progress: ("policy", {})
 store.load_rm = lambda progress: ("rm", {})
@@ -311,7 +313,7 @@ def fake_run(arm, policy, rm, seed, config, evalset=None, progress=True, **kwarg
 
 trl_run.run_trl_arm = fake_run
 trl_run.EvalSet = lambda: None
-sys.exit(trl_run.main(["--seeds", "3", "--iterations", "1", "--out", sys.argv[2]]))
+sys.exit(trl_command.main(["--seeds", "3", "--iterations", "1", "--out", sys.argv[2]]))
 """
 
 
@@ -327,4 +329,4 @@ def test_a_stop_signal_writes_the_finished_seeds(tmp_path, name, status):
                                                     "not kept")
     results = json.loads((out / "trl_results.json").read_text())
     assert results["settings"]["seeds"] == [0] and list(results["trl"]["grpo-verifier"]) == ["0"]
-    assert sorted(p.name for p in out.iterdir()) == sorted(trl_run.OUTPUT_FILES)  # no lock or .tmp left
+    assert sorted(p.name for p in out.iterdir()) == sorted(trl_command.OUTPUT_FILES)  # no lock or .tmp left

@@ -1,4 +1,4 @@
-"""Time the training pipeline: ``make bench`` (or ``python -m minirlhf.bench``).
+"""Time the training pipeline: ``make bench`` (or ``python -m minirlhf.commands.bench``).
 
 Each stage runs in a fresh Python process with one torch thread, so that its wall time and
 peak memory (maximum resident set size) are its own. Wall time is measured inside the
@@ -20,7 +20,6 @@ one worker process per core.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -32,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import paths
+from .. import cli, paths
 
 __all__ = ["STAGES", "TRL_STAGES", "ORDER", "PAIRED", "REPEATS", "MEMORY_BUDGET_MB", "run_stage", "run_paired",
            "speedup", "judge", "format_table", "main"]
@@ -65,8 +64,8 @@ MEMORY_BUDGET_MB = 1536.0
 def _work(stage: str) -> None:
     import torch
 
-    from .experiment import run_experiment
-    from .store import load_rm, load_sft
+    from ..experiment import run_experiment
+    from ..store import load_rm, load_sft
 
     torch.set_num_threads(1)  # the benchmark is an entry point: it chooses the thread count
     if stage in ("sft_and_rm", "pipeline"):
@@ -83,7 +82,7 @@ def _work(stage: str) -> None:
     if stage == "one_seed_dpo_arm":
         run_experiment(seeds=1, progress=False, arms=("dpo",))
     if stage in TRL_STAGES:
-        from .trl_run import run_trl_arm
+        from ..trl_run import run_trl_arm
 
         run_trl_arm(TRL_STAGES[stage], load_sft(progress=False)[0], load_rm(progress=False)[0], 0, progress=False)
 
@@ -97,9 +96,9 @@ def _has_trl() -> bool:
 def _child(stage: str) -> None:
     # Runs in the child process: time the stage and report it as one JSON line.
     if stage in TRL_STAGES:
-        from .trl_run import _import_trl
+        from ..trl_run import import_trl
 
-        _import_trl()
+        import_trl()
     start = time.perf_counter()
     _work(stage)
     seconds = time.perf_counter() - start
@@ -115,7 +114,7 @@ def run_stage(stage: str, outputs: Path) -> dict:
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
     env = {**os.environ, "MINIRLHF_OUTPUTS": str(outputs), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "minirlhf.bench", "--child", stage], env=env,
+    done = subprocess.run([sys.executable, "-m", "minirlhf.commands.bench", "--child", stage], env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"stage {stage} failed:\n{done.stderr}")
@@ -165,11 +164,8 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line, ending in where to look."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (--help says what it does)\n")
+class _Parser(cli.Parser):
+    hint = "--help says what it does"
 
 
 def main(argv=None) -> int:
@@ -182,14 +178,14 @@ def main(argv=None) -> int:
     what = ("Time the training pipeline: each stage in a fresh process with one torch thread, its wall time "
             "and peak memory against its budget; prints a table and writes bench.json to the outputs folder "
             "(outputs/, or MINIRLHF_OUTPUTS). Takes a few minutes.")
-    _Parser(prog="python -m minirlhf.bench", description=what,
+    _Parser(prog="python -m minirlhf.commands.bench", description=what,
             epilog="Exit status: 0 when every stage keeps within its budgets, 1 when one is over (bench.json "
                    "is written either way), 2 when bench.json cannot be written (checked before the first "
                    "stage).").parse_args(argv)
     target = paths.OUTPUTS / "bench.json"
     problem = paths.file_problem(target)  # before minutes of stages, not after
     if problem:
-        print(f"python -m minirlhf.bench: error: cannot write the results: {problem}", file=sys.stderr)
+        print(f"python -m minirlhf.commands.bench: error: cannot write the results: {problem}", file=sys.stderr)
         return 2
     rows = []
     with tempfile.TemporaryDirectory(prefix="minirlhf-bench-") as tmp:

@@ -1,0 +1,140 @@
+"""What the package's commands share: an argument parser whose errors are one line, parsers of
+numbers and folders that name their limits, and stop signals that keep what is finished.
+
+A command (``python -m minirlhf.experiment``, ``minirlhf.trl_run``, ``minirlhf.commands.bench``,
+``minirlhf.course.grader``) runs its work inside :func:`stops_as_interrupt`, so that SIGTERM and
+SIGHUP stop it as Ctrl-C does (a :class:`Stopped`, which is a KeyboardInterrupt); it writes what
+is finished inside :func:`signals_ignored`, so that a second signal cannot cut a write short; and
+it ends with :func:`stop_status`, 128 plus the signal's number, as a shell reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["Parser", "whole_number", "finite_number", "seconds", "folder", "duration", "STOP_SIGNALS",
+           "Stopped", "stops_as_interrupt", "signals_ignored", "stop_name", "stop_status"]
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ending in where to look."""
+
+    hint = "--help lists the options"
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.hint})\n")
+
+
+def whole_number(low: int = 1, high: int | None = None, why: str = ""):
+    """Return a parser of a whole number from ``low`` to ``high`` (None: no upper limit); a
+    number above ``high`` is refused with ``why`` in brackets."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {value}" + (f" ({why})" if why else ""))
+        return value
+    return parse
+
+
+def finite_number(low: float = 0.0, above: bool = False):
+    """Return a parser of a finite number ``>= low`` (``> low`` with ``above``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(value) and (value > low if above else value >= low)):
+            raise argparse.ArgumentTypeError(f"must be a finite number {'>' if above else '>='} {low:g}, got {text}")
+        return value
+    return parse
+
+
+def seconds(most: float):
+    """Return a parser of a number of seconds, more than 0 and at most ``most``."""
+    positive = finite_number(0.0, above=True)
+
+    def parse(text: str) -> float:
+        value = positive(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most:g} seconds, got {text}")
+        return value
+    return parse
+
+
+def folder(example: str):
+    """Return a parser of a folder's path that refuses an empty one, naming ``example``."""
+    def parse(text: str) -> Path:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"is empty: name a folder, e.g. {example}")
+        return Path(text)
+    return parse
+
+
+def duration(secs: float) -> str:
+    """Return ``secs`` as text: seconds below 90, minutes above."""
+    return f"{secs:.0f} s" if secs < 90 else f"{secs / 60:.1f} min"
+
+
+# ---------------------------------------------------------------------------- stop signals
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+_stopped_by: list[int] = []  # the stop signal that arrived, if one did
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised when SIGTERM or SIGHUP arrives inside :func:`stops_as_interrupt`: a
+    KeyboardInterrupt, so that everything that cleans up after Ctrl-C cleans up after it too."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_stop_signal(signum, frame):
+    for sig in STOP_SIGNALS:  # one is enough: what is finished is kept undisturbed
+        signal.signal(sig, signal.SIG_IGN)
+    _stopped_by.append(signum)
+    raise Stopped(signum)
+
+
+@contextmanager
+def stops_as_interrupt():
+    """Within the block, SIGTERM and SIGHUP raise :class:`Stopped` as Ctrl-C raises
+    KeyboardInterrupt; the handlers before it come back after it."""
+    _stopped_by.clear()
+    previous = {sig: signal.signal(sig, _on_stop_signal) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def signals_ignored():
+    """Within the block, Ctrl-C, SIGTERM and SIGHUP are ignored: for writing what is finished."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *STOP_SIGNALS)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop_name() -> str:
+    """How the command was stopped, in words: "interrupted" (Ctrl-C) or "stopped by SIGTERM"."""
+    return f"stopped by {signal.Signals(_stopped_by[0]).name}" if _stopped_by else "interrupted"
+
+
+def stop_status() -> int:
+    """The exit status of a stopped command: 128 plus the number of the signal that stopped it."""
+    return 128 + (_stopped_by[0] if _stopped_by else signal.SIGINT)
