@@ -76,8 +76,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cases import (Call, Case, CaseResult, Exercise, Opaque, Raises, Report, RETURN_CAP, call_safely, from_plain,
-                    failure_lines, judge, not_run, printable, shorten, to_plain)
+from .cases import Call, Case, CaseResult, Exercise, Raises, Report, call_safely, failure_lines, judge, not_run
+from .plain import RETURN_CAP, Opaque, from_plain, to_plain
+from .safe_text import printable, shorten
 
 __all__ = ["grade_notebook", "NotebookGrade", "ExerciseGrade", "CellProblem", "render", "main",
            "BUDGET", "CELL_TIMEOUT"]
