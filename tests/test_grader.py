@@ -32,7 +32,8 @@ import pytest
 import torch
 
 from minirlhf.course import grader as check, nbgen
-from minirlhf.course.cases import Case, Exercise, ExpectArray
+from minirlhf.course.cases import Case, Exercise
+from minirlhf.course.expect import ExpectArray
 from minirlhf.course.plain import RETURN_CAP, to_plain
 from minirlhf.course.exercises import get
 from minirlhf import paths
