@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from minirlhf.course.cases import Case, Exercise, Raises, call_safely, judge, next_hint, raised, run_cases
+from minirlhf.course.cases import Case, Exercise, Raises, judge, next_hint, raised, run_cases
 from minirlhf.course.expect import ExpectArray, ExpectDict2, ExpectFloat, ExpectFloat2
+from minirlhf.course.sandbox import call_safely
 from minirlhf.course.exercises import EXERCISES, GRADING_ENV, check, get
 
 KL = get("kl_penalty")

@@ -76,9 +76,10 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cases import Call, Case, CaseResult, Exercise, Raises, Report, call_safely, failure_lines, judge, not_run
+from .cases import Case, CaseResult, Exercise, Raises, Report, failure_lines, judge, not_run
 from .plain import RETURN_CAP, Opaque, from_plain, to_plain
 from .safe_text import printable, shorten
+from .sandbox import Call, call_safely
 
 __all__ = ["grade_notebook", "NotebookGrade", "ExerciseGrade", "CellProblem", "render", "main",
            "BUDGET", "CELL_TIMEOUT"]
