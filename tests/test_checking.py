@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from minirlhf.course.cases import Case, Exercise, Raises, judge, next_hint, raised, run_cases
-from minirlhf.course.expect import ExpectArray, ExpectDict2, ExpectFloat, ExpectFloat2
-from minirlhf.course.sandbox import call_safely
+from minirlhf.course.cases import Case, Exercise, Raises, judge, raised, run_cases
 from minirlhf.course.exercises import EXERCISES, GRADING_ENV, check, get
+from minirlhf.course.expect import ExpectArray, ExpectDict2, ExpectFloat, ExpectFloat2
+from minirlhf.course.report import next_hint
+from minirlhf.course.sandbox import call_safely
 
 KL = get("kl_penalty")
 PPO = get("ppo_rlhf_objective")

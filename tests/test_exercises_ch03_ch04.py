@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from minirlhf.course import nbgen
-from minirlhf.course.cases import next_hint, run_cases
+from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.expect import ExpectScalarTensor
+from minirlhf.course.report import next_hint
 from minirlhf.reward_model import bradley_terry_loss
 from minirlhf.sft import masked_sft_loss
 

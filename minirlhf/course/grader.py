@@ -76,8 +76,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cases import Case, CaseResult, Exercise, Raises, Report, failure_lines, judge, not_run
+from .cases import Case, CaseResult, Exercise, Raises, judge, not_run
 from .plain import RETURN_CAP, Opaque, from_plain, to_plain
+from .report import Report, failure_lines
 from .safe_text import printable, shorten
 from .sandbox import Call, call_safely
 
