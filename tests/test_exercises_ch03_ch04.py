@@ -193,7 +193,7 @@ def test_a_stub_is_reported_as_not_implemented(name):
 
 
 def _random_cases(name, n=60, seed=0):
-    from minirlhf.course.grader import _random_cases as draw
+    from minirlhf.course.grader.grading import _random_cases as draw
 
     exercise = get(name)
     return exercise, draw(dataclasses.replace(exercise, n_random=n), seed)

@@ -33,9 +33,9 @@ import torch
 
 from minirlhf.course import grader as check, nbgen
 from minirlhf.course.cases import Case, Exercise
+from minirlhf.course.exercises import get
 from minirlhf.course.expect import ExpectArray
 from minirlhf.course.plain import RETURN_CAP, to_plain
-from minirlhf.course.exercises import get
 from minirlhf import paths
 from minirlhf.paths import ROOT
 
