@@ -197,6 +197,9 @@ class CaseResult:
         return self.kind in ("timeout", "not run")
 
 
+# --------------------------------------------------------------------------- judging
+
+
 def judge(call: Call, case: Case, expect: Expect, reference: Callable | None = None) -> CaseResult:
     """Compare what a call did with the case's expected value; return the case's result,
     with the kind of mistake when it failed (see :data:`MISTAKES` and :class:`Slip`).
@@ -232,9 +235,10 @@ _WHERE = re.compile(r" \(in [^\n(]*, line \d+: [^\n]*\)\Z")  # its closing " (in
 
 
 def raised(message: str) -> tuple[str, str] | None:
-    """Return (the exception's type name, its own message) from the message :func:`call_safely`
-    writes for a call that raised (``raised ValueError: ... (in f, line 3: code)``), or None
-    when the message is not of that form. The place in the code is left out."""
+    """Return (the exception's type name, its own message) from the message
+    :func:`~minirlhf.course.sandbox.call_safely` writes for a call that raised (``raised ValueError:
+    ... (in f, line 3: code)``), or None when the message is not of that form. The place in the
+    code is left out."""
     found = _RAISED.match(message)
     return None if found is None else (found[1], _WHERE.sub("", found[2]))
 
