@@ -43,7 +43,7 @@ def test_it_holds_the_learner_notebooks_the_package_and_what_installs_them(packe
                 | {f"notebooks/{name}" for name in NOTEBOOKS} | package)
     assert names == expected, (f"missing: {sorted(expected - names)};"
                                f" not expected: {sorted(names - expected)}")
-    assert "minirlhf/course/archive.py" in names and "minirlhf/course/grader.py" in names
+    assert "minirlhf/course/archive.py" in names and "minirlhf/course/grader/__main__.py" in names
 
 
 def test_its_notebooks_are_the_learners_not_the_solutions(packed):

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from minirlhf import pg
-from minirlhf.course.cases import next_hint, run_cases
+from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import get
 from minirlhf.course.nbgen import SOURCES, drop_markers, parse
+from minirlhf.course.report import next_hint
 
 EX = get("reinforce_loss")
 

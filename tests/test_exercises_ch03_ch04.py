@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from minirlhf.course import nbgen
-from minirlhf.course.cases import next_hint, run_cases
+from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
-from minirlhf.course.cases import ExpectScalarTensor
+from minirlhf.course.expect import ExpectScalarTensor
+from minirlhf.course.report import next_hint
 from minirlhf.reward_model import bradley_terry_loss
 from minirlhf.sft import masked_sft_loss
 
@@ -192,7 +193,7 @@ def test_a_stub_is_reported_as_not_implemented(name):
 
 
 def _random_cases(name, n=60, seed=0):
-    from minirlhf.course.grader import _random_cases as draw
+    from minirlhf.course.grader.grading import _random_cases as draw
 
     exercise = get(name)
     return exercise, draw(dataclasses.replace(exercise, n_random=n), seed)

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from minirlhf import ppo
-from minirlhf.course.cases import next_hint, run_cases
+from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import get
+from minirlhf.course.report import next_hint
 from minirlhf.model import GPTConfig, TinyGPT
 
 ADV = get("kl_shaped_advantages")

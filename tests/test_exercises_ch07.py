@@ -4,8 +4,9 @@ against their defining properties, and against plausible slips that the checks m
 import numpy as np
 import pytest
 
-from minirlhf.course.cases import next_hint, run_cases
+from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import get
+from minirlhf.course.report import next_hint
 from minirlhf.ppo import adaptive_kl_update, gae
 
 # ----------------------------------------------------------------------------- the controller

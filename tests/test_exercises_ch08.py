@@ -14,8 +14,9 @@ import torch
 
 from minirlhf import ppo
 from minirlhf.course import grader
-from minirlhf.course.cases import Raises, next_hint, run_cases
+from minirlhf.course.cases import Raises, run_cases
 from minirlhf.course.exercises import get
+from minirlhf.course.report import next_hint
 from minirlhf.model import GPTConfig, TinyGPT
 
 # the slip that skips the checks takes a sample std of groups of one

@@ -8,8 +8,9 @@ import nbformat
 import pytest
 
 from minirlhf.course import grader, nbgen
-from minirlhf.course.cases import MISTAKES, Case, Exercise, describe, run_cases
+from minirlhf.course.cases import MISTAKES, Case, Exercise, run_cases
 from minirlhf.course.exercises import ch10, get
+from minirlhf.course.report import describe
 from minirlhf.course.tells import ExpectTell, Tell
 from minirlhf.paths import ROOT
 from minirlhf.studies import silent_bugs as sb

@@ -32,8 +32,10 @@ import pytest
 import torch
 
 from minirlhf.course import grader as check, nbgen
-from minirlhf.course.cases import RETURN_CAP, Case, Exercise, ExpectArray, to_plain
+from minirlhf.course.cases import Case, Exercise
 from minirlhf.course.exercises import get
+from minirlhf.course.expect import ExpectArray
+from minirlhf.course.plain import RETURN_CAP, to_plain
 from minirlhf import paths
 from minirlhf.paths import ROOT
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from minirlhf.course.cases import (MISTAKES, REPORT_WIDTH, Case, CaseResult, Report, describe_kwargs, next_hint,
-                                   run_cases)
+from minirlhf.course.cases import MISTAKES, Case, CaseResult, run_cases
 from minirlhf.course.exercises import EXERCISES, get
+from minirlhf.course.report import REPORT_WIDTH, Report, describe_kwargs, next_hint
 
 KL = get("kl_penalty")
 PPO = get("ppo_rlhf_objective")

@@ -19,11 +19,12 @@ import torch
 from minirlhf import objectives, ppo
 from minirlhf.course import grader, nbgen
 from minirlhf.course.answers import MAGIC, Folded
-from minirlhf.course.cases import (MISTAKES, NO_GRADIENT, Call, Case, Raises, call_safely, judge, printable,
-                                   run_cases)
+from minirlhf.course.cases import MISTAKES, NO_GRADIENT, Case, Raises, judge, run_cases
 from minirlhf.course.drive import YourFunctionStopped, guard, preflight, run_batch
 from minirlhf.course.exercises import EXERCISES, check, get
 from minirlhf.course.exercises._inputs import RUN_BATCH
+from minirlhf.course.safe_text import printable
+from minirlhf.course.sandbox import Call, call_safely
 
 LOSSES = sorted(n for n in EXERCISES if EXERCISES[n].expect.grad_wrt)
 

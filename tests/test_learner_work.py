@@ -142,7 +142,7 @@ def test_the_grader_never_grades_a_kept_copy(layout, name, capsys):
 def test_a_notebook_that_grows_past_the_cap_while_graded_is_kept_first(layout, monkeypatch):
     notebook = layout / "notebooks" / "01_kl_penalty.ipynb"
     raw = nbformat.writes(nbformat.v4.new_notebook()).encode()
-    monkeypatch.setattr(grader, "MAX_NOTEBOOK_BYTES", 1_000_000)
+    monkeypatch.setattr(grader.notebook_file, "MAX_NOTEBOOK_BYTES", 1_000_000)
     notebook.write_bytes(raw)
     os.truncate(notebook, 50_000_000)  # B7: the notebook's code made it huge (sparse)
     problem = grader._check_file(notebook, raw)
@@ -175,13 +175,13 @@ def test_a_learners_work_survives_generate_grade_save_and_grade_again(layout, mo
     solve(target)
     assert nbgen.main(["01", "--no-execute"]) == 1  # make notebooks before grading: left as it is
 
-    real, saved = grader._grade_exercise, {}
+    real, saved = grader.grading._grade_exercise, {}
 
     def save_meanwhile(*args, **kwargs):  # JupyterLab's autosave while the grader runs
         saved.setdefault("text", solve(target, extra="my notes, saved while graded"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(grader, "_grade_exercise", save_meanwhile)
+    monkeypatch.setattr(grader.grading, "_grade_exercise", save_meanwhile)
     make_check = sorted(str(p) for p in notebooks.glob("[0-9][0-9]_*.ipynb"))  # the Makefile's list
     assert grader.main([*make_check, "--seed", "3"]) == 0
     out = capsys.readouterr().out
@@ -189,7 +189,7 @@ def test_a_learners_work_survives_generate_grade_save_and_grade_again(layout, mo
     assert target.read_text() == saved["text"]  # the later save is the file, untouched
     assert learner_files(notebooks) == [target.name] and len(list((layout / "kept").iterdir())) == 1
 
-    monkeypatch.setattr(grader, "_grade_exercise", real)
+    monkeypatch.setattr(grader.grading, "_grade_exercise", real)
     assert nbgen.main(["01", "--no-execute"]) == 1 and target.read_text() == saved["text"]
     make_check = sorted(str(p) for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
     old_copy = notebooks / f"{CHAPTER_1.stem}.graded.ipynb"  # left by an older grader

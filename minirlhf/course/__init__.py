@@ -3,8 +3,13 @@
 ==================  ==========================================================================
 ``frontend``        where a notebook is running: the book build, or a person at JupyterLab
 ``exercises/``      every exercise of the book, by chapter: cases, hints, reference solution
-``cases``           runs a learner's function on an exercise's cases; says what went wrong
-``grader``          ``python -m minirlhf.course.grader NOTEBOOK``: grades a whole notebook
+``cases``           the exercise data model, and the judging: a function run on its cases
+``expect``          the comparators: how a returned value is compared with the expected one
+``sandbox``         calls a learner's function safely: time limit, no input(), prints captured
+``plain``           the wire format from the learner's kernel to the grader (a security boundary)
+``report``          the verdict on one exercise, as text and as HTML
+``safe_text``       a learner's text made fit for one line of a report
+``grader/``         ``python -m minirlhf.course.grader NOTEBOOK``: grades a whole notebook
 ``nbgen``           ``python -m minirlhf.course.nbgen``: notebooks and solutions from chapters/
 ``explorer``        sliders over a figure: live in JupyterLab, precomputed in the book
 ``runs``            stored results of the chapters' longer runs, reused while the code is the same

@@ -21,9 +21,10 @@ from typing import Callable
 
 import numpy as np
 
-from .cases import Case, printable, run_case, shorten
+from .cases import Case, run_case
 from .exercises import get
 from .exercises._inputs import RUN_BATCH
+from .safe_text import printable, shorten
 
 __all__ = ["preflight", "guard", "YourFunctionStopped", "run_batch"]
 

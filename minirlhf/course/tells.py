@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cases import Expect, _a, _MISSING_RETURN
+from .expect import _MISSING_RETURN, Expect, type_phrase
 
 __all__ = ["Tell", "ExpectTell"]
 
@@ -69,25 +69,27 @@ class ExpectTell(Expect):
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if not isinstance(got, (tuple, list)) or len(got) not in (2, 3):
-            return "type", (f"the answer is {_a(got)}, expected (metric, mechanism) or (metric, mechanism, note)"
-                            + (_MISSING_RETURN if got is None else ""))
+            return "type", (f"the answer is {type_phrase(got)}, expected (metric, mechanism) or "
+                            "(metric, mechanism, note)" + (_MISSING_RETURN if got is None else ""))
         metric, mechanism = got[0], got[1]
         if not isinstance(expected, Tell):  # another answer (the reference's): the same metric and mechanism
             return None if (metric, mechanism) == tuple(expected[:2]) else (
                 "value", f"the answer is {(metric, mechanism)!r}, expected {tuple(expected[:2])!r}")
         numbers = [n for n, _ in expected.mechanisms]
         if len(got) == 3 and not (got[2] is None or isinstance(got[2], str)):
-            return "type", f"the note is {_a(got[2])}: write it as a string (it is not graded), or leave it out"
+            return "type", (f"the note is {type_phrase(got[2])}: write it as a string (it is not graded), "
+                            "or leave it out")
         if not (metric is None or isinstance(metric, str)):
-            return "type", (f"the metric is {_a(metric)}: write a panel's title as a string, "
+            return "type", (f"the metric is {type_phrase(metric)}: write a panel's title as a string, "
                             "or None when no panel separates the runs")
         if isinstance(metric, str) and metric.strip() not in expected.shown:
             return "unknown-metric", (f"{metric!r} is not a panel of the dashboard: write one of "
                                       f"{', '.join(expected.shown)}, or None when no panel separates the runs")
         if not _is_number(mechanism):
             said = (f"{mechanism!r} is text: give the number of a line of the list ({numbers[0]} to {numbers[-1]})"
-                    if isinstance(mechanism, str) else f"the mechanism is {_a(mechanism)}: give the number of a "
-                                                       f"line of the list ({numbers[0]} to {numbers[-1]})")
+                    if isinstance(mechanism, str) else
+                    f"the mechanism is {type_phrase(mechanism)}: give the number of a "
+                    f"line of the list ({numbers[0]} to {numbers[-1]})")
             return "type", said
         if mechanism not in numbers:
             return "unknown-mechanism", (f"there is no mechanism {mechanism} in the list: pick one of "

@@ -133,7 +133,7 @@ def test_the_course_archive_downloads_and_its_notebook_runs(book_url, chromium_c
         archive.extractall(tmp_path)
     folder = tmp_path / "minirlhf-course"
     for needed in ("README.md", "Makefile", "requirements.txt", "pyproject.toml",
-                   "minirlhf/__init__.py", "minirlhf/course/grader.py"):
+                   "minirlhf/__init__.py", "minirlhf/course/grader/__main__.py"):
         assert f"minirlhf-course/{needed}" in names, f"the archive has no {needed}"
     notebooks = sorted(p.name for p in (folder / "notebooks").glob("*.ipynb"))
     assert notebooks == [Path(c).name + ".ipynb" for c in CHAPTERS], notebooks

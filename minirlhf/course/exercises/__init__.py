@@ -17,7 +17,8 @@ import threading
 from collections.abc import Iterator, Mapping
 
 from .. import answers
-from ..cases import Exercise, Report, run_cases
+from ..cases import Exercise, run_cases
+from ..report import Report
 
 __all__ = ["EXERCISES", "get", "for_chapter", "check", "GRADING_ENV"]
 

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from ..cases import Case, Exercise, ExpectFloat2, Slip, known_slip
+from ..cases import Case, Exercise, Slip, known_slip
+from ..expect import ExpectFloat2
 from ...objectives import kl_penalty
 
 

@@ -4,7 +4,8 @@
 import numpy as np
 import torch
 
-from ..cases import NO_GRADIENT, Case, Exercise, ExpectDict2, ExpectScalarTensor, Slip, known_slip
+from ..cases import NO_GRADIENT, Case, Exercise, Slip, known_slip
+from ..expect import ExpectDict2, ExpectScalarTensor
 from ...objectives import ppo_rlhf_objective
 from ...pg import reinforce_loss
 

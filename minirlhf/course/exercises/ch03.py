@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from ._inputs import batch_size
-from ..cases import Case, Exercise, ExpectScalarTensor, Slip, known_slip
+from ..cases import Case, Exercise, Slip, known_slip
+from ..expect import ExpectScalarTensor
 from ...sft import masked_sft_loss
 
 

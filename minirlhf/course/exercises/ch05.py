@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from ._inputs import as_tensor, batch_size, prefix_mask
-from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor, Slip, known_slip
+from ..cases import Case, Exercise, Slip, known_slip
+from ..expect import ExpectArray, ExpectScalarTensor
 from ...ppo import kl_shaped_advantages, ppo_token_loss
 
 

@@ -3,7 +3,8 @@
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectFloat, Slip, known_slip
+from ..cases import Case, Exercise, Slip, known_slip
+from ..expect import ExpectFloat
 from ...studies.robustness import prompt_share
 
 # ----------------------------------------------------------------------------- 6.1 the share

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from ..cases import Case, Exercise, ExpectArray, ExpectFloat, Slip, known_slip
+from ..cases import Case, Exercise, Slip, known_slip
+from ..expect import ExpectArray, ExpectFloat
 from ...ppo import adaptive_kl_update, gae
 
 # ----------------------------------------------------------------------------- the controller

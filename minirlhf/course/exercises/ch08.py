@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from ._inputs import as_tensor, batch_size, prefix_mask
-from ..cases import Case, Exercise, ExpectArray, ExpectScalarTensor, Raises, Slip, known_slip
+from ..cases import Case, Exercise, Raises, Slip, known_slip
+from ..expect import ExpectArray, ExpectScalarTensor
 from ...ppo import (group_advantages, group_centred_advantages, grpo_token_loss, k3_loss_term, ppo_token_loss,
                     rloo_advantages)
 

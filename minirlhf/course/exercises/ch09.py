@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ._inputs import as_tensor, batch_size
-from ..cases import Case, Exercise, ExpectScalarTensor, Slip, known_slip
+from ..cases import Case, Exercise, Slip, known_slip
+from ..expect import ExpectScalarTensor
 from ...dpo import dpo_loss
 from .ch03 import STAY_IN_LOG_SPACE
 from .ch04 import _softplus

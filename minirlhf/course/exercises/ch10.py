@@ -18,7 +18,9 @@ import textwrap
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, ExpectArray, Slip, _where, run_cases
+from ..cases import Case, Exercise, Slip, run_cases
+from ..expect import ExpectArray
+from ..sandbox import _where
 from ..tells import ExpectTell, Tell
 from ...model import completion_mask
 from ...ppo import k3_loss_term, logprobs_from_logits
