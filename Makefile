@@ -10,12 +10,13 @@ JB := $(VENV)/bin/jupyter-book
 export OMP_NUM_THREADS := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv trl-extra book test unit nbval-solutions nbval-notebooks book-strict browser lab notebooks bench check trl clean
+.PHONY: help venv trl-extra book test lint format unit nbval-solutions nbval-notebooks book-strict browser lab notebooks bench check trl clean
 
 help:
 	@echo "make book       install into .venv if needed, execute the chapters, render _build/html"
-	@echo "make test       unit tests, nbval on solutions/ and notebooks/, the strict book build,"
+	@echo "make test       lint, unit tests, nbval on solutions/ and notebooks/, the strict book build,"
 	@echo "                the browser test"
+	@echo "make lint       ruff on the package and the tests (make format fixes what it can)"
 	@echo "make browser    every page of the built book in headless Chromium; screenshots in"
 	@echo "                _build/screenshots/"
 	@echo "make lab        JupyterLab on notebooks/"
@@ -83,7 +84,17 @@ LEARNER_NOTEBOOKS = $(filter-out $(wildcard notebooks/*.graded*.ipynb notebooks/
 nbval-notebooks: $(STAMP)
 	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval-lax --nbval-current-env -p no:cacheprovider $(LEARNER_NOTEBOOKS)
 
-test: unit nbval-solutions nbval-notebooks book-strict browser
+test: lint unit nbval-solutions nbval-notebooks book-strict browser
+
+# ruff, configured in pyproject.toml: the package and the tests linted and formatted (the chapters
+# keep their 77-column layout, which the tests check). `make format` rewrites what lint refuses.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check minirlhf tests
+	$(VENV)/bin/ruff format --check minirlhf tests
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix minirlhf tests
+	$(VENV)/bin/ruff format minirlhf tests
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

@@ -17,8 +17,18 @@ from .dpo import DPOConfig
 from .palette import BLACK, BLUE, DARK_YELLOW, GRAY, GREEN, ORANGE, PALETTE, PINK, SKY, YELLOW
 from .ppo import PPOConfig
 
-__all__ = ["Arm", "REWARDS", "TRAINERS", "LINESTYLES", "REGISTRY", "ARMS", "DEFAULT_ARMS", "DEFAULT_BETA",
-           "LABELS", "GRPO_SETTINGS"]
+__all__ = [
+    "Arm",
+    "REWARDS",
+    "TRAINERS",
+    "LINESTYLES",
+    "REGISTRY",
+    "ARMS",
+    "DEFAULT_ARMS",
+    "DEFAULT_BETA",
+    "LABELS",
+    "GRPO_SETTINGS",
+]
 
 REWARDS = {
     "rm": "the reward model's score",
@@ -57,8 +67,10 @@ class Arm:
         if self.reward not in REWARDS:
             raise ValueError(f"{where}: reward must be one of {tuple(REWARDS)}, got {self.reward!r}")
         if (self.reward == "pairs") != (self.trainer == "dpo"):
-            raise ValueError(f"{where}: DPO, and only DPO, learns from the pairs (reward 'pairs'); "
-                             f"got reward {self.reward!r} with trainer {self.trainer!r}")
+            raise ValueError(
+                f"{where}: DPO, and only DPO, learns from the pairs (reward 'pairs'); "
+                f"got reward {self.reward!r} with trainer {self.trainer!r}"
+            )
         if not (isinstance(self.beta, (int, float)) and math.isfinite(self.beta) and self.beta >= 0):
             raise ValueError(f"{where}: beta must be a finite number >= 0, got {self.beta!r}")
         for text in ("label", "help"):
@@ -126,34 +138,86 @@ GRPO_SETTINGS = {"group_size": 8, "advantages": "group", "kl_placement": "loss"}
 # --beta-dpo 0.1 (or betas=) to run it.
 REGISTRY = _registry(
     # chapter 5
-    Arm("rm", "rm", 0.5, "reward-model arm", "chapter 5: the reward model's score, leash in the reward",
-        color=ORANGE),
-    Arm("verifier", "verifier", 0.08, "verifier arm", "chapter 5: the verifier (1 if right), leash in the reward",
-        color=BLUE),
+    Arm("rm", "rm", 0.5, "reward-model arm", "chapter 5: the reward model's score, leash in the reward", color=ORANGE),
+    Arm(
+        "verifier",
+        "verifier",
+        0.08,
+        "verifier arm",
+        "chapter 5: the verifier (1 if right), leash in the reward",
+        color=BLUE,
+    ),
     # chapter 8: GRPO, and its variants of the group baseline at grpo-verifier's beta: without
     # the division by the group's std (Liu et al. 2025), and the leave-one-out baseline of RLOO
-    Arm("grpo-verifier", "verifier", 0.12, "GRPO verifier arm",
-        "GRPO: the verifier, 8 prompts x 8 completions, k3 loss term", GRPO_SETTINGS, color=GREEN),
-    Arm("grpo-rm", "rm", 1.5, "GRPO reward-model arm", "GRPO: the reward model's score, 8 x 8, k3 loss term",
-        GRPO_SETTINGS, color=PINK),
-    Arm("centred-verifier", "verifier", 0.12, "group-centred verifier arm",
-        "GRPO without the std: r minus the group's mean", {**GRPO_SETTINGS, "advantages": "group-centred"},
-        color=YELLOW),
-    Arm("rloo-verifier", "verifier", 0.12, "RLOO verifier arm",
-        "GRPO with RLOO's baseline: r minus the others' mean", {**GRPO_SETTINGS, "advantages": "rloo"},
-        color=SKY),
+    Arm(
+        "grpo-verifier",
+        "verifier",
+        0.12,
+        "GRPO verifier arm",
+        "GRPO: the verifier, 8 prompts x 8 completions, k3 loss term",
+        GRPO_SETTINGS,
+        color=GREEN,
+    ),
+    Arm(
+        "grpo-rm",
+        "rm",
+        1.5,
+        "GRPO reward-model arm",
+        "GRPO: the reward model's score, 8 x 8, k3 loss term",
+        GRPO_SETTINGS,
+        color=PINK,
+    ),
+    Arm(
+        "centred-verifier",
+        "verifier",
+        0.12,
+        "group-centred verifier arm",
+        "GRPO without the std: r minus the group's mean",
+        {**GRPO_SETTINGS, "advantages": "group-centred"},
+        color=YELLOW,
+    ),
+    Arm(
+        "rloo-verifier",
+        "verifier",
+        0.12,
+        "RLOO verifier arm",
+        "GRPO with RLOO's baseline: r minus the others' mean",
+        {**GRPO_SETTINGS, "advantages": "rloo"},
+        color=SKY,
+    ),
     # chapter 9: DPO; DPO on pairs of which half have a near-miss as the rejected answer
     # (chapter 4's near-miss retrain applied to DPO's data); and the control with no
     # preference at all, SFT on the pairs' chosen answers (TRL's DPO loss_type "sft") with
     # DPO's batches, optimizer and steps, whose beta only scales the logged implicit rewards
-    Arm("dpo", "pairs", 1.25, "DPO arm", "DPO on chapter 4's pairs: no reward model, no sampling",
-        trainer="dpo", color=DARK_YELLOW),
-    Arm("dpo-near-miss", "pairs", 1.25, "DPO arm, near-miss pairs",
-        "DPO on pairs with a near-miss as half the rejected answers", {"near_miss_share": 0.5},
-        trainer="dpo", color=BLACK),
-    Arm("sft-chosen", "pairs", 1.25, "SFT on the chosen answers",
-        "control: SFT on the pairs' chosen answers, no preference", {"loss_type": "sft"},
-        trainer="dpo", color=GRAY),
+    Arm(
+        "dpo",
+        "pairs",
+        1.25,
+        "DPO arm",
+        "DPO on chapter 4's pairs: no reward model, no sampling",
+        trainer="dpo",
+        color=DARK_YELLOW,
+    ),
+    Arm(
+        "dpo-near-miss",
+        "pairs",
+        1.25,
+        "DPO arm, near-miss pairs",
+        "DPO on pairs with a near-miss as half the rejected answers",
+        {"near_miss_share": 0.5},
+        trainer="dpo",
+        color=BLACK,
+    ),
+    Arm(
+        "sft-chosen",
+        "pairs",
+        1.25,
+        "SFT on the chosen answers",
+        "control: SFT on the pairs' chosen answers, no preference",
+        {"loss_type": "sft"},
+        trainer="dpo",
+        color=GRAY,
+    ),
 )
 ARMS = tuple(REGISTRY)
 DEFAULT_ARMS = ("rm", "verifier")  # chapter 5's experiment, the command's default

@@ -16,8 +16,20 @@ import signal
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["Parser", "whole_number", "finite_number", "seconds", "folder", "duration", "STOP_SIGNALS",
-           "Stopped", "stops_as_interrupt", "signals_ignored", "stop_name", "stop_status"]
+__all__ = [
+    "Parser",
+    "whole_number",
+    "finite_number",
+    "seconds",
+    "folder",
+    "duration",
+    "STOP_SIGNALS",
+    "Stopped",
+    "stops_as_interrupt",
+    "signals_ignored",
+    "stop_name",
+    "stop_status",
+]
 
 
 class Parser(argparse.ArgumentParser):
@@ -32,21 +44,24 @@ class Parser(argparse.ArgumentParser):
 def whole_number(low: int = 1, high: int | None = None, why: str = ""):
     """Return a parser of a whole number from ``low`` to ``high`` (None: no upper limit); a
     number above ``high`` is refused with ``why`` in brackets."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {low}, got {value}")
         if high is not None and value > high:
             raise argparse.ArgumentTypeError(f"must be at most {high}, got {value}" + (f" ({why})" if why else ""))
         return value
+
     return parse
 
 
 def finite_number(low: float = 0.0, above: bool = False):
     """Return a parser of a finite number ``>= low`` (``> low`` with ``above``)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -55,27 +70,33 @@ def finite_number(low: float = 0.0, above: bool = False):
         if not (math.isfinite(value) and (value > low if above else value >= low)):
             raise argparse.ArgumentTypeError(f"must be a finite number {'>' if above else '>='} {low:g}, got {text}")
         return value
+
     return parse
 
 
 def seconds(most: float):
     """Return a parser of a number of seconds, more than 0 and at most ``most``."""
-    positive = finite_number(0.0, above=True)
 
     def parse(text: str) -> float:
-        value = positive(text)
-        if value > most:
-            raise argparse.ArgumentTypeError(f"must be at most {most:g} seconds, got {text}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        if not (math.isfinite(value) and 0 < value <= most):
+            raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {most:g}, got {text}")
         return value
+
     return parse
 
 
 def folder(example: str):
     """Return a parser of a folder's path that refuses an empty one, naming ``example``."""
+
     def parse(text: str) -> Path:
         if not text.strip():
             raise argparse.ArgumentTypeError(f"is empty: name a folder, e.g. {example}")
         return Path(text)
+
     return parse
 
 

@@ -47,8 +47,17 @@ from .progress import progress_bar
 from .reward_model import HELDOUT_SEED, RMConfig, margins_report, preference_batch
 
 __all__ = [
-    "DPOConfig", "dpo_loss", "implicit_rewards", "sequence_logps", "preference_pairs", "implicit_reward_margins",
-    "implicit_reward_report", "train_dpo", "DPO_METRICS", "HELDOUT_LOGPS", "heldout_answers",
+    "DPOConfig",
+    "dpo_loss",
+    "implicit_rewards",
+    "sequence_logps",
+    "preference_pairs",
+    "implicit_reward_margins",
+    "implicit_reward_report",
+    "train_dpo",
+    "DPO_METRICS",
+    "HELDOUT_LOGPS",
+    "heldout_answers",
 ]
 
 
@@ -107,8 +116,9 @@ class DPOConfig:
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if self.n_pairs is not None and not (isinstance(self.n_pairs, int) and self.n_pairs >= self.batch_size):
-            raise ValueError(f"n_pairs must be None or a whole number >= batch_size ({self.batch_size}), "
-                             f"got {self.n_pairs!r}")
+            raise ValueError(
+                f"n_pairs must be None or a whole number >= batch_size ({self.batch_size}), got {self.n_pairs!r}"
+            )
         if not self.beta > 0:
             raise ValueError(f"beta must be > 0, got {self.beta}")
         if not self.lr > 0:
@@ -133,8 +143,13 @@ DPO_METRICS = {
 }
 
 
-def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
-             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor, beta: float) -> torch.Tensor:
+def dpo_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
     """Return DPO's loss, a 0-d tensor to minimise: the mean over pairs of
     ``-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))``.
 
@@ -143,15 +158,21 @@ def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Ten
 
     Defined in chapter 9.
     """
-    named = {"policy_chosen_logps": policy_chosen_logps, "policy_rejected_logps": policy_rejected_logps,
-             "ref_chosen_logps": ref_chosen_logps, "ref_rejected_logps": ref_rejected_logps}
+    named = {
+        "policy_chosen_logps": policy_chosen_logps,
+        "policy_rejected_logps": policy_rejected_logps,
+        "ref_chosen_logps": ref_chosen_logps,
+        "ref_rejected_logps": ref_rejected_logps,
+    }
     for name, x in named.items():
         if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.numel() < 1:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"{name} must be a non-empty 1-D tensor (B,) of sequence log-probs, got {shape}")
         if x.shape != policy_chosen_logps.shape:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}, policy_chosen_logps "
-                             f"{tuple(policy_chosen_logps.shape)}: one number per pair in each")
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)}, policy_chosen_logps "
+                f"{tuple(policy_chosen_logps.shape)}: one number per pair in each"
+            )
     if not (isinstance(beta, (int, float)) and beta > 0):
         raise ValueError(f"beta must be a number > 0, got {beta!r}")
     chosen_logratios = policy_chosen_logps - ref_chosen_logps  # (B,)
@@ -207,8 +228,14 @@ def preference_pairs(near_miss_share: float = 0.0, rm_config: RMConfig | None = 
 
 
 @torch.no_grad()
-def implicit_reward_margins(policy: TinyGPT, reference: TinyGPT, beta: float, kind: str,
-                            pairs: torch.Tensor | None = None, seed: int = HELDOUT_SEED) -> torch.Tensor:
+def implicit_reward_margins(
+    policy: TinyGPT,
+    reference: TinyGPT,
+    beta: float,
+    kind: str,
+    pairs: torch.Tensor | None = None,
+    seed: int = HELDOUT_SEED,
+) -> torch.Tensor:
     """Return the implicit reward's margin r(correct) - r(wrong answer of ``kind``) for each
     held-out pair (N,), with ``r = beta * (log pi - log ref)``: the same pairs as chapter 4's
     :func:`~minirlhf.reward_model.pair_margins` (default: the 400 eval prompts, ``seed`` 7).
@@ -231,8 +258,7 @@ def implicit_reward_report(policy: TinyGPT, reference: TinyGPT, beta: float) -> 
 
     Defined in chapter 9.
     """
-    return margins_report({kind: implicit_reward_margins(policy, reference, beta, kind)
-                           for kind in task.WRONG_KINDS})
+    return margins_report({kind: implicit_reward_margins(policy, reference, beta, kind) for kind in task.WRONG_KINDS})
 
 
 # What the evaluations log besides :func:`minirlhf.ppo.evaluate`'s measures: the policy's mean
@@ -252,8 +278,11 @@ def heldout_answers(seed: int = HELDOUT_SEED) -> tuple[torch.Tensor, dict]:
     pairs = task.eval_pairs()
     prompts, right, random_wrong = preference_batch(pairs, make_generator(seed), "random")
     near = preference_batch(pairs, make_generator(seed), "near_miss")[2]
-    return prompts, {"heldout/logps_correct": right, "heldout/logps_random": random_wrong,
-                     "heldout/logps_near_miss": near}
+    return prompts, {
+        "heldout/logps_correct": right,
+        "heldout/logps_random": random_wrong,
+        "heldout/logps_near_miss": near,
+    }
 
 
 def _record_eval(log: dict, step: int, ev: dict, policy: TinyGPT, heldout) -> None:
@@ -291,17 +320,28 @@ def _reference_logps(reference: TinyGPT, prompts, chosen, rejected, pairs_key) -
     key = (_weights_digest(reference), pairs_key, len(prompts))
     if key not in _REFERENCE_LOGPS:
         n = len(prompts)
-        found = tuple(torch.cat([sequence_logps(reference, prompts[i:i + 1024], answers[i:i + 1024])
-                                 for i in range(0, n, 1024)]) for answers in (chosen, rejected))
+        found = tuple(
+            torch.cat(
+                [sequence_logps(reference, prompts[i : i + 1024], answers[i : i + 1024]) for i in range(0, n, 1024)]
+            )
+            for answers in (chosen, rejected)
+        )
         while len(_REFERENCE_LOGPS) >= _REFERENCE_LOGPS_KEPT:
             _REFERENCE_LOGPS.pop(next(iter(_REFERENCE_LOGPS)))
         _REFERENCE_LOGPS[key] = found
     return _REFERENCE_LOGPS[key]
 
 
-def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = None,
-              rm: TinyGPT | None = None, evalset: EvalSet | None = None, progress: bool = True,
-              loss_fn: Callable | None = None, desc: str = "DPO") -> tuple[TinyGPT, dict]:
+def train_dpo(
+    policy: TinyGPT,
+    reference: TinyGPT,
+    config: DPOConfig | None = None,
+    rm: TinyGPT | None = None,
+    evalset: EvalSet | None = None,
+    progress: bool = True,
+    loss_fn: Callable | None = None,
+    desc: str = "DPO",
+) -> tuple[TinyGPT, dict]:
     """Return (trained copy of ``policy``, log); the inputs are not changed.
 
     ``reference`` is frozen (read without gradients; its log-probs of every pair are computed
@@ -328,8 +368,9 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
     policy = copy.deepcopy(policy).train().requires_grad_(True)
     reference.eval()
     prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)  # (N, 6), (N, 4) x 2
-    ref_chosen, ref_rejected = _reference_logps(reference, prompts, chosen, rejected,
-                                                (cfg.near_miss_share, repr(cfg.rm_config)))  # (N,) each
+    ref_chosen, ref_rejected = _reference_logps(
+        reference, prompts, chosen, rejected, (cfg.near_miss_share, repr(cfg.rm_config))
+    )  # (N,) each
     if cfg.n_pairs is not None:
         if cfg.n_pairs > len(prompts):
             raise ValueError(f"n_pairs must be at most the {len(prompts)} pairs there are, got {cfg.n_pairs}")
@@ -357,7 +398,7 @@ def train_dpo(policy: TinyGPT, reference: TinyGPT, config: DPOConfig | None = No
         # 1. the next batch of pairs; a new shuffled pass when the last one is used up
         if len(order) < cfg.batch_size:
             order = torch.cat([order, torch.randperm(n, generator=g)])
-        idx, order = order[:cfg.batch_size], order[cfg.batch_size:]
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
         # 2. the policy's sequence log-probs of both sides, in one pass
         both = sequence_logps(policy, prompts[idx].repeat(2, 1), torch.cat([chosen[idx], rejected[idx]]))
         pi_chosen, pi_rejected = both.chunk(2)  # (B,) each

@@ -27,31 +27,48 @@ import numpy as np
 import torch
 
 from . import parallel, paths, task
-from .model import make_generator, reward_scores
-from .dpo import DPO_METRICS, HELDOUT_LOGPS, DPOConfig, train_dpo
 from .arms import ARMS, DEFAULT_ARMS, DEFAULT_BETA, GRPO_SETTINGS, LABELS, REGISTRY, Arm
+from .dpo import DPO_METRICS, HELDOUT_LOGPS, DPOConfig, train_dpo
+from .model import make_generator, reward_scores
+from .plots import FIGURES, plot_curves
 from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
 from .reward_model import HELDOUT_SEED
-from .plots import FIGURES, plot_curves
 from .stats import mean_ci95, pm
 from .store import load_rm, load_sft
 
 # The arms' names, betas and labels are re-exported from minirlhf.arms, where they are defined.
 __all__ = [
-    "Arm", "REGISTRY", "ARMS", "DEFAULT_ARMS", "GRPO_SETTINGS", "DEFAULT_BETA", "LABELS", "ORIGINAL", "mean_ci95",
-    "arm_config", "run_arm", "run_arms", "run_experiment", "summarize", "format_table", "plot_curves", "write_outputs",
+    "Arm",
+    "REGISTRY",
+    "ARMS",
+    "DEFAULT_ARMS",
+    "GRPO_SETTINGS",
+    "DEFAULT_BETA",
+    "LABELS",
+    "ORIGINAL",
+    "mean_ci95",
+    "arm_config",
+    "run_arm",
+    "run_arms",
+    "run_experiment",
+    "summarize",
+    "format_table",
+    "plot_curves",
+    "write_outputs",
 ]
-
 
 
 # The original run: the numbers of the project this book rebuilds (one seed, its own
 # partial-SFT policy and reward model), printed beside ours. Called "original", never
 # "reference", which in this book is the frozen policy the KL is measured to.
 ORIGINAL = {
-    "sft_accuracy": 0.360, "rm_pair_accuracy": 0.884, "rm_near_miss_accuracy": 0.527,
+    "sft_accuracy": 0.360,
+    "rm_pair_accuracy": 0.884,
+    "rm_near_miss_accuracy": 0.527,
     "rm": {"start": 0.360, "end": 0.298, "rm_score": 2.2, "kl": "0.02-0.04"},
     "verifier": {"start": 0.360, "end": 0.583, "rm_score": 2.2, "kl": "about 0.1"},
 }
+
 
 def _check_arm(arm: str) -> "Arm":
     if arm not in REGISTRY:
@@ -75,8 +92,18 @@ def arm_config(arm: str, config, seed: int | None = None):
     return replace(config, **spec.settings, **extra)
 
 
-def run_arm(arm: str, policy, rm, seed: int, beta: float | None, config: PPOConfig, evalset=None,
-            loss_fn=None, progress: bool = True, advantage_fn=None):
+def run_arm(
+    arm: str,
+    policy,
+    rm,
+    seed: int,
+    beta: float | None,
+    config: PPOConfig,
+    evalset=None,
+    loss_fn=None,
+    progress: bool = True,
+    advantage_fn=None,
+):
     """Return (trained policy, log) of one run of ``arm``, any name of :data:`REGISTRY`.
 
     ``policy`` is both the start and the frozen reference; ``config.seed`` is replaced by
@@ -94,23 +121,51 @@ def run_arm(arm: str, policy, rm, seed: int, beta: float | None, config: PPOConf
         if advantage_fn is not None:
             raise ValueError(f"the arm {arm} is trained by DPO, which has no advantages: advantage_fn must be None")
         cfg = replace(arm_config(arm, config, seed), beta=beta)
-        return train_dpo(policy, policy, cfg, rm=rm, evalset=evalset, progress=progress, loss_fn=loss_fn,
-                         desc=f"{arm} arm, seed {seed}")
+        return train_dpo(
+            policy,
+            policy,
+            cfg,
+            rm=rm,
+            evalset=evalset,
+            progress=progress,
+            loss_fn=loss_fn,
+            desc=f"{arm} arm, seed {seed}",
+        )
     reward_fn = rm_reward(rm) if spec.reward == "rm" else verifier_reward
-    return ppo_train(policy, policy, reward_fn, beta, arm_config(arm, config, seed), rm=rm,
-                     loss_fn=loss_fn, advantage_fn=advantage_fn, evalset=evalset, progress=progress,
-                     desc=f"{arm} arm, seed {seed}")
+    return ppo_train(
+        policy,
+        policy,
+        reward_fn,
+        beta,
+        arm_config(arm, config, seed),
+        rm=rm,
+        loss_fn=loss_fn,
+        advantage_fn=advantage_fn,
+        evalset=evalset,
+        progress=progress,
+        desc=f"{arm} arm, seed {seed}",
+    )
 
 
 def _log_of(job, policy, rm, config, evalset, progress, loss_fn, advantage_fn) -> dict:
     # One run of run_arms, in this process or a worker.
     arm, seed, beta = job
-    return run_arm(arm, policy, rm, seed, beta, config, evalset, loss_fn=loss_fn, progress=progress,
-                   advantage_fn=advantage_fn)[1]
+    return run_arm(
+        arm, policy, rm, seed, beta, config, evalset, loss_fn=loss_fn, progress=progress, advantage_fn=advantage_fn
+    )[1]
 
 
-def run_arms(jobs, policy, rm, config, evalset=None, progress: bool = True, workers: int | None = None,
-             loss_fn=None, advantage_fn=None) -> list[dict]:
+def run_arms(
+    jobs,
+    policy,
+    rm,
+    config,
+    evalset=None,
+    progress: bool = True,
+    workers: int | None = None,
+    loss_fn=None,
+    advantage_fn=None,
+) -> list[dict]:
     """Return the log of :func:`run_arm` for each ``(arm, seed, beta)`` of ``jobs`` (beta None:
     the arm's default), every run from ``policy`` with ``config`` and the same ``rm``,
     ``evalset``, ``loss_fn`` and ``advantage_fn``; the runs made by ``workers`` worker
@@ -119,11 +174,23 @@ def run_arms(jobs, policy, rm, config, evalset=None, progress: bool = True, work
 
     Defined in chapter 5.
     """
-    return parallel.map_runs(partial(_log_of, policy=policy, rm=rm, config=config, evalset=evalset,
-                                     progress=progress, loss_fn=loss_fn, advantage_fn=advantage_fn),
-                             jobs, workers, progress=progress, desc="runs",
-                             label=lambda job: f"{job[0]} arm, seed {job[1]}"
-                                               + ("" if job[2] is None else f", beta {job[2]:g}"))
+    return parallel.map_runs(
+        partial(
+            _log_of,
+            policy=policy,
+            rm=rm,
+            config=config,
+            evalset=evalset,
+            progress=progress,
+            loss_fn=loss_fn,
+            advantage_fn=advantage_fn,
+        ),
+        jobs,
+        workers,
+        progress=progress,
+        desc="runs",
+        label=lambda job: f"{job[0]} arm, seed {job[1]}" + ("" if job[2] is None else f", beta {job[2]:g}"),
+    )
 
 
 def _check_arms(arms) -> tuple[str, ...]:
@@ -141,9 +208,23 @@ def _check_arms(arms) -> tuple[str, ...]:
 # that sample groups (ppo.GROUP_METRICS); for DPO arms the step of each evaluation ("steps"),
 # the per-step metrics of dpo.DPO_METRICS, the held-out log-probs of dpo.HELDOUT_LOGPS per
 # evaluation and the held-out report "implicit_reward".
-LOGGED = ("accuracy", "rm_score", "kl", "kinds", "objective/scores", "objective/kl",
-          "objective/entropy", "policy/clipfrac_avg", "policy/approxkl_avg", "val/completion_length",
-          "frac_reward_zero_std", "steps", *DPO_METRICS, *HELDOUT_LOGPS, "implicit_reward")
+LOGGED = (
+    "accuracy",
+    "rm_score",
+    "kl",
+    "kinds",
+    "objective/scores",
+    "objective/kl",
+    "objective/entropy",
+    "policy/clipfrac_avg",
+    "policy/approxkl_avg",
+    "val/completion_length",
+    "frac_reward_zero_std",
+    "steps",
+    *DPO_METRICS,
+    *HELDOUT_LOGPS,
+    "implicit_reward",
+)
 
 
 def _run_one(job, policy, rm, beta, cfg, dpo_cfg, evalset, progress):
@@ -155,11 +236,19 @@ def _run_one(job, policy, rm, beta, cfg, dpo_cfg, evalset, progress):
     return {key: log[key] for key in LOGGED if key in log}, time.perf_counter() - began
 
 
-def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA["rm"],
-                   beta_verifier: float = DEFAULT_BETA["verifier"], config: PPOConfig | None = None,
-                   progress: bool = True, arms=DEFAULT_ARMS, betas: dict | None = None,
-                   dpo_config: DPOConfig | None = None, workers: int | None = None,
-                   keep_on_interrupt: bool = False) -> dict:
+def run_experiment(
+    seeds=5,
+    iterations: int = 25,
+    beta_rm: float = DEFAULT_BETA["rm"],
+    beta_verifier: float = DEFAULT_BETA["verifier"],
+    config: PPOConfig | None = None,
+    progress: bool = True,
+    arms=DEFAULT_ARMS,
+    betas: dict | None = None,
+    dpo_config: DPOConfig | None = None,
+    workers: int | None = None,
+    keep_on_interrupt: bool = False,
+) -> dict:
     """Return the experiment's results: every arm and seed's per-iteration log, and the settings.
 
     ``seeds`` is a count (seeds 0..n-1) or a list of seeds. ``arms`` names arms of
@@ -212,10 +301,17 @@ def run_experiment(seeds=5, iterations: int = 25, beta_rm: float = DEFAULT_BETA[
         done[jobs[i]] = result
 
     try:
-        parallel.map_runs(partial(_run_one, policy=policy, rm=rm, beta=beta, cfg=cfg, dpo_cfg=dpo_cfg,
-                                  evalset=evalset, progress=progress),
-                          jobs, workers, progress=progress, desc="experiment runs",
-                          label=lambda job: f"{job[1]} arm, seed {job[0]}", on_result=keep)
+        parallel.map_runs(
+            partial(
+                _run_one, policy=policy, rm=rm, beta=beta, cfg=cfg, dpo_cfg=dpo_cfg, evalset=evalset, progress=progress
+            ),
+            jobs,
+            workers,
+            progress=progress,
+            desc="experiment runs",
+            label=lambda job: f"{job[1]} arm, seed {job[0]}",
+            on_result=keep,
+        )
     except KeyboardInterrupt:
         seeds = [seed for seed in seeds if all((seed, arm) in done for arm in arms)]
         if not (keep_on_interrupt and seeds):
@@ -265,20 +361,26 @@ def summarize(results: dict) -> dict:
     for arm, runs in results["arms"].items():
         logs = list(runs.values())
         row = {}
-        for key, idx, name in (("accuracy", 0, "start"), ("accuracy", -1, "end"),
-                               ("rm_score", 0, "rm_score_start"), ("rm_score", -1, "rm_score_end"),
-                               ("kl", -1, "kl_end")):
+        for key, idx, name in (
+            ("accuracy", 0, "start"),
+            ("accuracy", -1, "end"),
+            ("rm_score", 0, "rm_score_start"),
+            ("rm_score", -1, "rm_score_end"),
+            ("kl", -1, "kl_end"),
+        ):
             row[name], row[name + "_ci"] = mean_ci95([log[key][idx] for log in logs])
         gains = [log["accuracy"][-1] - log["accuracy"][0] for log in logs]
         row["gain"], row["gain_ci"] = mean_ci95(gains)
         row["kl_mean"], row["kl_mean_ci"] = mean_ci95([float(np.mean(log["kl"][1:])) for log in logs])
         if all("frac_reward_zero_std" in log for log in logs):
             row["zero_std_mean"], row["zero_std_mean_ci"] = mean_ci95(
-                [float(np.mean(log["frac_reward_zero_std"])) for log in logs])
+                [float(np.mean(log["frac_reward_zero_std"])) for log in logs]
+            )
         if all("implicit_reward" in log for log in logs):
             for key in ("pair_accuracy", "near_miss_accuracy"):
                 row[f"implicit_{key}"], row[f"implicit_{key}_ci"] = mean_ci95(
-                    [log["implicit_reward"][key] for log in logs])
+                    [log["implicit_reward"][key] for log in logs]
+                )
         row["n_seeds"] = len(logs)
         out[arm] = row
     return out
@@ -305,18 +407,24 @@ def format_table(results: dict) -> str:
             f"{pm(r['kl_end'], r['kl_end_ci']):>16}"
         )
     n = s[arms[0]]["n_seeds"]
-    lines.append(f"(mean ± 95% interval over {n} seed{'s' if n > 1 else ''}; original run: one seed, "
-                 f"start {ORIGINAL['rm']['start']:.3f})")
+    lines.append(
+        f"(mean ± 95% interval over {n} seed{'s' if n > 1 else ''}; original run: one seed, "
+        f"start {ORIGINAL['rm']['start']:.3f})"
+    )
     for arm in arms:
         if "zero_std_mean" in s[arm]:
-            lines.append(f"{arm}: share of groups with equal rewards (advantage 0), mean over the "
-                         f"iterations: {pm(s[arm]['zero_std_mean'], s[arm]['zero_std_mean_ci'])}")
+            lines.append(
+                f"{arm}: share of groups with equal rewards (advantage 0), mean over the "
+                f"iterations: {pm(s[arm]['zero_std_mean'], s[arm]['zero_std_mean_ci'])}"
+            )
         if "implicit_pair_accuracy" in s[arm]:
-            lines.append(f"{arm}: implicit reward on the held-out pairs, pair accuracy "
-                         f"{pm(s[arm]['implicit_pair_accuracy'], s[arm]['implicit_pair_accuracy_ci'])}, "
-                         f"near-miss accuracy "
-                         f"{pm(s[arm]['implicit_near_miss_accuracy'], s[arm]['implicit_near_miss_accuracy_ci'])} "
-                         f"(the RM's: {results['rm_pair_accuracy']:.3f}, {results['rm_near_miss_accuracy']:.3f})")
+            lines.append(
+                f"{arm}: implicit reward on the held-out pairs, pair accuracy "
+                f"{pm(s[arm]['implicit_pair_accuracy'], s[arm]['implicit_pair_accuracy_ci'])}, "
+                f"near-miss accuracy "
+                f"{pm(s[arm]['implicit_near_miss_accuracy'], s[arm]['implicit_near_miss_accuracy_ci'])} "
+                f"(the RM's: {results['rm_pair_accuracy']:.3f}, {results['rm_near_miss_accuracy']:.3f})"
+            )
     return "\n".join(lines)
 
 

@@ -54,8 +54,17 @@ from . import task
 from .model import DTYPES, GPTConfig, TinyGPT, completion_mask, dtype_of
 
 __all__ = [
-    "PAD_TOKEN", "PAD_ID", "gpt2_config", "tokenizer", "policy_to_hf", "rm_to_hf", "hf_to_policy",
-    "hf_to_rm", "rm_inputs", "hf_reward_scores", "hf_completion_logits",
+    "PAD_TOKEN",
+    "PAD_ID",
+    "gpt2_config",
+    "tokenizer",
+    "policy_to_hf",
+    "rm_to_hf",
+    "hf_to_policy",
+    "hf_to_rm",
+    "rm_inputs",
+    "hf_reward_scores",
+    "hf_completion_logits",
 ]
 
 PAD_TOKEN = "<pad>"
@@ -81,10 +90,20 @@ def gpt2_config(cfg: GPTConfig | None = None, reward_model: bool = False):
     cfg = cfg or GPTConfig()
     config = _transformers().GPT2Config(
         vocab_size=cfg.vocab_size + (1 if reward_model else 0),
-        n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head,
-        n_inner=4 * cfg.n_embd, activation_function="gelu", layer_norm_epsilon=1e-5,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False,
-        bos_token_id=None, eos_token_id=None, pad_token_id=PAD_ID if reward_model else None,
+        n_positions=cfg.block_size,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_inner=4 * cfg.n_embd,
+        activation_function="gelu",
+        layer_norm_epsilon=1e-5,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=PAD_ID if reward_model else None,
         dtype=cfg.dtype,
     )
     if reward_model:
@@ -109,7 +128,10 @@ def tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = _transformers().PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=PAD_TOKEN, eos_token=PAD_TOKEN, padding_side="left",
+        tokenizer_object=tok,
+        pad_token=PAD_TOKEN,
+        eos_token=PAD_TOKEN,
+        padding_side="left",
         model_max_length=task.CONTEXT_LEN,
     )
     return fast
@@ -192,8 +214,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _ours_config(model) -> GPTConfig:
     # The dtype is the weights' own (a model cast after loading keeps a stale config.dtype).
     config = model.config
-    return GPTConfig(vocab_size=len(task.VOCAB), block_size=config.n_positions, n_layer=config.n_layer,
-                     n_head=config.n_head, n_embd=config.n_embd, dtype=_dtype_name(model.dtype))
+    return GPTConfig(
+        vocab_size=len(task.VOCAB),
+        block_size=config.n_positions,
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        n_embd=config.n_embd,
+        dtype=_dtype_name(model.dtype),
+    )
 
 
 def _new_hf(cls, cfg: GPTConfig, reward_model: bool):
@@ -229,8 +257,9 @@ def rm_to_hf(rm: TinyGPT):
 
 def _check_gpt2(model, name: str, attr: str):
     if not hasattr(model, "transformer") or not hasattr(model, attr):
-        raise TypeError(f"{name} must be a GPT-2 model with a {attr!r} head (as made by this module), "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"{name} must be a GPT-2 model with a {attr!r} head (as made by this module), got {type(model).__name__}"
+        )
 
 
 def hf_to_policy(model) -> TinyGPT:
@@ -271,4 +300,4 @@ def hf_reward_scores(model, prompts: torch.Tensor, completions: torch.Tensor) ->
 def hf_completion_logits(model, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
     """Return the converted policy's logits (B, 4, 13) that predicted each completion token."""
     x = torch.cat([prompts, completions], dim=1)[:, :-1]
-    return model(input_ids=x).logits[:, task.PROMPT_LEN - 1:, :]
+    return model(input_ids=x).logits[:, task.PROMPT_LEN - 1 :, :]

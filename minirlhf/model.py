@@ -23,9 +23,21 @@ import torch.nn.functional as F
 from .task import COMPLETION_LEN, CONTEXT_LEN, PROMPT_LEN, SEMI, VOCAB
 
 __all__ = [
-    "GPTConfig", "TinyGPT", "make_generator", "completion_mask", "generate",
-    "completion_logits", "logprobs_from_logits", "dtype_of", "DTYPES", "entropy_from_logits", "completion_logprobs",
-    "reward_scores", "score_positions", "exact_kl", "n_params",
+    "GPTConfig",
+    "TinyGPT",
+    "make_generator",
+    "completion_mask",
+    "generate",
+    "completion_logits",
+    "logprobs_from_logits",
+    "dtype_of",
+    "DTYPES",
+    "entropy_from_logits",
+    "completion_logprobs",
+    "reward_scores",
+    "score_positions",
+    "exact_kl",
+    "n_params",
 ]
 
 

@@ -33,8 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-__all__ = ["OTHER_KERNELS", "DIGITS", "core_metrics", "run_under", "differences", "compare_kernel_sets",
-           "main"]
+__all__ = ["OTHER_KERNELS", "DIGITS", "core_metrics", "run_under", "differences", "compare_kernel_sets", "main"]
 
 # torch's portable kernels and the BLAS's conservative path: another "CPU" on this one.
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
@@ -86,8 +85,10 @@ def run_under(env: dict, dtype: str = "float64", iterations: int = 25, arms=ARMS
     """Return :func:`core_metrics` computed in a new process with ``env`` added to the
     environment (one torch thread)."""
     full = {**os.environ, "OMP_NUM_THREADS": "1", **env}
-    code = ("import json, sys, torch; torch.set_num_threads(1); from minirlhf.numerics import core_metrics; "
-            f"json.dump(core_metrics({dtype!r}, {int(iterations)}, {tuple(arms)!r}), sys.stdout)")
+    code = (
+        "import json, sys, torch; torch.set_num_threads(1); from minirlhf.numerics import core_metrics; "
+        f"json.dump(core_metrics({dtype!r}, {int(iterations)}, {tuple(arms)!r}), sys.stdout)"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the run under {env or 'the default kernels'} failed:\n{done.stderr[-2000:]}")
@@ -103,8 +104,11 @@ def differences(a: dict, b: dict) -> list[tuple[str, float, float]]:
     differs between ``a`` and ``b`` (a metric missing from one side counts, as NaN)."""
     names = sorted(set(a) | set(b))
     nan = float("nan")
-    return [(n, a.get(n, nan), b.get(n, nan)) for n in names
-            if _printed(a.get(n, nan)) != _printed(b.get(n, nan)) or (n in a) != (n in b)]
+    return [
+        (n, a.get(n, nan), b.get(n, nan))
+        for n in names
+        if _printed(a.get(n, nan)) != _printed(b.get(n, nan)) or (n in a) != (n in b)
+    ]
 
 
 def compare_kernel_sets(dtype: str = "float64", iterations: int = 25, arms=ARMS) -> dict:
@@ -116,11 +120,19 @@ def compare_kernel_sets(dtype: str = "float64", iterations: int = 25, arms=ARMS)
         mine, other = pool.map(lambda env: run_under(env, dtype, iterations, arms), ({}, OTHER_KERNELS))
     # The largest difference of the raw values, relative to the size of the value (at least 1,
     # so that a KL of 1e-15 that is 1.06e-15 on the other side does not count as 6%).
-    gaps = [(abs(mine[n] - other[n]) / max(abs(mine[n]), 1.0), n) for n in mine
-            if n in other and not (math.isnan(mine[n]) or math.isnan(other[n]))]
+    gaps = [
+        (abs(mine[n] - other[n]) / max(abs(mine[n]), 1.0), n)
+        for n in mine
+        if n in other and not (math.isnan(mine[n]) or math.isnan(other[n]))
+    ]
     gap, where = max(gaps, default=(0.0, ""))
-    return {"n_metrics": len(mine), "differ": differences(mine, other), "max_diff": gap, "max_diff_at": where,
-            "seconds": time.perf_counter() - start}
+    return {
+        "n_metrics": len(mine),
+        "differ": differences(mine, other),
+        "max_diff": gap,
+        "max_diff_at": where,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def main(argv=None) -> int:
@@ -131,10 +143,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     result = compare_kernel_sets(args.dtype, args.iterations, args.arms)
     differ = result["differ"]
-    print(f"{args.dtype}: {result['n_metrics']} metrics, {len(differ)} differ at {DIGITS} decimals between the "
-          f"default kernels and {' '.join(f'{k}={v}' for k, v in OTHER_KERNELS.items())}; the largest "
-          f"difference, relative to max(1, |value|), {result['max_diff']:.1e} ({result['max_diff_at']}); "
-          f"{result['seconds']:.0f} s")
+    print(
+        f"{args.dtype}: {result['n_metrics']} metrics, {len(differ)} differ at {DIGITS} decimals between the "
+        f"default kernels and {' '.join(f'{k}={v}' for k, v in OTHER_KERNELS.items())}; the largest "
+        f"difference, relative to max(1, |value|), {result['max_diff']:.1e} ({result['max_diff_at']}); "
+        f"{result['seconds']:.0f} s"
+    )
     for name, a, b in differ[:10]:
         print(f"  {name}: {_printed(a)} against {_printed(b)}")
     if len(differ) > 10:

@@ -28,8 +28,9 @@ def _as_number(value, name: str) -> float:
         if getattr(value, "requires_grad", False):
             raise ValueError(f"{name} is a tensor that requires grad: pass a plain number")
         if value.ndim != 0:
-            raise ValueError(f"{name} must be a single number, got a {type(value).__name__} of shape "
-                             f"{tuple(value.shape)}")
+            raise ValueError(
+                f"{name} must be a single number, got a {type(value).__name__} of shape {tuple(value.shape)}"
+            )
         value = value.item()
     if isinstance(value, (complex, np.complexfloating)):
         raise ValueError(f"{name} is a complex number ({value}); it must be real")
@@ -60,8 +61,7 @@ def as_logps(values, name: str) -> np.ndarray:
     if raw.dtype.kind == "O":  # mixed or unusual elements: each must be a real number
         for item in raw.flat:
             if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Real):
-                raise ValueError(f"{name} holds {'None' if item is None else 'a ' + type(item).__name__}, "
-                                 "not a number")
+                raise ValueError(f"{name} holds {'None' if item is None else 'a ' + type(item).__name__}, not a number")
     elif raw.dtype.kind == "c":
         raise ValueError(f"{name} holds complex numbers; log-probabilities are real")
     elif raw.dtype.kind not in "iuf":
@@ -87,9 +87,7 @@ def _check_same_length(**arrays: np.ndarray) -> None:
     first = names[0]
     for name in names[1:]:
         if arrays[name].shape != arrays[first].shape:
-            raise ValueError(
-                f"{name} has {arrays[name].size} values but {first} has {arrays[first].size}"
-            )
+            raise ValueError(f"{name} has {arrays[name].size} values but {first} has {arrays[first].size}")
 
 
 def round2(x) -> float:
@@ -122,8 +120,9 @@ def _scaled_mean_difference(beta: float, a: np.ndarray, b: np.ndarray, what: str
         if not math.isfinite(value):  # the difference overflows, but beta < 1 may bring it back
             value = float(beta * mean_a - beta * mean_b)
     if not math.isfinite(value):
-        raise ValueError(f"beta * mean({what}) {_FLOAT_RANGE}: log-probabilities lie between about -100 and 0, "
-                         "and these do not")
+        raise ValueError(
+            f"beta * mean({what}) {_FLOAT_RANGE}: log-probabilities lie between about -100 and 0, and these do not"
+        )
     return value
 
 
@@ -198,15 +197,18 @@ def _objective_of_extremes(old_logp, new_logp, ref_logp, rewards, epsilon, beta)
         adv = rewards - beta * (new_logp - ref_logp) if beta else rewards.copy()
         bad = np.flatnonzero(~np.isfinite(adv))
         if bad.size:
-            raise ValueError(f"the shaped advantage rewards - beta * (new_logp - ref_logp) at token {bad[0]} "
-                             f"{_FLOAT_RANGE}")
+            raise ValueError(
+                f"the shaped advantage rewards - beta * (new_logp - ref_logp) at token {bad[0]} {_FLOAT_RANGE}"
+            )
         term = np.where(adv > 0, adv * np.minimum(ratio, 1 + epsilon), adv * np.maximum(ratio, 1 - epsilon))
         term[adv == 0] = 0.0
         bad = np.flatnonzero(~np.isfinite(term))
         if bad.size:
             i = bad[0]
-            raise ValueError(f"new_logp - old_logp = {log_ratio[i]:.4g} at token {i}: the ratio exp({log_ratio[i]:.4g}) "
-                             f"times the advantage {adv[i]:.4g} {_FLOAT_RANGE}")
+            raise ValueError(
+                f"new_logp - old_logp = {log_ratio[i]:.4g} at token {i}: the ratio exp({log_ratio[i]:.4g}) "
+                f"times the advantage {adv[i]:.4g} {_FLOAT_RANGE}"
+            )
         objective = float(np.sum(term / term.size))
     if not math.isfinite(objective):
         raise ValueError(f"the mean of the clipped terms {_FLOAT_RANGE}")

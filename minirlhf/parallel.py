@@ -63,8 +63,9 @@ def resolve_workers(workers: int | None, n_runs: int | None = None) -> int:
     if workers is None:
         workers = default_workers()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a whole number >= 1, or None for one per core "
-                         f"({default_workers()} here), got {workers!r}")
+        raise ValueError(
+            f"workers must be a whole number >= 1, or None for one per core ({default_workers()} here), got {workers!r}"
+        )
     if _IN_WORKER:
         return 1
     return max(1, workers if n_runs is None else min(workers, n_runs))
@@ -153,8 +154,16 @@ def _serve(conn, fn, items, payload) -> None:
             # Plain pickle: torch's own reducers would move tensors to shared memory instead.
             data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001
-            data = pickle.dumps(("error", i, TypeError(f"the run's result cannot be sent back from the worker "
-                                                       f"process: {type(exc).__name__}: {exc}"), ""))
+            data = pickle.dumps(
+                (
+                    "error",
+                    i,
+                    TypeError(
+                        f"the run's result cannot be sent back from the worker process: {type(exc).__name__}: {exc}"
+                    ),
+                    "",
+                )
+            )
         try:
             conn.send_bytes(data)
         except OSError:
@@ -163,8 +172,9 @@ def _serve(conn, fn, items, payload) -> None:
 
 def _died(proc, label: str) -> None:
     proc.join(timeout=5)
-    raise RuntimeError(f"a worker process died (exit code {proc.exitcode}) during the run {label}: "
-                       "was it out of memory, or killed?")
+    raise RuntimeError(
+        f"a worker process died (exit code {proc.exitcode}) during the run {label}: was it out of memory, or killed?"
+    )
 
 
 def _raise_from_worker(exc: BaseException, text: str, label: str) -> None:
@@ -193,8 +203,15 @@ class _NoInterrupt:
             signal.signal(signal.SIGINT, self.previous)
 
 
-def map_runs(fn: Callable, items: Iterable, workers: int | None = None, progress: bool = True,
-             desc: str = "runs", label: Callable = str, on_result: Callable | None = None) -> list:
+def map_runs(
+    fn: Callable,
+    items: Iterable,
+    workers: int | None = None,
+    progress: bool = True,
+    desc: str = "runs",
+    label: Callable = str,
+    on_result: Callable | None = None,
+) -> list:
     """Return ``[fn(item) for item in items]``, the items run by worker processes.
 
     ``workers``: how many (None: one per core, :func:`default_workers`; never more than there
@@ -215,9 +232,13 @@ def map_runs(fn: Callable, items: Iterable, workers: int | None = None, progress
         try:
             payload = pickle.dumps((fn, items), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - e.g. a function defined in a notebook
-            _say_once("pickle", f"note: the runs are made one after another in this process: their function "
-                      f"cannot be sent to a worker process here ({type(exc).__name__}); a function "
-                      f"defined in a module (a .py file) can", progress)
+            _say_once(
+                "pickle",
+                f"note: the runs are made one after another in this process: their function "
+                f"cannot be sent to a worker process here ({type(exc).__name__}); a function "
+                f"defined in a module (a .py file) can",
+                progress,
+            )
             w = 1
     if w == 1:
         out = []
@@ -236,8 +257,7 @@ def _in_workers(fn, items, w, method, payload, progress, desc, label, on_result)
         _warm_up()
     procs, conns, running = [], [], {}  # running: connection -> index of its run
     results, next_i, finished, clean = [None] * n, 0, 0, False
-    bar = _progress.progress_bar(total=n, desc=f"{desc} ({w} worker processes)", enabled=progress,
-                                 each_line=True)
+    bar = _progress.progress_bar(total=n, desc=f"{desc} ({w} worker processes)", enabled=progress, each_line=True)
     try:
         for k in range(w):
             here, there = ctx.Pipe()

@@ -19,8 +19,20 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["ROOT", "OUTPUTS", "KEPT", "write_atomic", "save_figure", "folder_problem", "file_problem", "kind_of",
-           "NotRegularFile", "FolderInUse", "output_lock", "LOCK_NAME"]
+__all__ = [
+    "ROOT",
+    "OUTPUTS",
+    "KEPT",
+    "write_atomic",
+    "save_figure",
+    "folder_problem",
+    "file_problem",
+    "kind_of",
+    "NotRegularFile",
+    "FolderInUse",
+    "output_lock",
+    "LOCK_NAME",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 # MINIRLHF_OUTPUTS moves the outputs; set but empty counts as unset (not "the current folder").
@@ -53,9 +65,14 @@ def kind_of(path: Path) -> str:
         return "nothing (a file stands where a folder should be)"
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
-    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
-                        (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, words in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return words
     return "not a regular file"
@@ -205,8 +222,12 @@ def output_lock(folder: Path, command: str = ""):
     made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / LOCK_NAME
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-          "command": command}
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": command,
+    }
     for _ in range(5):
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -226,7 +247,8 @@ def output_lock(folder: Path, command: str = ""):
                 f"{folder} is in use by another run (process {holder['pid']}{where}, started "
                 f"{holder.get('started', '?')}{': ' + holder['command'] if holder.get('command') else ''}); "
                 f"wait for it to end, or choose another folder"
-                + ("" if not where else f" (if no run is going there, delete {lock})"))
+                + ("" if not where else f" (if no run is going there, delete {lock})")
+            )
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(me, f)
         break

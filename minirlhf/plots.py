@@ -30,8 +30,14 @@ def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landm
         x = np.arange(runs.shape[1])
         mean = runs.mean(0)
         color, ls = (REGISTRY[arm].color, REGISTRY[arm].linestyle) if arm in REGISTRY else (None, "-")
-        ax.plot(x, mean, color=color, ls=ls, lw=2,
-                label=f"{LABELS.get(arm, arm)} (beta {results['settings']['beta'][arm]:g})")
+        ax.plot(
+            x,
+            mean,
+            color=color,
+            ls=ls,
+            lw=2,
+            label=f"{LABELS.get(arm, arm)} (beta {results['settings']['beta'][arm]:g})",
+        )
         if len(runs) > 1:
             half = np.array([mean_ci95(runs[:, i])[1] for i in range(runs.shape[1])])
             ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, lw=0)
@@ -41,8 +47,10 @@ def plot_curves(results: dict, key: str, ylabel: str, title: str, ax=None, landm
     xlabel = f"iteration ({batch} completions each)" if grouped else "PPO iteration (64 prompts each)"
     if "dpo" in results["settings"]:  # a DPO arm: say what one of its points is
         dpo = results["settings"]["dpo"]
-        xlabel = (f"{'iteration' if grouped else 'PPO iteration'}, or DPO evaluation "
-                  f"(every {dpo['eval_every']} steps of {dpo['batch_size']} pairs)")
+        xlabel = (
+            f"{'iteration' if grouped else 'PPO iteration'}, or DPO evaluation "
+            f"(every {dpo['eval_every']} steps of {dpo['batch_size']} pairs)"
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

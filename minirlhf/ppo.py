@@ -67,17 +67,46 @@ import torch
 
 from . import estimators, task
 from .model import (
-    TinyGPT, completion_logits, completion_mask, entropy_from_logits, exact_kl, generate,
-    logprobs_from_logits, make_generator, reward_scores,
+    TinyGPT,
+    completion_logits,
+    completion_mask,
+    entropy_from_logits,
+    exact_kl,
+    generate,
+    logprobs_from_logits,
+    make_generator,
+    reward_scores,
 )
 from .progress import progress_bar
 
 __all__ = [
-    "PPOConfig", "KL_PLACEMENTS", "ppo_token_loss", "standardized_scores", "kl_shaped_advantages",
-    "k3_loss_term", "grpo_token_loss", "Leash", "LEASHES", "adaptive_kl_update", "gae", "group_advantages",
-    "group_centred_advantages", "rloo_advantages", "same_groups", "GROUP_METRICS",
-    "rm_reward", "verifier_reward", "evaluate", "EvalSet", "ppo_train", "TRAIN_METRICS",
-    "Rollout", "rollout", "score_and_advantages", "ppo_update", "batch_metrics",
+    "PPOConfig",
+    "KL_PLACEMENTS",
+    "ppo_token_loss",
+    "standardized_scores",
+    "kl_shaped_advantages",
+    "k3_loss_term",
+    "grpo_token_loss",
+    "Leash",
+    "LEASHES",
+    "adaptive_kl_update",
+    "gae",
+    "group_advantages",
+    "group_centred_advantages",
+    "rloo_advantages",
+    "same_groups",
+    "GROUP_METRICS",
+    "rm_reward",
+    "verifier_reward",
+    "evaluate",
+    "EvalSet",
+    "ppo_train",
+    "TRAIN_METRICS",
+    "Rollout",
+    "rollout",
+    "score_and_advantages",
+    "ppo_update",
+    "batch_metrics",
 ]
 
 
@@ -167,8 +196,10 @@ class PPOConfig:
         if not (isinstance(self.group_size, int) and self.group_size >= 1):
             raise ValueError(f"group_size must be a whole number >= 1, got {self.group_size!r}")
         if self.batch_size % self.group_size:
-            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of group_size "
-                             f"({self.group_size}): each prompt gets group_size completions")
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of group_size "
+                f"({self.group_size}): each prompt gets group_size completions"
+            )
         estimator.check(self)
 
 
@@ -272,11 +303,14 @@ def _check_groups(rewards: torch.Tensor, group_size: int, eps: float) -> None:
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards must be finite numbers (no NaN or inf)")
     if not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"group_size must be a whole number >= 2 (a group of one has no "
-                         f"baseline but itself), got {group_size!r}")
+        raise ValueError(
+            f"group_size must be a whole number >= 2 (a group of one has no baseline but itself), got {group_size!r}"
+        )
     if rewards.numel() % group_size:
-        raise ValueError(f"group_size ({group_size}) must divide the number of rewards "
-                         f"({rewards.numel()}): G completions of each prompt, side by side")
+        raise ValueError(
+            f"group_size ({group_size}) must divide the number of rewards "
+            f"({rewards.numel()}): G completions of each prompt, side by side"
+        )
     if eps <= 0:
         raise ValueError(f"eps must be > 0, got {eps}")
 
@@ -347,8 +381,9 @@ def ppo_token_loss(
     return -(surrogate * mask).sum() / mask.sum()
 
 
-def k3_loss_term(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
-                 kl_clamp: float = 10.0) -> torch.Tensor:
+def k3_loss_term(
+    new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, kl_clamp: float = 10.0
+) -> torch.Tensor:
     """Return the mean over masked tokens of ``k3 = exp(d) - d - 1`` with
     ``d = clamp(ref_logp - new_logp, -kl_clamp, kl_clamp)``: GRPO's leash as a loss term (to
     be multiplied by beta), with its gradient through ``new_logp``. On-policy its expected
@@ -363,9 +398,16 @@ def k3_loss_term(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Ten
     return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
 
 
-def grpo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
-                    advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2,
-                    beta: float = 0.04, kl_clamp: float = 10.0) -> torch.Tensor:
+def grpo_token_loss(
+    new_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon: float = 0.2,
+    beta: float = 0.04,
+    kl_clamp: float = 10.0,
+) -> torch.Tensor:
     """Return GRPO's loss (a scalar tensor to minimise): the clipped surrogate of
     :func:`ppo_token_loss` plus ``beta`` times the mean k3 of :func:`k3_loss_term`, both
     averaged over every token the mask keeps.
@@ -377,8 +419,9 @@ def grpo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: to
 
     Defined in chapter 8 (exercise 8.2).
     """
-    return (ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon)
-            + beta * k3_loss_term(new_logp, ref_logp, mask, kl_clamp))
+    return ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon) + beta * k3_loss_term(
+        new_logp, ref_logp, mask, kl_clamp
+    )
 
 
 @dataclass(frozen=True)
@@ -402,8 +445,7 @@ def _surrogate(fn, new_logp, batch, adv, beta, cfg):
 
 def _surrogate_and_k3(fn, new_logp, batch, adv, beta, cfg):
     # the leash in the loss: the surrogate plus beta times k3, from the current policy
-    return fn(new_logp, batch.old_logp, batch.ref_logp, adv, batch.mask, cfg.epsilon, beta,
-              cfg.kl_clamp)
+    return fn(new_logp, batch.old_logp, batch.ref_logp, adv, batch.mask, cfg.epsilon, beta, cfg.kl_clamp)
 
 
 LEASHES = {"reward": Leash("ppo_token_loss", _surrogate), "loss": Leash("grpo_token_loss", _surrogate_and_k3)}
@@ -523,8 +565,14 @@ def _frozen_outputs(reference, rm, prompts, completions, cache: dict | None):
 
 
 @torch.no_grad()
-def evaluate(policy: TinyGPT, reference: TinyGPT, rm: TinyGPT | None, evalset: EvalSet | None = None,
-             temperature: float = 0.7, cache: dict | None = None) -> dict:
+def evaluate(
+    policy: TinyGPT,
+    reference: TinyGPT,
+    rm: TinyGPT | None,
+    evalset: EvalSet | None = None,
+    temperature: float = 0.7,
+    cache: dict | None = None,
+) -> dict:
     """Return the greedy answers' numbers on the eval set (default: the 400 eval prompts).
 
     ``{'accuracy', 'rm_score' (NaN without rm), 'kl', 'kinds': {kind: fraction}}``. ``kl`` is
@@ -560,9 +608,9 @@ TRAIN_METRICS = {
     "objective/kl": "mean per-token log-ratio to the reference on sampled tokens (k1), at rollout",
     "objective/entropy": "mean per-token entropy of the sampling distribution (nats)",
     "policy/clipfrac_avg": "fraction of completion tokens where the clip binds (the clipped term is "
-                           "the smaller), over the updates",
+    "the smaller), over the updates",
     "policy/approxkl_avg": "approximate KL to the rollout policy, 0.5 * mean(log ratio ** 2) over completion "
-                           "tokens (TRL averages over every position), over the updates",
+    "tokens (TRL averages over every position), over the updates",
     "loss/policy_avg": "PPO loss, averaged over the updates",
     "val/completion_length": "mean number of completion tokens up to and including the first `;`",
     "beta": "KL coefficient used this iteration (changes only with the adaptive controller)",
@@ -579,6 +627,7 @@ GROUP_METRICS = {
 # Chapter 5 shows the source of each stage below as it is (Source(...) cells), so every line
 # stays within 77 columns (minirlhf.course.source.PAGE_WIDTH; tests/test_source.py enforces
 # it), and an edit here is followed by `make notebooks 05`, whose stored pages show the code.
+# fmt: off
 
 
 @dataclass
@@ -824,3 +873,4 @@ def ppo_train(
     bar.close()
     policy.eval()
     return policy, log
+# fmt: on

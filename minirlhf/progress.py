@@ -98,8 +98,14 @@ def progress_bar(total: int, desc: str, enabled: bool = True, stream=None, each_
     if getattr(stream, "isatty", lambda: False)():
         from tqdm import tqdm
 
-        return tqdm(total=total, desc=desc, leave=False, file=stream, ncols=72,
-                    bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}")
+        return tqdm(
+            total=total,
+            desc=desc,
+            leave=False,
+            file=stream,
+            ncols=72,
+            bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}",
+        )
     return (_EachLine if each_line else _OneLine)(total, desc, stream)
 
 

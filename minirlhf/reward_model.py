@@ -21,8 +21,16 @@ from .model import GPTConfig, TinyGPT, make_generator, reward_scores
 from .progress import progress_bar
 
 __all__ = [
-    "RMConfig", "bradley_terry_loss", "preference_batch", "train_reward_model",
-    "pair_margins", "margin_by_offset", "rm_report", "margins_report", "trained_rm_report", "HELDOUT_SEED",
+    "RMConfig",
+    "bradley_terry_loss",
+    "preference_batch",
+    "train_reward_model",
+    "pair_margins",
+    "margin_by_offset",
+    "rm_report",
+    "margins_report",
+    "trained_rm_report",
+    "HELDOUT_SEED",
 ]
 
 HELDOUT_SEED = 7  # draws the wrong answers of the held-out pairs (on the eval prompts)
@@ -73,8 +81,9 @@ def preference_batch(pairs: torch.Tensor, generator: torch.Generator, kind: str 
     )
 
 
-def train_reward_model(config: RMConfig | None = None, progress: bool = True,
-                       init: TinyGPT | None = None) -> tuple[TinyGPT, dict]:
+def train_reward_model(
+    config: RMConfig | None = None, progress: bool = True, init: TinyGPT | None = None
+) -> tuple[TinyGPT, dict]:
     """Return (rm, log): a scalar-head TinyGPT trained with Bradley-Terry, and its loss per step.
 
     ``init`` None (the book's RM) starts every weight at random. A language model ``init`` (a
@@ -91,9 +100,11 @@ def train_reward_model(config: RMConfig | None = None, progress: bool = True,
     gpt_cfg = GPTConfig(dtype=cfg.dtype)
     if init is not None:
         if not isinstance(init, TinyGPT) or init.scalar_head:
-            raise ValueError("init must be a TinyGPT language model (scalar_head=False), "
-                             f"got {type(init).__name__}"
-                             f"{' with a scalar head' if isinstance(init, TinyGPT) else ''}")
+            raise ValueError(
+                "init must be a TinyGPT language model (scalar_head=False), "
+                f"got {type(init).__name__}"
+                f"{' with a scalar head' if isinstance(init, TinyGPT) else ''}"
+            )
         if init.cfg != gpt_cfg:
             raise ValueError(f"init has the shape {init.cfg}, the RM needs {gpt_cfg}")
     torch.manual_seed(cfg.seed)

@@ -141,8 +141,9 @@ def train_sft(
     return model, log
 
 
-def sft_learning_curve(steps: int = 400, every: int = 10, config: SFTConfig | None = None,
-                       progress: bool = True) -> dict:
+def sft_learning_curve(
+    steps: int = 400, every: int = 10, config: SFTConfig | None = None, progress: bool = True
+) -> dict:
     """Return ``{'steps': [...], 'accuracy': [...], 'stop': int}``: greedy eval accuracy
     during an SFT run of ``steps`` steps with the book's settings, measured every ``every``.
 

@@ -38,8 +38,18 @@ from .reward_model import RMConfig, rm_report, train_reward_model
 from .sft import SFTConfig, greedy_accuracy, train_sft
 
 __all__ = [
-    "FORMAT", "models_dir", "package_modules", "code_digest", "code_fingerprint", "settings_hash", "save_model", "load_model",
-    "load_or_train", "load_sft", "load_rm", "load_all",
+    "FORMAT",
+    "models_dir",
+    "package_modules",
+    "code_digest",
+    "code_fingerprint",
+    "settings_hash",
+    "save_model",
+    "load_model",
+    "load_or_train",
+    "load_sft",
+    "load_rm",
+    "load_all",
 ]
 
 FORMAT = 1  # bump when the file layout changes what a stored setting means
@@ -72,6 +82,7 @@ def package_modules(*modules: ModuleType, skip=()) -> dict[str, ModuleType]:
     """Return ``{name: module}`` for ``modules`` and every package module they import,
     directly or not; a module named in ``skip`` (or inside a package named there) is left
     out, and so is what only it imports."""
+
     def skipped(name):
         return any(name == s or name.startswith(s + ".") for s in skip)
 
@@ -81,17 +92,20 @@ def package_modules(*modules: ModuleType, skip=()) -> dict[str, ModuleType]:
         module = todo.pop()
         if module.__name__ not in seen and not skipped(module.__name__):
             seen[module.__name__] = module
-            todo += [importlib.import_module(name) for name in _package_imports(module)
-                     if not skipped(name)]
+            todo += [importlib.import_module(name) for name in _package_imports(module) if not skipped(name)]
     return seen
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return tree
 
@@ -123,8 +137,9 @@ def settings_hash(settings) -> str:
     """
     from . import reward_model, sft
 
-    text = json.dumps({"format": FORMAT, "code": code_fingerprint(sft, reward_model), **_plain(settings)},
-                      sort_keys=True, default=str)
+    text = json.dumps(
+        {"format": FORMAT, "code": code_fingerprint(sft, reward_model), **_plain(settings)}, sort_keys=True, default=str
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -233,9 +248,12 @@ def load_or_train(
     try:
         save_model(model, path, settings, metrics)
     except OSError as exc:  # the model is trained: use it, and say why it is not kept
-        status(f"{name}: trained in {metrics['train_seconds']:.1f} s, but not saved: {path} "
-               f"({paths.kind_of(path) if found == 'not a file' else exc.strerror or exc}); it is used now "
-               "and trained again next time", progress)
+        status(
+            f"{name}: trained in {metrics['train_seconds']:.1f} s, but not saved: {path} "
+            f"({paths.kind_of(path) if found == 'not a file' else exc.strerror or exc}); it is used now "
+            "and trained again next time",
+            progress,
+        )
         return model, metrics
     status(f"{name}: trained in {metrics['train_seconds']:.1f} s, saved to {path.name}", progress)
     return model, metrics
@@ -304,6 +322,11 @@ def load_all(progress: bool = True, workers: int | None = None) -> dict:
     else:
         workers = 1  # at most one to train: nothing to do side by side
     (policy, sft_metrics), (rm, rm_metrics) = map_runs(
-        partial(_load_one, progress=progress), ["sft", "rm"], workers, progress=progress,
-        desc="the two models", label=lambda which: {"sft": "SFT policy", "rm": "reward model"}[which])
+        partial(_load_one, progress=progress),
+        ["sft", "rm"],
+        workers,
+        progress=progress,
+        desc="the two models",
+        label=lambda which: {"sft": "SFT policy", "rm": "reward model"}[which],
+    )
     return {"policy": policy, "rm": rm, "sft_metrics": sft_metrics, "rm_metrics": rm_metrics}

@@ -28,14 +28,43 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "VOCAB", "PAD", "SEMI", "PROMPT_LEN", "COMPLETION_LEN", "CONTEXT_LEN", "MAX_OPERAND",
-    "N_EVAL", "EVAL_SEED", "KINDS",
-    "encode", "decode", "format_prompt", "format_answer", "encode_prompts",
-    "all_pairs", "eval_pairs", "train_pairs", "sample_pairs",
-    "parse_completion", "verify", "answer_kind", "is_near_miss",
-    "correct_completions", "wrong_answers", "WRONG_KINDS",
-    "decode_completions", "batch_verify", "batch_kinds", "answer_offsets", "kind_transitions", "encode_answers",
-    "near_miss_mask", "random_wrong_numbers", "near_misses", "MAX_SUM", "NEAR_MISS_WINDOW",
+    "VOCAB",
+    "PAD",
+    "SEMI",
+    "PROMPT_LEN",
+    "COMPLETION_LEN",
+    "CONTEXT_LEN",
+    "MAX_OPERAND",
+    "N_EVAL",
+    "EVAL_SEED",
+    "KINDS",
+    "encode",
+    "decode",
+    "format_prompt",
+    "format_answer",
+    "encode_prompts",
+    "all_pairs",
+    "eval_pairs",
+    "train_pairs",
+    "sample_pairs",
+    "parse_completion",
+    "verify",
+    "answer_kind",
+    "is_near_miss",
+    "correct_completions",
+    "wrong_answers",
+    "WRONG_KINDS",
+    "decode_completions",
+    "batch_verify",
+    "batch_kinds",
+    "answer_offsets",
+    "kind_transitions",
+    "encode_answers",
+    "near_miss_mask",
+    "random_wrong_numbers",
+    "near_misses",
+    "MAX_SUM",
+    "NEAR_MISS_WINDOW",
 ]
 
 VOCAB = "0123456789+=;"
@@ -242,8 +271,7 @@ def answer_offsets(pairs: torch.Tensor, completions: torch.Tensor) -> torch.Tens
     Defined in chapter 3.
     """
     answers = [parse_completion(t) for t in decode_completions(completions)]
-    return torch.tensor([float("nan") if n is None else float(n - a - b)
-                         for n, (a, b) in zip(answers, pairs.tolist())])
+    return torch.tensor([float("nan") if n is None else float(n - a - b) for n, (a, b) in zip(answers, pairs.tolist())])
 
 
 def batch_kinds(pairs: torch.Tensor, completions: torch.Tensor) -> list[str]:

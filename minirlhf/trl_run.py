@@ -74,17 +74,38 @@ from .model import dtype_of, generate, make_generator, reward_scores
 from .ppo import EvalSet, PPOConfig, evaluate
 
 __all__ = [
-    "TRL_VERSION", "TRLArm", "TRL_ARMS", "PPO_NAMES", "HOUSEKEEPING", "ppo_names_html", "trl_settings", "kl_coef_for", "run_trl_arm", "compare",
-    "side_by_side", "format_side_by_side", "plot_side_by_side", "side_by_side_figure", "PROFILE_STAGES", "profile_stages",
-    "format_profile", "main",
+    "TRL_VERSION",
+    "TRLArm",
+    "TRL_ARMS",
+    "PPO_NAMES",
+    "HOUSEKEEPING",
+    "ppo_names_html",
+    "trl_settings",
+    "kl_coef_for",
+    "run_trl_arm",
+    "compare",
+    "side_by_side",
+    "format_side_by_side",
+    "plot_side_by_side",
+    "side_by_side_figure",
+    "PROFILE_STAGES",
+    "profile_stages",
+    "format_profile",
+    "main",
 ]
 
 TRL_COLOR = "0.2"  # TRL's curves: dark gray, dashed, beside the arm's own color
 TRL_VERSION = "1.12.0"  # pinned in pyproject.toml's extra "trl"
 # Nothing may reach the network: the models, tokenizer and data are made here.
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "WANDB_DISABLED": "true", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1",
-           "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_DISABLED": "true",
+    "TOKENIZERS_PARALLELISM": "false",
+    "TRL_EXPERIMENTAL_SILENCE": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -113,19 +134,27 @@ TRL_ARMS = {
 # exactly the TRL fields named here (besides the run's housekeeping, HOUSEKEEPING).
 PPO_NAMES = (
     ("iterations", ("total_episodes",), "num_total_batches = total_episodes / batch_size"),
-    ("batch_size", ("per_device_train_batch_size", "gradient_accumulation_steps",
-                    "local_rollout_forward_batch_size"),
-     "batch_size = per-device batch x accumulation x processes"),
+    (
+        "batch_size",
+        ("per_device_train_batch_size", "gradient_accumulation_steps", "local_rollout_forward_batch_size"),
+        "batch_size = per-device batch x accumulation x processes",
+    ),
     ("temperature", ("temperature",), "default 0.7; TRL samples at temperature + 1e-7"),
     ("lr", ("learning_rate",), "default 3e-6"),
     ("anneal_lr", ("lr_scheduler_type", "warmup_steps"), "linear: one step per batch, as ours"),
     ("epsilon", ("cliprange",), "default 0.2"),
     ("updates_per_batch", ("num_ppo_epochs", "num_mini_batches"), "epochs x minibatches"),
     ("seed", ("seed", "data_seed"), ""),
-    ("beta of ppo_train", ("kl_coef", "kl_estimator"),
-     "default 0.05, in other units: kl_coef_for; k1 in the reward, as ours"),
-    ("the 4-token answer, read up to its end mark", ("response_length", "stop_token_id", "missing_eos_penalty"),
-     "stop_token_id 12, our end mark: what follows it becomes pad, masked out"),
+    (
+        "beta of ppo_train",
+        ("kl_coef", "kl_estimator"),
+        "default 0.05, in other units: kl_coef_for; k1 in the reward, as ours",
+    ),
+    (
+        "the 4-token answer, read up to its end mark",
+        ("response_length", "stop_token_id", "missing_eos_penalty"),
+        "stop_token_id 12, our end mark: what follows it becomes pad, masked out",
+    ),
     ("adv_clip, adv_eps", (), "none: raw scores, whitened advantages"),
     ("kl_clamp", (), "none"),
     ("max_grad_norm", (), "none in the PPO loop"),
@@ -135,9 +164,20 @@ PPO_NAMES = (
 # Settings of a TRL run that carry none of ours: no files, no network, no bars of its own,
 # on the CPU without mixed precision (every model stays in its own float64), no optimizer decay
 # (ours has none), no sample printouts.
-HOUSEKEEPING = ("report_to", "save_strategy", "logging_steps", "disable_tqdm", "log_level", "use_cpu", "bf16",
-                "fp16", "gradient_checkpointing", "ddp_find_unused_parameters", "weight_decay",
-                "num_sample_generations")
+HOUSEKEEPING = (
+    "report_to",
+    "save_strategy",
+    "logging_steps",
+    "disable_tqdm",
+    "log_level",
+    "use_cpu",
+    "bf16",
+    "fp16",
+    "gradient_checkpointing",
+    "ddp_find_unused_parameters",
+    "weight_decay",
+    "num_sample_generations",
+)
 
 
 def ppo_names_html() -> str:
@@ -176,8 +216,14 @@ def kl_coef_for(beta: float, score_std: float) -> float:
     return float(beta) * float(score_std)
 
 
-def trl_settings(arm: str, seed: int = 0, n_processes: int = 1, config: PPOConfig | None = None,
-                 beta: float | None = None, score_std: float | None = None) -> dict:
+def trl_settings(
+    arm: str,
+    seed: int = 0,
+    n_processes: int = 1,
+    config: PPOConfig | None = None,
+    beta: float | None = None,
+    score_std: float | None = None,
+) -> dict:
     """Return the keyword arguments of the TRL config (``GRPOConfig``, ``RLOOConfig`` or
     ``PPOConfig``) that run ``arm`` with the settings and budget of our arm.
 
@@ -192,28 +238,48 @@ def trl_settings(arm: str, seed: int = 0, n_processes: int = 1, config: PPOConfi
     cfg = arm_config(spec.ours, config or PPOConfig(), seed)
     beta = REGISTRY[spec.ours].beta if beta is None else float(beta)
     if cfg.batch_size % n_processes or (cfg.batch_size // n_processes) % cfg.group_size:
-        raise ValueError(f"n_processes ({n_processes}) must split the batch of {cfg.batch_size} into whole groups "
-                         f"of {cfg.group_size}")
+        raise ValueError(
+            f"n_processes ({n_processes}) must split the batch of {cfg.batch_size} into whole groups "
+            f"of {cfg.group_size}"
+        )
     common = {
         # no files, no network, no progress bars of its own; the CPU, and no mixed precision:
         # bf16 and fp16 off, so no autocast, and each model computes in its own dtype (float64)
-        "report_to": "none", "save_strategy": "no", "logging_steps": 1, "disable_tqdm": True,
-        "log_level": "error", "use_cpu": True, "bf16": False, "fp16": False,
-        "gradient_checkpointing": False, "ddp_find_unused_parameters": False, "seed": seed, "data_seed": seed,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "disable_tqdm": True,
+        "log_level": "error",
+        "use_cpu": True,
+        "bf16": False,
+        "fp16": False,
+        "gradient_checkpointing": False,
+        "ddp_find_unused_parameters": False,
+        "seed": seed,
+        "data_seed": seed,
         # the optimizer: AdamW without weight decay is our Adam; linear decay to 0 is anneal_lr
-        "learning_rate": cfg.lr, "weight_decay": 0.0,
-        "lr_scheduler_type": "linear" if cfg.anneal_lr else "constant", "warmup_steps": 0,
+        "learning_rate": cfg.lr,
+        "weight_decay": 0.0,
+        "lr_scheduler_type": "linear" if cfg.anneal_lr else "constant",
+        "warmup_steps": 0,
         # one optimizer step takes the whole batch, split over the processes
-        "per_device_train_batch_size": cfg.batch_size // n_processes, "gradient_accumulation_steps": 1,
+        "per_device_train_batch_size": cfg.batch_size // n_processes,
+        "gradient_accumulation_steps": 1,
         "temperature": cfg.temperature,
     }
     if spec.trainer in ("grpo", "rloo"):
         group = {
-            "num_generations": cfg.group_size, "max_completion_length": task.COMPLETION_LEN,
-            "top_p": 1.0, "top_k": 0, "beta": beta, "epsilon": cfg.epsilon,
+            "num_generations": cfg.group_size,
+            "max_completion_length": task.COMPLETION_LEN,
+            "top_p": 1.0,
+            "top_k": 0,
+            "beta": beta,
+            "epsilon": cfg.epsilon,
             # each rollout batch serves updates_per_batch optimizer steps: max_steps counts steps
-            "num_iterations": cfg.updates_per_batch, "max_steps": cfg.iterations * cfg.updates_per_batch,
-            "max_grad_norm": cfg.max_grad_norm, "remove_unused_columns": False,
+            "num_iterations": cfg.updates_per_batch,
+            "max_steps": cfg.iterations * cfg.updates_per_batch,
+            "max_grad_norm": cfg.max_grad_norm,
+            "remove_unused_columns": False,
             # The trainer loads the policy and its reference from a folder (see _run), by default
             # in float32 (create_model_from_path in trl/trainer/utils.py, 1.12.0, line 1166);
             # "auto" takes the dtype config.json names: float64, the weights' own.
@@ -236,11 +302,16 @@ def trl_settings(arm: str, seed: int = 0, n_processes: int = 1, config: PPOConfi
         raise ValueError("score_std is needed for TRL's PPO: kl_coef = beta * score_std")
     return {
         **common,
-        "total_episodes": cfg.batch_size * cfg.iterations, "num_mini_batches": 1,
+        "total_episodes": cfg.batch_size * cfg.iterations,
+        "num_mini_batches": 1,
         "local_rollout_forward_batch_size": cfg.batch_size // n_processes,
-        "num_ppo_epochs": cfg.updates_per_batch, "response_length": task.COMPLETION_LEN,
-        "stop_token_id": task.SEMI, "missing_eos_penalty": None,
-        "kl_coef": kl_coef_for(beta, score_std), "kl_estimator": "k1", "cliprange": cfg.epsilon,
+        "num_ppo_epochs": cfg.updates_per_batch,
+        "response_length": task.COMPLETION_LEN,
+        "stop_token_id": task.SEMI,
+        "missing_eos_penalty": None,
+        "kl_coef": kl_coef_for(beta, score_std),
+        "kl_estimator": "k1",
+        "cliprange": cfg.epsilon,
         "num_sample_generations": 0,
     }
 
@@ -266,8 +337,9 @@ def import_trl():
     except ImportError:
         raise ImportError('minirlhf.trl_run needs the optional extra: pip install -e ".[trl]"') from None
     if trl.__version__ != TRL_VERSION:
-        raise ImportError(f"minirlhf.trl_run was written for TRL {TRL_VERSION}, found {trl.__version__}: "
-                          f'pip install -e ".[trl]"')
+        raise ImportError(
+            f'minirlhf.trl_run was written for TRL {TRL_VERSION}, found {trl.__version__}: pip install -e ".[trl]"'
+        )
     return trl
 
 
@@ -277,8 +349,9 @@ def _prompt_text(pairs) -> list[str]:
 
 def _completion_ids(completions: list[str]) -> torch.Tensor:
     # TRL hands reward functions the decoded text; ours are always 4 characters (no early end).
-    return torch.tensor([task.encode(c[:task.COMPLETION_LEN].ljust(task.COMPLETION_LEN, ";"))
-                         for c in completions], dtype=torch.long)
+    return torch.tensor(
+        [task.encode(c[: task.COMPLETION_LEN].ljust(task.COMPLETION_LEN, ";")) for c in completions], dtype=torch.long
+    )
 
 
 def _reward_funcs(spec: TRLArm, rm_hf):
@@ -323,8 +396,11 @@ def _default_dtype(dtype: torch.dtype):
 
 def _check_dtypes(models: dict, dtype: torch.dtype) -> None:
     """Raise unless every weight of every model (``{name: module}``) is in ``dtype``."""
-    wrong = {name: sorted({str(p.dtype) for p in m.parameters()}) for name, m in models.items()
-             if any(p.dtype != dtype for p in m.parameters())}
+    wrong = {
+        name: sorted({str(p.dtype) for p in m.parameters()})
+        for name, m in models.items()
+        if any(p.dtype != dtype for p in m.parameters())
+    }
     if wrong:
         raise RuntimeError(f"TRL's models must all be in {dtype}, as the policy; found {wrong}")
 
@@ -371,14 +447,30 @@ def _callback(evaluator: _Evaluator, get_policy, bar):
 TRL_LOGGED = {
     "grpo": ("reward", "kl", "entropy", "clip_ratio/region_mean", "frac_reward_zero_std"),
     "rloo": ("reward", "kl", "entropy", "clip_ratio/region_mean", "frac_reward_zero_std"),
-    "ppo": ("objective/scores", "objective/kl", "objective/entropy", "policy/clipfrac_avg",
-            "policy/approxkl_avg", "loss/value_avg", "val/num_eos_tokens"),
+    "ppo": (
+        "objective/scores",
+        "objective/kl",
+        "objective/entropy",
+        "policy/clipfrac_avg",
+        "policy/approxkl_avg",
+        "loss/value_avg",
+        "val/num_eos_tokens",
+    ),
 }
 
 
-def run_trl_arm(arm: str, policy, rm, seed: int, config: PPOConfig | None = None, beta: float | None = None,
-                evalset: EvalSet | None = None, progress: bool = True, profile: str | None = None,
-                freeze_gc: bool = True) -> dict:
+def run_trl_arm(
+    arm: str,
+    policy,
+    rm,
+    seed: int,
+    config: PPOConfig | None = None,
+    beta: float | None = None,
+    evalset: EvalSet | None = None,
+    progress: bool = True,
+    profile: str | None = None,
+    freeze_gc: bool = True,
+) -> dict:
     """Train ``arm`` (a name of :data:`TRL_ARMS`) with TRL's trainer from ``policy`` (our
     TinyGPT, also the reference) and return its log, laid out like ours: ``accuracy``,
     ``rm_score``, ``kl``, ``kinds`` per iteration (index 0 before training), TRL's own
@@ -425,8 +517,14 @@ def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, f
     pool = task.train_pairs()
     rm_hf = hf.rm_to_hf(rm)
     tok = hf.tokenizer()
-    evaluator = _Evaluator(policy, rm, evalset, cfg.temperature, 1 if spec.trainer == "ppo" else cfg.updates_per_batch,
-                           torch.get_default_dtype())
+    evaluator = _Evaluator(
+        policy,
+        rm,
+        evalset,
+        cfg.temperature,
+        1 if spec.trainer == "ppo" else cfg.updates_per_batch,
+        torch.get_default_dtype(),
+    )
     bar = progress_bar(total=cfg.iterations, desc=f"TRL {arm}, seed {seed}", enabled=progress)
     with tempfile.TemporaryDirectory(prefix="minirlhf-trl-") as tmp, warnings.catch_warnings():
         # TRL sets gradient_checkpointing, which transformers 5 renames; we turn it off.
@@ -440,15 +538,26 @@ def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, f
             start.generation_config.pad_token_id = task.SEMI
             dataset = Dataset.from_dict({"input_ids": task.encode_prompts(pool).tolist()})
             value = hf.rm_to_hf(rm)  # a value model initialised from the RM, as TRL's example script
-            from trl.experimental.ppo import PPOConfig as TRLPPOConfig, PPOTrainer
+            from trl.experimental.ppo import PPOConfig as TRLPPOConfig
+            from trl.experimental.ppo import PPOTrainer
 
             args = TRLPPOConfig(output_dir=tmp, **kwargs)
             trainer = PPOTrainer(
-                args=args, processing_class=tok, model=start, ref_model=hf.policy_to_hf(policy),
-                reward_model=rm_hf, value_model=value, train_dataset=dataset)
+                args=args,
+                processing_class=tok,
+                model=start,
+                ref_model=hf.policy_to_hf(policy),
+                reward_model=rm_hf,
+                value_model=value,
+                train_dataset=dataset,
+            )
             get_policy = lambda: trainer.accelerator.unwrap_model(trainer.model).policy  # noqa: E731
-            models = {"policy": get_policy(), "reference": trainer.ref_model, "value model": trainer.value_model,
-                      "reward model": trainer.reward_model}
+            models = {
+                "policy": get_policy(),
+                "reference": trainer.ref_model,
+                "value model": trainer.value_model,
+                "reward model": trainer.reward_model,
+            }
         else:
             # GRPO and RLOO load their reference from the policy's folder (trl/trainer/utils.py,
             # create_model_from_path), so the start goes through one, offline, and the trainer
@@ -459,8 +568,13 @@ def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, f
             dataset = Dataset.from_dict({"prompt": _prompt_text(pool), "a": a, "b": b})
             Config = trl.GRPOConfig if spec.trainer == "grpo" else trl.RLOOConfig
             Trainer = trl.GRPOTrainer if spec.trainer == "grpo" else trl.RLOOTrainer
-            trainer = Trainer(model=str(folder), reward_funcs=_reward_funcs(spec, rm_hf),
-                              args=Config(output_dir=tmp, **kwargs), train_dataset=dataset, processing_class=tok)
+            trainer = Trainer(
+                model=str(folder),
+                reward_funcs=_reward_funcs(spec, rm_hf),
+                args=Config(output_dir=tmp, **kwargs),
+                train_dataset=dataset,
+                processing_class=tok,
+            )
             get_policy = lambda: trainer.accelerator.unwrap_model(trainer.model)  # noqa: E731
             models = {"policy": get_policy(), "reference": trainer.ref_model, "reward model": rm_hf}
         _check_dtypes(models, dtype)
@@ -495,8 +609,15 @@ def _run(trl, arm, policy, rm, seed, config, beta, evalset, progress, profile, f
     keys = TRL_LOGGED[spec.trainer]
     rows = [row for row in trainer.state.log_history if keys[0] in row]
     trl_log = {key: [float(row[key]) for row in rows if key in row] for key in keys}
-    return {**evaluator.log, "trl_log": trl_log, "settings": dict(kwargs), "dtype": str(dtype).removeprefix("torch."),
-            "seconds": time.perf_counter() - called, "train_seconds": train_seconds, "n_processes": n_processes}
+    return {
+        **evaluator.log,
+        "trl_log": trl_log,
+        "settings": dict(kwargs),
+        "dtype": str(dtype).removeprefix("torch."),
+        "seconds": time.perf_counter() - called,
+        "train_seconds": train_seconds,
+        "n_processes": n_processes,
+    }
 
 
 # ----------------------------------------------------------------------------- where the time goes
@@ -525,8 +646,9 @@ PROFILE_STAGES = {
         ("our evaluation (not TRL's work)", "trl_run.py", "measure"),
     ),
 }
-PROFILE_STAGES["rloo"] = tuple((label, f.replace("grpo_trainer.py", "rloo_trainer.py"), fn)
-                               for label, f, fn in PROFILE_STAGES["grpo"])
+PROFILE_STAGES["rloo"] = tuple(
+    (label, f.replace("grpo_trainer.py", "rloo_trainer.py"), fn) for label, f, fn in PROFILE_STAGES["grpo"]
+)
 
 
 def profile_stages(stats_file, trainer: str, iterations: int) -> dict:
@@ -536,10 +658,14 @@ def profile_stages(stats_file, trainer: str, iterations: int) -> dict:
     import pstats
 
     stats = pstats.Stats(str(stats_file)).stats
+
     def cumulative(path_end, name):
         # the outermost of the functions of that name (nested calls are inside its time)
-        return max((v[3] for (f, _, fn), v in stats.items()
-                    if fn == name and f.replace("\\", "/").endswith(path_end)), default=0.0)
+        return max(
+            (v[3] for (f, _, fn), v in stats.items() if fn == name and f.replace("\\", "/").endswith(path_end)),
+            default=0.0,
+        )
+
     total = max(v[3] for (f, _, fn), v in stats.items() if fn == "train" and "trainer" in f)
     out = {label: cumulative(f, fn) / iterations for label, f, fn in PROFILE_STAGES[trainer]}
     out["total"] = total / iterations
@@ -550,8 +676,15 @@ def profile_stages(stats_file, trainer: str, iterations: int) -> dict:
 # ----------------------------------------------------------------------------- side by side
 
 
-def compare(arms=tuple(TRL_ARMS), seeds=3, iterations: int = 25, progress: bool = True,
-            ours: bool = True, profile: bool = False, keep_on_interrupt: bool = False) -> dict:
+def compare(
+    arms=tuple(TRL_ARMS),
+    seeds=3,
+    iterations: int = 25,
+    progress: bool = True,
+    ours: bool = True,
+    profile: bool = False,
+    keep_on_interrupt: bool = False,
+) -> dict:
     """Return TRL's runs of ``arms`` for ``seeds`` (a count or a list), and with ``ours`` our
     runs of the same arms, seed for seed, in this one process.
 
@@ -576,11 +709,19 @@ def compare(arms=tuple(TRL_ARMS), seeds=3, iterations: int = 25, progress: bool 
     rm, _ = load_rm(progress=progress)
     cfg = replace(PPOConfig(), iterations=iterations)
     evalset = EvalSet()
-    out = {"settings": {"arms": list(arms), "seeds": seeds, "iterations": iterations, "ppo": asdict(cfg),
-                        "ours": {arm: TRL_ARMS[arm].ours for arm in arms}},
-           "ours": {arm: {} for arm in arms}, "trl": {arm: {} for arm in arms},
-           "seconds": {"ours": {arm: {} for arm in arms}, "trl": {arm: {} for arm in arms}},
-           "versions": _versions()}
+    out = {
+        "settings": {
+            "arms": list(arms),
+            "seeds": seeds,
+            "iterations": iterations,
+            "ppo": asdict(cfg),
+            "ours": {arm: TRL_ARMS[arm].ours for arm in arms},
+        },
+        "ours": {arm: {} for arm in arms},
+        "trl": {arm: {} for arm in arms},
+        "seconds": {"ours": {arm: {} for arm in arms}, "trl": {arm: {} for arm in arms}},
+        "versions": _versions(),
+    }
     finished = []
     try:
         for seed in seeds:
@@ -618,13 +759,18 @@ def _profile(out, arms, policy, rm, seeds, cfg, evalset, progress, iterations) -
             run_trl_arm(arm, policy, rm, seeds[0], cfg, evalset=evalset, progress=progress, profile=str(path))
             out["profile"][arm] = profile_stages(path, TRL_ARMS[arm].trainer, iterations)
             if TRL_ARMS[arm].trainer == "ppo":  # and TRL's PPO as shipped, without gc.freeze()
-                shipped = run_trl_arm(arm, policy, rm, seeds[0], cfg, evalset=evalset, progress=progress,
-                                      freeze_gc=False)
+                shipped = run_trl_arm(
+                    arm, policy, rm, seeds[0], cfg, evalset=evalset, progress=progress, freeze_gc=False
+                )
                 frozen = out["trl"][arm][str(seeds[0])]
-                out["gc"] = {"arm": arm, "seed": seeds[0], "train_seconds_frozen": frozen["train_seconds"],
-                             "train_seconds_shipped": shipped["train_seconds"],
-                             "collections": 2 * iterations,
-                             "same_results": all(shipped[k] == frozen[k] for k in ("accuracy", "kl", "trl_log"))}
+                out["gc"] = {
+                    "arm": arm,
+                    "seed": seeds[0],
+                    "train_seconds_frozen": frozen["train_seconds"],
+                    "train_seconds_shipped": shipped["train_seconds"],
+                    "collections": 2 * iterations,
+                    "same_results": all(shipped[k] == frozen[k] for k in ("accuracy", "kl", "trl_log")),
+                }
 
 
 def format_profile(results: dict) -> str:
@@ -637,11 +783,14 @@ def format_profile(results: dict) -> str:
     if "gc" in results:
         g = results["gc"]
         per_call = (g["train_seconds_shipped"] - g["train_seconds_frozen"]) / g["collections"]
-        lines.append(f"TRL PPO ({g['arm']}, seed {g['seed']}), training alone: {g['train_seconds_shipped']:.1f} s "
-                     f"as shipped,")
-        lines.append(f"  {g['train_seconds_frozen']:.1f} s after gc.freeze() "
-                     f"(x{g['train_seconds_shipped'] / g['train_seconds_frozen']:.1f} faster); "
-                     f"{per_call:.2f} s saved per gc.collect()")
+        lines.append(
+            f"TRL PPO ({g['arm']}, seed {g['seed']}), training alone: {g['train_seconds_shipped']:.1f} s as shipped,"
+        )
+        lines.append(
+            f"  {g['train_seconds_frozen']:.1f} s after gc.freeze() "
+            f"(x{g['train_seconds_shipped'] / g['train_seconds_frozen']:.1f} faster); "
+            f"{per_call:.2f} s saved per gc.collect()"
+        )
         lines.append(f"  same results either way: {'yes' if g['same_results'] else 'NO'}")
     return "\n".join(lines)
 
@@ -651,8 +800,12 @@ def _versions() -> dict:
     import transformers
     import trl
 
-    return {"torch": torch.__version__.split("+")[0], "trl": trl.__version__,
-            "transformers": transformers.__version__, "accelerate": accelerate.__version__}
+    return {
+        "torch": torch.__version__.split("+")[0],
+        "trl": trl.__version__,
+        "transformers": transformers.__version__,
+        "accelerate": accelerate.__version__,
+    }
 
 
 def side_by_side(results: dict) -> dict:
@@ -699,11 +852,13 @@ def format_side_by_side(results: dict) -> str:
         for side, name in (("ours", "ours"), ("trl", f"TRL {trainer}")):
             if side in row:
                 r = row[side]
-                lines.append(f"{arm:<14} {name:<8} {_pm(r['gain']):>17} {_pm(r['kl_end'])[1:]:>15} "
-                             f"{r['seconds'][0]:>6.1f}")
+                lines.append(
+                    f"{arm:<14} {name:<8} {_pm(r['gain']):>17} {_pm(r['kl_end'])[1:]:>15} {r['seconds'][0]:>6.1f}"
+                )
         if "time_ratio" in row:
-            lines.append(f"  ours - TRL: gain {_pm(row['gain_diff'])}, KL {_pm(row['kl_diff'])}, "
-                         f"time x{row['time_ratio']:.1f}")
+            lines.append(
+                f"  ours - TRL: gain {_pm(row['gain_diff'])}, KL {_pm(row['kl_diff'])}, time x{row['time_ratio']:.1f}"
+            )
     n = len(results["settings"]["seeds"])
     lines.append(f"(mean ± 95% interval over {n} seed{'s' if n > 1 else ''}; gain and KL on the")
     lines.append(" 400 eval prompts, by our evaluate; s/run: seconds a run, set-up included)")
@@ -719,11 +874,13 @@ def plot_side_by_side(results: dict, key: str = "accuracy", axes=None):
     if axes is None:
         _, axes = plt.subplots(1, len(arms), figsize=(3.2 * len(arms), 3.0), sharey=True, squeeze=False)
         axes = axes[0]
-    labels = {"accuracy": "accuracy (greedy, 400 prompts)", "kl": "KL to reference (nats/token)",
-              "rm_score": "mean RM score"}
+    labels = {
+        "accuracy": "accuracy (greedy, 400 prompts)",
+        "kl": "KL to reference (nats/token)",
+        "rm_score": "mean RM score",
+    }
     for ax, arm in zip(axes, arms):
-        for side, color, ls in (("ours", REGISTRY[TRL_ARMS[arm].ours].color, "-"),
-                                ("trl", TRL_COLOR, "--")):
+        for side, color, ls in (("ours", REGISTRY[TRL_ARMS[arm].ours].color, "-"), ("trl", TRL_COLOR, "--")):
             logs = results[side][arm]
             if not logs:
                 continue
@@ -743,8 +900,10 @@ def plot_side_by_side(results: dict, key: str = "accuracy", axes=None):
     return axes
 
 
-FIGURE_TITLES = {"accuracy": "Accuracy: ours and TRL's, from the same start",
-                 "kl": "KL to the start: ours and TRL's, by the same code"}
+FIGURE_TITLES = {
+    "accuracy": "Accuracy: ours and TRL's, from the same start",
+    "kl": "KL to the start: ours and TRL's, by the same code",
+}
 
 
 def side_by_side_figure(results: dict, key: str = "accuracy", narrow: bool = False):
@@ -757,8 +916,8 @@ def side_by_side_figure(results: dict, key: str = "accuracy", narrow: bool = Fal
     rows = (len(arms) + cols - 1) // cols
     size = (3.6, 2.3 * rows + 0.5) if narrow else (6.4, 2.7 * rows + 0.4)
     fig, axes = plt.subplots(rows, cols, figsize=size, sharey=True, squeeze=False)
-    plot_side_by_side(results, key, axes=axes.ravel()[:len(arms)])
-    for ax in axes.ravel()[len(arms):]:
+    plot_side_by_side(results, key, axes=axes.ravel()[: len(arms)])
+    for ax in axes.ravel()[len(arms) :]:
         ax.set_visible(False)
     label = axes[0, 0].get_ylabel()
     if narrow:  # a short label fits the panel's height

@@ -36,13 +36,16 @@ def test_it_holds_the_learner_notebooks_the_package_and_what_installs_them(packe
     folder = archive.FOLDER + "/"
     names = _names(packed)
     assert all(name.startswith(folder) for name in names), "every member sits in one folder"
-    names = {name[len(folder):] for name in names}
-    package = {p.relative_to(ROOT).as_posix() for p in (ROOT / "minirlhf").rglob("*.py")
-               if "__pycache__" not in p.parts}
-    expected = ({"README.md", "Makefile", "requirements.txt", "pyproject.toml", "LICENSE"}
-                | {f"notebooks/{name}" for name in NOTEBOOKS} | package)
-    assert names == expected, (f"missing: {sorted(expected - names)};"
-                               f" not expected: {sorted(names - expected)}")
+    names = {name[len(folder) :] for name in names}
+    package = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "minirlhf").rglob("*.py") if "__pycache__" not in p.parts
+    }
+    expected = (
+        {"README.md", "Makefile", "requirements.txt", "pyproject.toml", "LICENSE"}
+        | {f"notebooks/{name}" for name in NOTEBOOKS}
+        | package
+    )
+    assert names == expected, f"missing: {sorted(expected - names)}; not expected: {sorted(names - expected)}"
     assert "minirlhf/course/archive.py" in names and "minirlhf/course/grader/__main__.py" in names
 
 
@@ -66,8 +69,14 @@ def test_packing_twice_gives_the_same_bytes(packed, tmp_path):
 def test_the_readme_says_how_to_start_and_how_to_check(packed):
     with zipfile.ZipFile(packed) as z:
         text = z.read(f"{archive.FOLDER}/README.md").decode("utf-8")
-    for needed in ["make lab", "make check", f"unzip {archive.ARCHIVE_NAME}",
-                   f"cd {archive.FOLDER}", "minirlhf.course.grader", *NOTEBOOKS]:
+    for needed in [
+        "make lab",
+        "make check",
+        f"unzip {archive.ARCHIVE_NAME}",
+        f"cd {archive.FOLDER}",
+        "minirlhf.course.grader",
+        *NOTEBOOKS,
+    ]:
         assert needed in text, f"the archive's README does not mention {needed!r}"
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "\nlab:" in makefile and "\ncheck:" in makefile, "the README's targets left the Makefile"
@@ -80,7 +89,12 @@ def test_the_package_imported_there_is_the_one_in_the_archive(packed, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(folder), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-c", "import minirlhf, minirlhf.course.grader; print(minirlhf.__file__)"],
-        cwd=folder / "notebooks", env=env, capture_output=True, text=True, timeout=300)
+        cwd=folder / "notebooks",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert Path(done.stdout.strip()).resolve() == (folder / "minirlhf" / "__init__.py").resolve()
 
@@ -100,15 +114,20 @@ def test_it_refuses_to_pack_without_learner_notebooks(tmp_path):
 # The book: the download menu and the repository buttons
 # ---------------------------------------------------------------------------------------------
 
+
 def _pathto(path, resource=0):
     assert resource == 1, "a link to a file of the site, not to a page"
     return "../" + path
 
 
 def test_a_chapter_page_offers_both_notebooks_and_the_archive():
-    buttons = archive.download_buttons(_pathto, ".ipynb", "solutions/01_kl_penalty.ipynb",
-                                       "solutions/01_kl_penalty.ipynb",
-                                       "course/notebooks/01_kl_penalty.ipynb")
+    buttons = archive.download_buttons(
+        _pathto,
+        ".ipynb",
+        "solutions/01_kl_penalty.ipynb",
+        "solutions/01_kl_penalty.ipynb",
+        "course/notebooks/01_kl_penalty.ipynb",
+    )
     links = {b["label"]: b["url"] for b in buttons if b["type"] == "link"}
     assert links == {
         "download-learner-notebook-button": "../course/notebooks/01_kl_penalty.ipynb",
@@ -120,19 +139,26 @@ def test_a_chapter_page_offers_both_notebooks_and_the_archive():
 def test_a_prose_page_offers_its_source_and_the_archive():
     buttons = archive.download_buttons(_pathto, ".md", "book/how-to-use.md", None, None)
     links = {b["label"]: b["url"] for b in buttons if b["type"] == "link"}
-    assert links == {"download-source-button": "../_sources/book/how-to-use.md",
-                     "download-course-archive-button": "../course/minirlhf-course.zip"}
-    assert archive.download_buttons(_pathto, ".md", "x.md", None, None, archive=False)[0][
-        "label"] == "download-source-button"
+    assert links == {
+        "download-source-button": "../_sources/book/how-to-use.md",
+        "download-course-archive-button": "../course/minirlhf-course.zip",
+    }
+    assert (
+        archive.download_buttons(_pathto, ".md", "x.md", None, None, archive=False)[0]["label"]
+        == "download-source-button"
+    )
 
 
-@pytest.mark.parametrize("url, repository, issues", [
-    ("", False, False),
-    ("   ", False, False),
-    ("https://github.com/owner/minirlhf", True, True),
-    ("https://gitlab.com/owner/minirlhf", True, True),
-    ("https://git.example.org/owner/minirlhf", True, False),
-])
+@pytest.mark.parametrize(
+    "url, repository, issues",
+    [
+        ("", False, False),
+        ("   ", False, False),
+        ("https://github.com/owner/minirlhf", True, True),
+        ("https://gitlab.com/owner/minirlhf", True, True),
+        ("https://git.example.org/owner/minirlhf", True, False),
+    ],
+)
 def test_the_repository_buttons_follow_the_url(url, repository, issues):
     switches = archive.repository_buttons({"repository_url": url})
     assert switches["use_repository_button"] is repository
@@ -148,10 +174,8 @@ def _config_with(tmp_path, url: str) -> dict:
     text = (ROOT / "_config.yml").read_text(encoding="utf-8")
     assert '\nrepository:\n  url: ""\n' in text, "_config.yml's repository section moved"
     config = tmp_path / "_config.yml"
-    config.write_text(text.replace('\nrepository:\n  url: ""\n',
-                                   f'\nrepository:\n  url: "{url}"\n'), encoding="utf-8")
-    sphinx_config, _ = get_final_config(user_yaml=config, sourcedir=ROOT,
-                                        cli_config={"latex_individualpages": False})
+    config.write_text(text.replace('\nrepository:\n  url: ""\n', f'\nrepository:\n  url: "{url}"\n'), encoding="utf-8")
+    sphinx_config, _ = get_final_config(user_yaml=config, sourcedir=ROOT, cli_config={"latex_individualpages": False})
     assert "minirlhf.course.archive" in sphinx_config["extensions"]
     return sphinx_config["html_theme_options"]
 
@@ -177,10 +201,19 @@ def test_the_theme_shows_the_buttons_only_with_a_url(tmp_path, url):
     (source / "conf.py").write_text(
         "extensions = ['sphinx_book_theme', 'minirlhf.course.archive']\n"
         "html_theme = 'sphinx_book_theme'\n"
-        f"html_theme_options = {{'repository_url': {url!r}, 'navbar_persistent': []}}\n")
+        f"html_theme_options = {{'repository_url': {url!r}, 'navbar_persistent': []}}\n"
+    )
     (source / "index.rst").write_text("Title\n=====\n\nText.\n")
-    app = Sphinx(str(source), str(source), str(tmp_path / "out"), str(tmp_path / "doctrees"),
-                 "html", status=None, warning=None, freshenv=True)
+    app = Sphinx(
+        str(source),
+        str(source),
+        str(tmp_path / "out"),
+        str(tmp_path / "doctrees"),
+        "html",
+        status=None,
+        warning=None,
+        freshenv=True,
+    )
     app.build()
     html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
     assert ("btn-source-repository-button" in html) is bool(url)
@@ -213,8 +246,12 @@ def test_the_command_refuses_an_out_that_is_not_a_regular_file_before_packing(tm
         return os.stat_result([stat.S_IFCHR | 0o666, *list(found)[1:]])
 
     monkeypatch.setattr(os, "stat", fake_stat)
-    for out, words in ((device, "is a character device"), (tmp_path / "folder", "is a folder"),
-                       (tmp_path / "pipe", "is a named pipe (FIFO)"), ("", "the file name is empty")):
+    for out, words in (
+        (device, "is a character device"),
+        (tmp_path / "folder", "is a folder"),
+        (tmp_path / "pipe", "is a named pipe (FIFO)"),
+        ("", "the file name is empty"),
+    ):
         assert archive.main([str(out)]) == 2  # D7, D8: no traceback
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("ERROR OUT: ") and words in err

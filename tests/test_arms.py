@@ -38,20 +38,23 @@ def test_when_the_palette_runs_out_the_next_arms_are_dashed():
     assert taken["arm0"].color == PALETTE[1]  # a color an arm asked for is not given to another
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(reward="verfier"), "reward must be one of"),
-    (dict(trainer="ppo2"), "trainer must be one of"),
-    (dict(reward="pairs"), "only DPO, learns from the pairs"),
-    (dict(trainer="dpo"), "only DPO, learns from the pairs"),
-    (dict(beta=-0.1), "beta must be a finite number >= 0"),
-    (dict(beta=float("nan")), "beta must be a finite number >= 0"),
-    (dict(help=""), "help must be a non-empty string"),
-    (dict(label=" "), "label must be a non-empty string"),
-    (dict(settings={"group_sise": 8}), "PPOConfig has no setting group_sise"),
-    (dict(settings={"advantages": "group"}), "needs group_size >= 2"),
-    (dict(settings={"advantages": "grup", "group_size": 8, "kl_placement": "loss"}), "advantages must be one of"),
-    (dict(linestyle="dotted"), "linestyle must be one of"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(reward="verfier"), "reward must be one of"),
+        (dict(trainer="ppo2"), "trainer must be one of"),
+        (dict(reward="pairs"), "only DPO, learns from the pairs"),
+        (dict(trainer="dpo"), "only DPO, learns from the pairs"),
+        (dict(beta=-0.1), "beta must be a finite number >= 0"),
+        (dict(beta=float("nan")), "beta must be a finite number >= 0"),
+        (dict(help=""), "help must be a non-empty string"),
+        (dict(label=" "), "label must be a non-empty string"),
+        (dict(settings={"group_sise": 8}), "PPOConfig has no setting group_sise"),
+        (dict(settings={"advantages": "group"}), "needs group_size >= 2"),
+        (dict(settings={"advantages": "grup", "group_size": 8, "kl_placement": "loss"}), "advantages must be one of"),
+        (dict(linestyle="dotted"), "linestyle must be one of"),
+    ],
+)
 def test_a_wrong_arm_is_refused_where_it_is_defined(changes, message):
     good = dict(name="mine", reward="verifier", beta=0.1, label="my arm", help="a test arm")
     with pytest.raises(ValueError, match=message) as raised:
@@ -64,5 +67,4 @@ def test_a_repeated_name_or_style_is_refused():
     with pytest.raises(ValueError, match="repeated: mine"):
         _registry(one, one)
     with pytest.raises(ValueError, match="share a color and a line style"):
-        _registry(dataclasses.replace(one, color=PALETTE[0]),
-                  dataclasses.replace(one, name="other", color=PALETTE[0]))
+        _registry(dataclasses.replace(one, color=PALETTE[0]), dataclasses.replace(one, name="other", color=PALETTE[0]))

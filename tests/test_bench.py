@@ -122,8 +122,10 @@ def test_bench_json_is_checked_before_any_stage_runs(tmp_path, monkeypatch, caps
     (tmp_path / "bench.json").mkdir()
     assert bench.main([]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"python -m minirlhf.commands.bench: error: cannot write the results: {tmp_path / 'bench.json'} is a "
-                   "folder, not a file that can be replaced")
+    assert err == (
+        f"python -m minirlhf.commands.bench: error: cannot write the results: {tmp_path / 'bench.json'} is a "
+        "folder, not a file that can be replaced"
+    )
 
 
 @pytest.mark.parametrize("over, status", [(False, 0), (True, 1)])
@@ -133,9 +135,15 @@ def test_a_stage_over_budget_gives_exit_status_1_and_the_file_all_the_same(tmp_p
     monkeypatch.setattr(bench.paths, "OUTPUTS", tmp_path)
     monkeypatch.setattr(bench, "_has_trl", lambda: True)
     budget = dict(bench.STAGES)
-    monkeypatch.setattr(bench, "run_stage", lambda stage, outputs: {
-        "stage": stage, "seconds": budget[stage][1] + (1.0 if over and stage == "pipeline" else -1.0),
-        "peak_mb": 100.0})
+    monkeypatch.setattr(
+        bench,
+        "run_stage",
+        lambda stage, outputs: {
+            "stage": stage,
+            "seconds": budget[stage][1] + (1.0 if over and stage == "pipeline" else -1.0),
+            "peak_mb": 100.0,
+        },
+    )
     assert bench.main([]) == status
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["all_within_budget"] is not over

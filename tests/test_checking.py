@@ -94,40 +94,56 @@ def test_printed_output_is_captured_and_capped():
     assert len(call.printed) == 2000 and call.n_printed > 80_000
 
 
-@pytest.mark.parametrize("got, words", [
-    (np.float64(0.05), "NumPy scalar"),
-    ([0.05], "is a list, expected a Python float"),
-    (float("nan"), "is NaN"),
-    (float("inf"), "is infinite"),
-    (torch.tensor(0.05), "is a torch tensor; the contract asks for a Python float"),
-    (None, "is None, expected a Python float: is a return statement missing?"),
-    (0.0512, "the result is 0.0512, right but not rounded"),
-    (-0.05, "the result has the wrong sign: -0.05, expected 0.05"),
-    (1, "is an int (1)"),
-    (0.06, "the result is 0.06, expected 0.05"),
-])
+@pytest.mark.parametrize(
+    "got, words",
+    [
+        (np.float64(0.05), "NumPy scalar"),
+        ([0.05], "is a list, expected a Python float"),
+        (float("nan"), "is NaN"),
+        (float("inf"), "is infinite"),
+        (torch.tensor(0.05), "is a torch tensor; the contract asks for a Python float"),
+        (None, "is None, expected a Python float: is a return statement missing?"),
+        (0.0512, "the result is 0.0512, right but not rounded"),
+        (-0.05, "the result has the wrong sign: -0.05, expected 0.05"),
+        (1, "is an int (1)"),
+        (0.06, "the result is 0.06, expected 0.05"),
+    ],
+)
 def test_float_comparator_says_what_is_wrong(got, words):
     assert words in ExpectFloat2().problem(got, 0.05)
 
 
-@pytest.mark.parametrize("got, mistake", [
-    (np.float64(0.05), "numpy-scalar"), ([0.05], "type"), (None, "type"), (float("nan"), "nan"),
-    (float("inf"), "inf"), (torch.tensor(0.05), "type"), (0.0512, "not-rounded"), (-0.05, "sign"), (1, "int"),
-    (0.06, "value"),
-])
+@pytest.mark.parametrize(
+    "got, mistake",
+    [
+        (np.float64(0.05), "numpy-scalar"),
+        ([0.05], "type"),
+        (None, "type"),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        (torch.tensor(0.05), "type"),
+        (0.0512, "not-rounded"),
+        (-0.05, "sign"),
+        (1, "int"),
+        (0.06, "value"),
+    ],
+)
 def test_float_comparator_names_the_mistake(got, mistake):
     assert ExpectFloat2().diagnose(got, 0.05)[0] == mistake
     assert ExpectFloat2().diagnose(0.05, 0.05) is None
 
 
-@pytest.mark.parametrize("got, words", [
-    ([1.0, 1.0, 0.0], "is a list, expected a dict"),
-    ({"objective": 1.0, "policy_loss": 1.0}, "no key 'kl_penalty'"),
-    ({"objective": 1.0, "policy_loss": 1.0, "kl_penalty": 0.0, "J": 1.0}, "a key the contract does not have, 'J'"),
-    ({"objective": np.float64(1.0), "policy_loss": 1.0, "kl_penalty": 0.0}, "objective is a NumPy scalar"),
-    ({"objective": 1.0, "policy_loss": 0.41, "kl_penalty": 0.0}, "policy_loss is 0.41, expected 1.0"),
-    (None, "the result is None, expected a dict"),
-])
+@pytest.mark.parametrize(
+    "got, words",
+    [
+        ([1.0, 1.0, 0.0], "is a list, expected a dict"),
+        ({"objective": 1.0, "policy_loss": 1.0}, "no key 'kl_penalty'"),
+        ({"objective": 1.0, "policy_loss": 1.0, "kl_penalty": 0.0, "J": 1.0}, "a key the contract does not have, 'J'"),
+        ({"objective": np.float64(1.0), "policy_loss": 1.0, "kl_penalty": 0.0}, "objective is a NumPy scalar"),
+        ({"objective": 1.0, "policy_loss": 0.41, "kl_penalty": 0.0}, "policy_loss is 0.41, expected 1.0"),
+        (None, "the result is None, expected a dict"),
+    ],
+)
 def test_dict_comparator_says_what_is_wrong(got, words):
     expected = {"objective": 1.0, "policy_loss": 1.0, "kl_penalty": 0.0}
     assert words in ExpectDict2(expected).problem(got, expected)
@@ -137,17 +153,21 @@ def test_array_comparator_checks_type_shape_nan_and_values():
     want = torch.tensor([0.5, 0.5])
     assert ExpectArray(kind="torch").problem(torch.tensor([0.5, 0.5]), want) is None
     assert ExpectArray(kind="torch").problem([0.5, 0.5], want) == (
-        "the result is a list; the contract asks for a torch tensor")
+        "the result is a list; the contract asks for a torch tensor"
+    )
     assert ExpectArray().problem(np.zeros(3), want) == "the result has shape (3,), expected (2,)"
     assert ExpectArray().problem(np.array([np.nan, 0.5]), want).startswith("the result holds NaN at [0]")
     assert ExpectArray().problem(np.array([0.6, 0.5]), want) == (
-        "the result differs in 1 of 2 places; the largest gap is at [0]: 0.6, expected 0.5")
+        "the result differs in 1 of 2 places; the largest gap is at [0]: 0.6, expected 0.5"
+    )
     advantages = ExpectArray(what="the advantages", plural=True)
     assert advantages.problem(np.zeros((2, 3)), np.zeros((2, 4))) == "the advantages have shape (2, 3), expected (2, 4)"
     assert advantages.problem(np.array([[0.0, 0.425]]), np.array([[0.0, 0.35]])) == (
-        "the advantages differ in 1 of 2 places; the largest gap is at [0, 1]: 0.425, expected 0.35")
+        "the advantages differ in 1 of 2 places; the largest gap is at [0, 1]: 0.425, expected 0.35"
+    )
     assert ExpectArray(kind="numpy").problem(np.float64(0.5), want) == (
-        "the result is a NumPy float; the contract asks for a NumPy array: np.asarray(...)")
+        "the result is a NumPy float; the contract asks for a NumPy array: np.asarray(...)"
+    )
 
 
 def test_judge_uses_the_call_kind_before_the_value():
@@ -271,8 +291,10 @@ class Agreeable(float):
 def test_a_float_subclass_cannot_be_graded_in_the_check_cell_either():
     report = run_cases(lambda **kw: Agreeable(0.0), KL)
     assert report.n_passed == 0
-    assert report.results[0].message == ("returned a Agreeable, which cannot be graded (a subclass of float; the "
-                                         "contract asks for a plain Python float: float(...))")
+    assert report.results[0].message == (
+        "returned a Agreeable, which cannot be graded (a subclass of float; the "
+        "contract asks for a plain Python float: float(...))"
+    )
     assert "returned  0.0" in str(report)  # shown by its value, read without its methods
 
 
@@ -281,7 +303,7 @@ def test_input_is_not_called_not_implemented():
         return float(input("beta? "))
 
     call = call_safely(asks, KL.cases[0].kwargs)
-    assert call.kind == "error" and call.message.startswith('called input() (in asks, line')
+    assert call.kind == "error" and call.message.startswith("called input() (in asks, line")
     assert "which waits for someone to type" in call.message
     assert run_cases(asks, KL).state == "fail"
 
@@ -326,8 +348,10 @@ def test_correct_so_far_but_out_of_time_is_slow_not_wrong():
     report = run_cases(right_then_slow, dataclasses.replace(KL, time_limit=0.2))
     assert report.state == "slow" and report.hint() == (0, "")
     text = str(report)
-    assert " ".join(text.split()) == ("kl_penalty: right so far, but too slow: the 2 cases that ran are right; "
-                                      f"case 3 took longer than 0.2 s; {len(KL.cases) - 2} of {len(KL.cases)} not finished.")
+    assert " ".join(text.split()) == (
+        "kl_penalty: right so far, but too slow: the 2 cases that ran are right; "
+        f"case 3 took longer than 0.2 s; {len(KL.cases) - 2} of {len(KL.cases)} not finished."
+    )
     assert all(len(line) <= 77 for line in text.splitlines())
     assert ">SLOW<" in report._repr_html_()
     assert run_cases(lambda **kw: time.sleep(1), dataclasses.replace(KL, time_limit=0.2)).state == "fail"
@@ -342,11 +366,19 @@ def _needs_two(x, n):
     return float(x * n)
 
 
-RAISING = Exercise(name="needs_two", chapter=99, title="Raise on a bad n", expect=ExpectFloat(),
-                   cases=(Case({"x": 1.0, "n": 2}, 2.0, "n = 2 doubles"),
-                          Case({"x": 1.0, "n": 1}, Raises(ValueError, "n must"), "n = 1 is refused")),
-                   hints=("check n", "raise ValueError", "return x * n"), reference=_needs_two,
-                   hint_for={"no-raise": 2, "wrong-error": 2, "error-message": 2})
+RAISING = Exercise(
+    name="needs_two",
+    chapter=99,
+    title="Raise on a bad n",
+    expect=ExpectFloat(),
+    cases=(
+        Case({"x": 1.0, "n": 2}, 2.0, "n = 2 doubles"),
+        Case({"x": 1.0, "n": 1}, Raises(ValueError, "n must"), "n = 1 is refused"),
+    ),
+    hints=("check n", "raise ValueError", "return x * n"),
+    reference=_needs_two,
+    hint_for={"no-raise": 2, "wrong-error": 2, "error-message": 2},
+)
 
 
 def test_raises_reads_what_was_raised_from_the_calls_message():
@@ -387,11 +419,14 @@ def test_a_case_that_expects_a_raise_passes_when_it_raises_and_says_why_when_not
         assert report.hint()[0] == 2
         verdicts[fn.__name__] = report.results[1]
     assert verdicts["returns"].mistake == "no-raise"
-    assert verdicts["returns"].message == ("returned 1.0, but on this input the contract asks for a ValueError "
-                                           "whose message names n must: check the input and raise it")
+    assert verdicts["returns"].message == (
+        "returned 1.0, but on this input the contract asks for a ValueError "
+        "whose message names n must: check the input and raise it"
+    )
     assert verdicts["wrong_type"].mistake == "wrong-error"
-    assert verdicts["wrong_type"].message.startswith("raised TypeError (n must be at least 2), but on this input "
-                                                     "the contract asks for a ValueError")
+    assert verdicts["wrong_type"].message.startswith(
+        "raised TypeError (n must be at least 2), but on this input the contract asks for a ValueError"
+    )
     assert verdicts["says_nothing"].mistake == "error-message"
     assert "does not name n must" in verdicts["says_nothing"].message
     assert run_cases(not_written, RAISING).state == "todo"
@@ -403,7 +438,7 @@ def test_a_case_that_expects_a_raise_passes_when_it_raises_and_says_why_when_not
 def test_the_words_of_the_code_line_do_not_count_as_the_message():
     def names_it_in_the_code_only(x, n):
         if n < 2:
-            raise ValueError("n must" [:0] + "no")  # the code line holds the words, the message does not
+            raise ValueError("n must"[:0] + "no")  # the code line holds the words, the message does not
         return float(x * n)
 
     assert run_cases(names_it_in_the_code_only, RAISING).results[1].mistake == "error-message"

@@ -19,8 +19,10 @@ def grads_at(theta, beta=BETA, reward=REWARD):
     """Return the gradients of every objective and KL at theta, as a dict."""
     theta = torch.as_tensor(theta, dtype=torch.float64).clone().requires_grad_(True)
     reward_part = (theta.softmax(-1) * torch.tensor(reward, dtype=torch.float64)).sum()
-    return dc.gradients({**dc.objectives(theta, OLD, REF, reward, beta),
-                         **dc.divergences(theta, OLD, REF), "reward": reward_part}, theta)
+    return dc.gradients(
+        {**dc.objectives(theta, OLD, REF, reward, beta), **dc.divergences(theta, OLD, REF), "reward": reward_part},
+        theta,
+    )
 
 
 def after_update():
@@ -43,8 +45,11 @@ def test_at_the_first_step_the_bug_has_the_gradient_of_beta_not_of_two_beta():
 
 
 def test_the_extra_term_is_beta_times_the_gradient_of_kl_old_to_pi_at_any_theta():
-    for theta in (torch.tensor(OLD, dtype=torch.float64), after_update(),
-                  torch.tensor([0.0, 1.0, -1.0, 2.0, 0.0], dtype=torch.float64)):
+    for theta in (
+        torch.tensor(OLD, dtype=torch.float64),
+        after_update(),
+        torch.tensor([0.0, 1.0, -1.0, 2.0, 0.0], dtype=torch.float64),
+    ):
         g = grads_at(theta)
         extra = g["counted twice"] - g["kl in reward"]
         assert close(extra, BETA * g["KL(old || pi)"])
@@ -90,8 +95,7 @@ def test_the_exact_expectation_is_the_mean_of_sampled_batches():
     p_old = torch.tensor(OLD, dtype=torch.float64).softmax(-1)
     logp_ref = torch.tensor(REF, dtype=torch.float64).log_softmax(-1)
     reward = torch.tensor(REWARD, dtype=torch.float64)
-    y = torch.multinomial(p_old, 1_000_000, replacement=True,
-                          generator=torch.Generator().manual_seed(0))
+    y = torch.multinomial(p_old, 1_000_000, replacement=True, generator=torch.Generator().manual_seed(0))
     theta = theta_new.clone().requires_grad_(True)
     logp = theta.log_softmax(-1)
     new, old, ref = logp[y], p_old.log()[y], logp_ref[y]  # (n,) per sampled token

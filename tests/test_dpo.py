@@ -45,7 +45,8 @@ def test_dpo_loss_is_minus_logsigmoid_of_the_margin_and_scales_with_beta():
         assert loss.item() == pytest.approx(-F.logsigmoid(r_c - r_r).mean().item(), rel=1e-5)
     # beta multiplies the log-ratios: beta 2 on x is beta 1 on 2x
     assert dpo.dpo_loss(pc, pr, rc, rr, 2.0).item() == pytest.approx(
-        dpo.dpo_loss(2 * pc, 2 * pr, 2 * rc, 2 * rr, 1.0).item(), rel=1e-6)
+        dpo.dpo_loss(2 * pc, 2 * pr, 2 * rc, 2 * rr, 1.0).item(), rel=1e-6
+    )
     huge = dpo.dpo_loss(t(0.0), t(-1000.0), t(0.0), t(0.0), 1.0)  # finite at any margin
     assert torch.isfinite(huge) and huge.item() == pytest.approx(0.0, abs=1e-6)
 
@@ -169,7 +170,8 @@ def test_a_tiny_run_lowers_the_loss_and_leaves_both_inputs_untouched(small, eval
     right = dpo.sequence_logps(small, prompts, answers["heldout/logps_correct"]).double().mean().item()
     assert log["heldout/logps_correct"][0] == pytest.approx(right)  # the start, measured on the held-out pairs
     assert task.decode_completions(answers["heldout/logps_correct"][:3]) == [
-        f"{a + b};" for a, b in task.eval_pairs()[:3].tolist()]
+        f"{a + b};" for a, b in task.eval_pairs()[:3].tolist()
+    ]
     assert log["rewards/margins"][-1] > 0 and log["n_pairs"] == 64
     assert math.isnan(log["rm_score"][0])  # no rm given: nothing to score with
     report = log["implicit_reward"]
@@ -184,8 +186,9 @@ def test_a_learners_loss_fn_drives_the_run(small, evalset):
         calls.append(beta)
         return dpo.dpo_loss(pc, pr, rc, rr, beta) * 0.0  # a loss with no gradient: nothing may move
 
-    trained, log = dpo.train_dpo(small, small, dpo.DPOConfig(**TINY, beta=0.7), evalset=evalset,
-                                 progress=False, loss_fn=mine)
+    trained, log = dpo.train_dpo(
+        small, small, dpo.DPOConfig(**TINY, beta=0.7), evalset=evalset, progress=False, loss_fn=mine
+    )
     assert calls == [0.7] * 12
     assert all(torch.equal(a, b) for a, b in zip(small.state_dict().values(), trained.state_dict().values()))
     assert log["loss"] == [0.0] * 12
@@ -193,8 +196,13 @@ def test_a_learners_loss_fn_drives_the_run(small, evalset):
 
 def test_the_runs_are_repeatable_and_the_seed_orders_the_pairs(small, evalset):
     def run(seed):
-        return dpo.train_dpo(small, small, dpo.DPOConfig(**{**TINY, "steps": 3, "eval_every": 3}, seed=seed),
-                             evalset=evalset, progress=False)[1]["loss"]
+        return dpo.train_dpo(
+            small,
+            small,
+            dpo.DPOConfig(**{**TINY, "steps": 3, "eval_every": 3}, seed=seed),
+            evalset=evalset,
+            progress=False,
+        )[1]["loss"]
 
     assert run(0) == run(0) and run(0) != run(1)
 
@@ -227,8 +235,10 @@ def test_the_implicit_reward_margins_are_beta_times_the_log_ratios(small):
     other = TinyGPT(GPTConfig(n_layer=1, n_embd=16, n_head=2)).eval()
     pairs = task.eval_pairs()[:20]
     prompts, chosen, rejected = reward_model.preference_batch(pairs, torch.Generator().manual_seed(7), "near_miss")
-    want = 0.3 * ((dpo.sequence_logps(other, prompts, chosen) - dpo.sequence_logps(small, prompts, chosen))
-                  - (dpo.sequence_logps(other, prompts, rejected) - dpo.sequence_logps(small, prompts, rejected)))
+    want = 0.3 * (
+        (dpo.sequence_logps(other, prompts, chosen) - dpo.sequence_logps(small, prompts, chosen))
+        - (dpo.sequence_logps(other, prompts, rejected) - dpo.sequence_logps(small, prompts, rejected))
+    )
     got = dpo.implicit_reward_margins(other, small, 0.3, "near_miss", pairs)
     assert torch.allclose(got, want, atol=1e-5)
     same = dpo.implicit_reward_report(small, small, 0.3)  # policy = reference: no preference at all
@@ -237,9 +247,14 @@ def test_the_implicit_reward_margins_are_beta_times_the_log_ratios(small):
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"steps": 0}, "steps"), ({"batch_size": 1.5}, "batch_size"), ({"eval_every": 0}, "eval_every"),
-     ({"beta": 0.0}, "beta must be > 0"), ({"lr": -1.0}, "lr must be > 0"),
-     ({"near_miss_share": 2.0}, "near_miss_share")],
+    [
+        ({"steps": 0}, "steps"),
+        ({"batch_size": 1.5}, "batch_size"),
+        ({"eval_every": 0}, "eval_every"),
+        ({"beta": 0.0}, "beta must be > 0"),
+        ({"lr": -1.0}, "lr must be > 0"),
+        ({"near_miss_share": 2.0}, "near_miss_share"),
+    ],
 )
 def test_bad_settings_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -253,7 +268,7 @@ def test_the_sft_control_is_the_cross_entropy_of_the_chosen_tokens(small, evalse
     _, log = dpo.train_dpo(small, small, cfg, evalset=evalset, progress=False)
     # step 1 runs on the start: its loss is the token-mean cross-entropy of the first batch's chosen answers
     prompts, chosen, _ = dpo.preference_pairs(0.0, TINY["rm_config"])
-    idx = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(0))[:TINY["batch_size"]]
+    idx = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(0))[: TINY["batch_size"]]
     logits = completion_logits(small, prompts[idx], chosen[idx])  # (B, 4, V)
     ce = F.cross_entropy(logits.flatten(0, 1), chosen[idx].flatten(), reduction="none").view(chosen[idx].shape)
     mask = completion_mask(chosen[idx])

@@ -17,8 +17,12 @@ def test_every_estimator_is_complete_and_its_settings_run(name):
     est = estimators.get(name)
     assert est.name == name and est.help.strip() and callable(est.fn) and callable(est.advantages)
     assert estimators.module_of(name).ESTIMATOR is est
-    cfg = PPOConfig(batch_size=8, group_size=4 if est.min_group > 1 else 1, advantages=name,
-                    kl_placement="reward" if est.leash_in_advantages else "loss")
+    cfg = PPOConfig(
+        batch_size=8,
+        group_size=4 if est.min_group > 1 else 1,
+        advantages=name,
+        kl_placement="reward" if est.leash_in_advantages else "loss",
+    )
     est.check(cfg)
 
 
@@ -39,7 +43,8 @@ def test_the_table_decides_what_the_config_accepts():
 def test_a_new_estimator_is_one_module(tmp_path, monkeypatch):
     """A module dropped into the package adds a name, its rollout extras and its advantages;
     nothing else changes."""
-    (tmp_path / "toy_greedy.py").write_text(textwrap.dedent('''
+    (tmp_path / "toy_greedy.py").write_text(
+        textwrap.dedent("""
         import torch
         from minirlhf.estimators import Estimator
 
@@ -53,7 +58,8 @@ def test_a_new_estimator_is_one_module(tmp_path, monkeypatch):
             return {"half": torch.full((prompts.shape[0],), 0.5, dtype=torch.float64)}
 
         ESTIMATOR = Estimator("toy-greedy", toy, advantages, "a test: r minus one half", extras=extras)
-    '''))
+    """)
+    )
     monkeypatch.setattr(estimators, "__path__", [*estimators.__path__, str(tmp_path)])
     monkeypatch.setattr(estimators, "_TABLE", {})
     monkeypatch.setattr(estimators, "_MODULES", {})

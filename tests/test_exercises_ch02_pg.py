@@ -43,8 +43,7 @@ def _variant(slip):
     def loss(logp, rewards, baseline):
         if slip == "rewards detached":  # harmless: the rewards carry no gradient anyway
             rewards = rewards.detach()
-        weight = {"baseline ignored": rewards, "baseline added": rewards + baseline}.get(
-            slip, rewards - baseline)
+        weight = {"baseline ignored": rewards, "baseline added": rewards + baseline}.get(slip, rewards - baseline)
         if slip == "logp detached":
             logp = logp.detach()
         terms = weight * logp
@@ -60,8 +59,7 @@ def _variant(slip):
     return loss
 
 
-SLIPS = ["no minus", "baseline ignored", "baseline added", "sum", "item", "per sample",
-         "logp detached"]
+SLIPS = ["no minus", "baseline ignored", "baseline added", "sum", "item", "per sample", "logp detached"]
 
 
 @pytest.mark.parametrize("slip", [None, "rewards detached"])
@@ -96,8 +94,9 @@ def test_the_random_kwargs_are_valid():
 def _chapter_bandit():
     """Run the chapter's bandit cell and its ``train_bandit``; return the namespace."""
     path = next(SOURCES.glob("02_*.py"))
-    codes = [drop_markers(c["source"]) for c in parse(path.read_text(encoding="utf-8"), path.name)
-             if c["kind"] == "code"]
+    codes = [
+        drop_markers(c["source"]) for c in parse(path.read_text(encoding="utf-8"), path.name) if c["kind"] == "code"
+    ]
     namespace = {}
     exec(compile("import torch", "<imports>", "exec"), namespace)
     bandit = next(code for code in codes if code.lstrip().startswith("R = torch.tensor"))
@@ -120,9 +119,15 @@ def test_the_chapters_loop_improves_the_policy_with_the_loss():
 
 # The hint each slip gets: the one about its own mistake, not one picked by the share of
 # passing cases (1 the weights, 2 the mean, 3 the minus and the tensor with its gradient).
-HINT_FOR_SLIP = [("no minus", "sign", 3), ("baseline ignored", "no-baseline", 1),
-                 ("baseline added", "baseline-added", 1), ("sum", "sum", 2), ("item", "not-a-tensor", 3),
-                 ("per sample", "not-averaged", 2), ("logp detached", "no-grad", 3)]
+HINT_FOR_SLIP = [
+    ("no minus", "sign", 3),
+    ("baseline ignored", "no-baseline", 1),
+    ("baseline added", "baseline-added", 1),
+    ("sum", "sum", 2),
+    ("item", "not-a-tensor", 3),
+    ("per sample", "not-averaged", 2),
+    ("logp detached", "no-grad", 3),
+]
 
 
 @pytest.mark.parametrize("slip, mistake, number", HINT_FOR_SLIP, ids=[row[0] for row in HINT_FOR_SLIP])

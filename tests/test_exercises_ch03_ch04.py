@@ -34,12 +34,14 @@ def test_every_case_is_reproduced_by_the_reference(name):
 
 
 def test_hand_worked_values_of_the_sft_loss():
-    assert masked_sft_loss(torch.zeros(3, 5, 13), torch.zeros(3, 5, dtype=torch.long),
-                           torch.ones(3, 5)).item() == pytest.approx(math.log(13), abs=1e-6)
+    assert masked_sft_loss(
+        torch.zeros(3, 5, 13), torch.zeros(3, 5, dtype=torch.long), torch.ones(3, 5)
+    ).item() == pytest.approx(math.log(13), abs=1e-6)
     # p(target) = 3/4 -> log(4/3)
     logits = torch.tensor([[[0.0, math.log(3.0)]]])
     assert masked_sft_loss(logits, torch.tensor([[1]]), torch.ones(1, 1)).item() == pytest.approx(
-        math.log(4 / 3), abs=1e-6)
+        math.log(4 / 3), abs=1e-6
+    )
 
 
 def test_hand_worked_values_of_the_bt_loss():
@@ -171,12 +173,15 @@ def test_a_mistake_no_slip_explains_falls_back_to_the_share_of_passing_cases(nam
 def test_a_wrong_value_says_how_far_off_it_is():
     report = check("bradley_terry_loss", bt_swapped, show=False)
     failure = next(r for r in report.results if not r.passed and r.message.startswith("the loss is"))
-    assert failure.message == ("the loss is 2.127, expected 0.1269 (off by 2); that is the loss with chosen and "
-                               "rejected swapped: the margin is r_chosen - r_rejected")
+    assert failure.message == (
+        "the loss is 2.127, expected 0.1269 (off by 2); that is the loss with chosen and "
+        "rejected swapped: the margin is r_chosen - r_rejected"
+    )
     # at margin 0 the swapped loss has the right value, log 2, and the gradient of the other sign
     first = report.first_failure
     assert first.mistake == "margin-sign" and first.message.startswith(
-        "the value is right, but the gradient with respect to r_chosen is not: 0.5 at [0], expected -0.5")
+        "the value is right, but the gradient with respect to r_chosen is not: 0.5 at [0], expected -0.5"
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -210,12 +215,15 @@ def bt_softplus(r_chosen, r_rejected):
     return F.softplus(r_rejected - r_chosen).mean()
 
 
-@pytest.mark.parametrize("name, right, wrong", [
-    ("masked_sft_loss", sft_by_hand, sft_unmasked),
-    ("masked_sft_loss", sft_by_hand, sft_row_means),
-    ("bradley_terry_loss", bt_softplus, bt_log_of_sigmoid),
-    ("bradley_terry_loss", bt_softplus, bt_swapped),
-])
+@pytest.mark.parametrize(
+    "name, right, wrong",
+    [
+        ("masked_sft_loss", sft_by_hand, sft_unmasked),
+        ("masked_sft_loss", sft_by_hand, sft_row_means),
+        ("bradley_terry_loss", bt_softplus, bt_log_of_sigmoid),
+        ("bradley_terry_loss", bt_softplus, bt_swapped),
+    ],
+)
 def test_randomized_inputs_pass_a_right_answer_and_catch_a_wrong_one(name, right, wrong):
     exercise, cases = _random_cases(name)
     assert len(cases) == 60

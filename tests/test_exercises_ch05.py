@@ -67,8 +67,16 @@ def _adv_variant(slip):
     return advantages
 
 
-ADV_SLIPS = ["kl sign", "no clamp", "padding pays", "myopic", "no baseline",
-             "baseline over all rows", "baseline per row", "one per completion"]
+ADV_SLIPS = [
+    "kl sign",
+    "no clamp",
+    "padding pays",
+    "myopic",
+    "no baseline",
+    "baseline over all rows",
+    "baseline per row",
+    "one per completion",
+]
 
 
 def test_the_advantages_without_a_slip_pass():
@@ -131,8 +139,17 @@ def _variant(slip):
     return loss
 
 
-SLIPS = ["transposed", "max", "clip only", "no mask", "mean over all tokens", "mean of row means", "sign",
-         "item", "per token"]
+SLIPS = [
+    "transposed",
+    "max",
+    "clip only",
+    "no mask",
+    "mean over all tokens",
+    "mean of row means",
+    "sign",
+    "item",
+    "per token",
+]
 
 
 def test_the_variant_without_a_slip_passes():
@@ -144,8 +161,7 @@ def test_every_usual_slip_fails_a_case(slip):
     assert not run_cases(_variant(slip), LOSS).passed, f"no case catches the slip {slip!r}"
 
 
-@pytest.mark.parametrize("slip, words", [("sign", "wrong sign"), ("item", "torch tensor"),
-                                         ("per token", "averaged")])
+@pytest.mark.parametrize("slip, words", [("sign", "wrong sign"), ("item", "torch tensor"), ("per token", "averaged")])
 def test_the_comparator_names_the_slip(slip, words):
     assert words in run_cases(_variant(slip), LOSS).first_failure.message
 
@@ -185,33 +201,65 @@ def test_functions_written_to_the_contracts_drive_ppo_train():
     def first_digit_reward(pairs, prompts, completions):  # an untrained policy never adds right
         return completions[:, 0].float()
 
-    _, ours = ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, loss_fn=_variant(None),
-                            advantage_fn=_adv_variant(None), evalset=evalset, progress=False)
+    _, ours = ppo.ppo_train(
+        policy,
+        policy,
+        first_digit_reward,
+        0.1,
+        cfg,
+        loss_fn=_variant(None),
+        advantage_fn=_adv_variant(None),
+        evalset=evalset,
+        progress=False,
+    )
     _, theirs = ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, evalset=evalset, progress=False)
     for key in ("kl", "policy/clipfrac_avg", "loss/policy_avg"):
         assert ours[key] == pytest.approx(theirs[key], abs=1e-6)
     assert ours["loss/policy_avg"][0] != 0.0
-    _, myopic = ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, advantage_fn=_adv_variant("myopic"),
-                              evalset=evalset, progress=False)
+    _, myopic = ppo.ppo_train(
+        policy,
+        policy,
+        first_digit_reward,
+        0.1,
+        cfg,
+        advantage_fn=_adv_variant("myopic"),
+        evalset=evalset,
+        progress=False,
+    )
     assert myopic["loss/policy_avg"] != theirs["loss/policy_avg"]  # the advantages really drive the run
 
 
 # The hint each slip gets: the one about its own mistake. Advantages: 1 the per-token reward,
 # 2 the score on a copy, 3 the return-to-go, 4 the baseline. Loss: 1 the ratio and the
 # advantages as they stand, 2 the min and the clip, 3 the masked mean, 4 the minus and the tensor.
-ADV_HINTS = [("kl sign", "kl-sign", 1), ("no clamp", "no-clamp", 1), ("padding pays", "padding-pays", 1),
-             ("myopic", "myopic", 3), ("no baseline", "no-baseline", 4),
-             ("baseline over all rows", "baseline-all-rows", 4), ("baseline per row", "baseline-per-row", 4),
-             ("one per completion", "per-completion", 1)]
-LOSS_HINTS = [("transposed", "transposed", 1), ("max", "min-clip", 2), ("clip only", "min-clip", 2),
-              ("no mask", "no-mask", 3), ("mean over all tokens", "mean-over-all", 3),
-              ("mean of row means", "row-means", 3), ("sign", "sign", 4), ("item", "not-a-tensor", 4),
-              ("per token", "not-averaged", 3)]
+ADV_HINTS = [
+    ("kl sign", "kl-sign", 1),
+    ("no clamp", "no-clamp", 1),
+    ("padding pays", "padding-pays", 1),
+    ("myopic", "myopic", 3),
+    ("no baseline", "no-baseline", 4),
+    ("baseline over all rows", "baseline-all-rows", 4),
+    ("baseline per row", "baseline-per-row", 4),
+    ("one per completion", "per-completion", 1),
+]
+LOSS_HINTS = [
+    ("transposed", "transposed", 1),
+    ("max", "min-clip", 2),
+    ("clip only", "min-clip", 2),
+    ("no mask", "no-mask", 3),
+    ("mean over all tokens", "mean-over-all", 3),
+    ("mean of row means", "row-means", 3),
+    ("sign", "sign", 4),
+    ("item", "not-a-tensor", 4),
+    ("per token", "not-averaged", 3),
+]
 
 
-@pytest.mark.parametrize("ex, variant, slip, mistake, number",
-                         [(ADV, _adv_variant, *row) for row in ADV_HINTS] + [(LOSS, _variant, *row) for row in LOSS_HINTS],
-                         ids=[f"adv-{r[0]}" for r in ADV_HINTS] + [f"loss-{r[0]}" for r in LOSS_HINTS])
+@pytest.mark.parametrize(
+    "ex, variant, slip, mistake, number",
+    [(ADV, _adv_variant, *row) for row in ADV_HINTS] + [(LOSS, _variant, *row) for row in LOSS_HINTS],
+    ids=[f"adv-{r[0]}" for r in ADV_HINTS] + [f"loss-{r[0]}" for r in LOSS_HINTS],
+)
 def test_every_slip_gets_the_hint_for_its_mistake(ex, variant, slip, mistake, number):
     report = run_cases(variant(slip), ex)
     assert report.mistake == mistake  # the mistake of the first failure that has a hint

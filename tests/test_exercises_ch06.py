@@ -23,7 +23,7 @@ def _by_hand(rewards, group_size) -> Fraction:
     r = [Fraction(x) for x in rewards]
     n, mean = len(r), sum(r) / len(r)
     total = sum((x - mean) ** 2 for x in r) / n
-    groups = [r[i:i + group_size] for i in range(0, n, group_size)]
+    groups = [r[i : i + group_size] for i in range(0, n, group_size)]
     within = sum(sum((x - sum(g) / group_size) ** 2 for x in g) / group_size for g in groups) / len(groups)
     return 1 - within / total if total else Fraction(0)
 
@@ -45,8 +45,7 @@ def test_a_few_cases_by_their_numbers():
 
 def test_the_cases_cover_the_edges_a_learner_meets():
     kwargs = [c.kwargs for c in SHARE.cases]
-    equal_group = [any(len(set(g)) == 1 for g in kw["rewards"].view(-1, kw["group_size"]).tolist())
-                   for kw in kwargs]
+    equal_group = [any(len(set(g)) == 1 for g in kw["rewards"].view(-1, kw["group_size"]).tolist()) for kw in kwargs]
     all_equal = [len(set(kw["rewards"].tolist())) == 1 for kw in kwargs]
     not_square = [len(kw["rewards"]) != kw["group_size"] ** 2 for kw in kwargs]
     assert sum(all_equal) >= 1 and sum(a < b for a, b in zip(all_equal, equal_group)) >= 2
@@ -91,10 +90,17 @@ def _variant(slip=None):
 
 # The hint each slip gets: 1 the groups, 2 the within-prompt variance, 3 the divisor, 4 the
 # share, its type and the equal rewards.
-HINTS = [("ddof=1", "unbiased", 3), ("mean std", "std", 2), ("axis 0", "wrong-axis", 1),
-         ("interleaved", "wrong-axis", 1), ("answer's share", "answer-share", 4),
-         ("all equal gives 1", "all-equal", 4), ("nan", "nan", 4), ("a tensor", "type", 4),
-         ("a NumPy float", "numpy-scalar", 4)]
+HINTS = [
+    ("ddof=1", "unbiased", 3),
+    ("mean std", "std", 2),
+    ("axis 0", "wrong-axis", 1),
+    ("interleaved", "wrong-axis", 1),
+    ("answer's share", "answer-share", 4),
+    ("all equal gives 1", "all-equal", 4),
+    ("nan", "nan", 4),
+    ("a tensor", "type", 4),
+    ("a NumPy float", "numpy-scalar", 4),
+]
 
 
 def test_the_variant_without_a_slip_passes():
@@ -109,9 +115,16 @@ def test_every_usual_slip_fails_and_gets_the_hint_for_its_mistake(slip, mistake,
     assert report.hint() == (number, SHARE.hints[number - 1])
 
 
-@pytest.mark.parametrize("slip, words", [("ddof=1", "n - 1"), ("mean std", "standard deviations"),
-                                         ("interleaved", "side by side"), ("nan", "NaN"),
-                                         ("a tensor", "Python float")])
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("ddof=1", "n - 1"),
+        ("mean std", "standard deviations"),
+        ("interleaved", "side by side"),
+        ("nan", "NaN"),
+        ("a tensor", "Python float"),
+    ],
+)
 def test_the_report_names_the_slip(slip, words):
     report = run_cases(_variant(slip), SHARE)
     assert any(words in r.message for r in report.results if not r.passed)
@@ -193,8 +206,9 @@ def test_the_solution_in_float32_agrees_with_the_reference_on_random_inputs():
 
 def _chapter_code() -> list[str]:
     path = next(SOURCES.glob("06_*.py"))
-    return [drop_markers(c["source"]) for c in parse(path.read_text(encoding="utf-8"), path.name)
-            if c["kind"] == "code"]
+    return [
+        drop_markers(c["source"]) for c in parse(path.read_text(encoding="utf-8"), path.name) if c["kind"] == "code"
+    ]
 
 
 def _chapter_solution():

@@ -192,11 +192,15 @@ def test_every_case_is_reproduced_and_random_inputs_are_valid(name):
 # 3 the multiplicative update and the Python float. GAE: 1 the backward walk from 0 after the
 # end, 2 the TD error, the trace and [..., t], 3 the NumPy array.
 HINTS = [
-    ("adaptive_kl_update", "no_clip", "no-clip", 2), ("adaptive_kl_update", "clips_beta_not_error", "clip-beta", 2),
-    ("adaptive_kl_update", "inverted", "inverted", 2), ("adaptive_kl_update", "numpy_scalar", "numpy-scalar", 3),
+    ("adaptive_kl_update", "no_clip", "no-clip", 2),
+    ("adaptive_kl_update", "clips_beta_not_error", "clip-beta", 2),
+    ("adaptive_kl_update", "inverted", "inverted", 2),
+    ("adaptive_kl_update", "numpy_scalar", "numpy-scalar", 3),
     ("adaptive_kl_update", "additive", "additive", 3),
-    ("gae", "forgets_gamma_in_trace", "no-gamma-in-trace", 2), ("gae", "forward_walk", "forward", 1),
-    ("gae", "bootstraps_past_the_end", "bootstrap-past-end", 1), ("gae", "returns_a_list", "type", 3),
+    ("gae", "forgets_gamma_in_trace", "no-gamma-in-trace", 2),
+    ("gae", "forward_walk", "forward", 1),
+    ("gae", "bootstraps_past_the_end", "bootstrap-past-end", 1),
+    ("gae", "returns_a_list", "type", 3),
     ("gae", "first_axis", "first-axis", 2),
 ]
 

@@ -34,7 +34,7 @@ def _adv_by_hand(rewards, group_size, eps):
     sample std), 0 for a group of equal rewards."""
     out = []
     for i in range(0, len(rewards), group_size):
-        group = rewards[i:i + group_size]
+        group = rewards[i : i + group_size]
         if len(set(group)) == 1:
             out += [0.0] * group_size
             continue
@@ -89,8 +89,18 @@ def test_a_few_cases_by_their_numbers():
     assert ADV.cases[0].expected.tolist() == pytest.approx([1.4997, -0.4999, -0.4999, -0.4999], abs=1e-4)
     assert ADV.cases[5].expected.tolist()[-1] == pytest.approx(-2.4742, abs=1e-4)
     assert ADV.cases[6].expected.tolist() == pytest.approx([-0.4142, 0.4142], abs=1e-4)
-    assert [round(c.expected, 4) for c in LOSS.cases] == [-0.25, 0.321, 0.36, -0.4816, -0.1171, -0.125, -1.2,
-                                                         -1.1, 0.3591, 0.3165]
+    assert [round(c.expected, 4) for c in LOSS.cases] == [
+        -0.25,
+        0.321,
+        0.36,
+        -0.4816,
+        -0.1171,
+        -0.125,
+        -1.2,
+        -1.1,
+        0.3591,
+        0.3165,
+    ]
 
 
 def test_the_cases_cover_what_the_brief_asks():
@@ -129,17 +139,18 @@ def _adv_variant(slip=None):
         if slip == "interleaved":
             groups = torch.stack([rewards[k::n_groups] for k in range(n_groups)])
         else:
-            groups = torch.stack([rewards[k * group_size:(k + 1) * group_size] for k in range(n_groups)])
+            groups = torch.stack([rewards[k * group_size : (k + 1) * group_size] for k in range(n_groups)])
         mean = groups.sum(1, keepdim=True) / group_size
         std = groups.var(1, correction=0 if slip == "ddof 0" else 1, keepdim=True).sqrt()
         if slip == "batch":
             mean, std = rewards.mean(), rewards.std()
         if slip == "leave one out":
             mean = (groups.sum(1, keepdim=True) - groups) / (group_size - 1)
-        adv = {"no std": groups - mean, "eps outside": (groups - mean) / std + eps,
-               "nan": (groups - mean) / std}.get(slip, (groups - mean) / (std + eps))
+        adv = {"no std": groups - mean, "eps outside": (groups - mean) / std + eps, "nan": (groups - mean) / std}.get(
+            slip, (groups - mean) / (std + eps)
+        )
         if slip not in ("nan", "no special case"):
-            equal = (groups.max(1, keepdim=True).values == groups.min(1, keepdim=True).values)
+            equal = groups.max(1, keepdim=True).values == groups.min(1, keepdim=True).values
             adv = adv.masked_fill(equal, 0.0)
         if slip == "interleaved":
             adv = adv.T
@@ -154,11 +165,20 @@ def _adv_variant(slip=None):
 
 # The hint each slip gets: 1 the checks and the groups, 2 the baseline, 3 the scale, 4 equal
 # rewards and the shape.
-ADV_HINTS = [("ddof 0", "population-std", 3), ("no std", "no-std", 3), ("batch", "batch-stats", 2),
-             ("interleaved", "wrong-groups", 1), ("leave one out", "rloo", 2),
-             ("no special case", "all-equal", 4), ("nan", "all-equal", 4), ("eps outside", "eps-outside", 3),
-             ("grouped shape", "shape", 4), ("no check", "no-raise", 1), ("TypeError", "wrong-error", 1),
-             ("silent message", "error-message", 1)]
+ADV_HINTS = [
+    ("ddof 0", "population-std", 3),
+    ("no std", "no-std", 3),
+    ("batch", "batch-stats", 2),
+    ("interleaved", "wrong-groups", 1),
+    ("leave one out", "rloo", 2),
+    ("no special case", "all-equal", 4),
+    ("nan", "all-equal", 4),
+    ("eps outside", "eps-outside", 3),
+    ("grouped shape", "shape", 4),
+    ("no check", "no-raise", 1),
+    ("TypeError", "wrong-error", 1),
+    ("silent message", "error-message", 1),
+]
 
 
 def test_the_advantages_without_a_slip_pass():
@@ -173,14 +193,23 @@ def test_every_advantage_slip_fails_and_gets_the_hint_for_its_mistake(slip, mist
     assert report.hint() == (number, ADV.hints[number - 1])
 
 
-@pytest.mark.parametrize("slip, words", [
-    ("ddof 0", "population std"), ("no std", "Dr. GRPO"), ("interleaved", "side by side"),
-    ("leave one out", "leave-one-out"), ("no special case", "exactly 0"), ("eps outside", "eps goes inside"),
-    ("nan", "NaN"), ("grouped shape", "one row per group"), ("a float", "torch tensor"),
-    ("no check", "asks for a ValueError whose message names group_size"),
-    ("TypeError", "raised TypeError (bad group size), but on this input the contract asks for a ValueError"),
-    ("silent message", "does not name group_size"),
-])
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("ddof 0", "population std"),
+        ("no std", "Dr. GRPO"),
+        ("interleaved", "side by side"),
+        ("leave one out", "leave-one-out"),
+        ("no special case", "exactly 0"),
+        ("eps outside", "eps goes inside"),
+        ("nan", "NaN"),
+        ("grouped shape", "one row per group"),
+        ("a float", "torch tensor"),
+        ("no check", "asks for a ValueError whose message names group_size"),
+        ("TypeError", "raised TypeError (bad group size), but on this input the contract asks for a ValueError"),
+        ("silent message", "does not name group_size"),
+    ],
+)
 def test_the_advantage_report_names_the_slip(slip, words):
     report = run_cases(_adv_variant(slip), ADV)
     assert any(words in r.message for r in report.results if not r.passed), str(report)
@@ -211,8 +240,9 @@ def test_a_function_that_raises_on_every_input_is_named_with_its_line():
     report = run_cases(group_advantages, ADV)
     first = report.first_failure
     assert first.mistake == "error" and first.message.startswith("raised IndexError")
-    assert re.search(r"\(in group_advantages, line \d+: return rewards.view\(-1, group_size\).std\(dim=2\)\)$",
-                     first.message)
+    assert re.search(
+        r"\(in group_advantages, line \d+: return rewards.view\(-1, group_size\).std\(dim=2\)\)$", first.message
+    )
     # the raise cases: an IndexError from the reshape is not the ValueError the contract asks for
     assert report.results[-1].mistake == "wrong-error"
 
@@ -256,7 +286,7 @@ def _loss_variant(slip=None):
         if slip == "k1":
             kl = d
         if slip == "k2":
-            kl = 0.5 * d ** 2
+            kl = 0.5 * d**2
         n = mask.sum()
         if slip == "per completion":
             return ((-surrogate + beta * kl) * mask).sum(1).div(mask.sum(1)).mean()
@@ -284,11 +314,23 @@ def _loss_variant(slip=None):
 
 # The hint each slip gets: 1 the surrogate and its mean, 2 the k3 term, 3 its masked mean,
 # 4 the sum, beta and the tensor.
-LOSS_HINTS = [("k3 sign", "k3-sign", 2), ("k1", "k1", 2), ("k2", "k2", 2), ("kl subtracted", "kl-sign", 4),
-              ("kl unmasked", "kl-mask", 3), ("kl over B*T", "kl-mask", 3), ("no clamp", "no-clamp", 2),
-              ("per completion", "sequence-mean", 1), ("max", "min-clip", 1), ("no clip", "min-clip", 1),
-              ("beta ignored", "no-beta", 4), ("sign", "sign", 4), ("item", "not-a-tensor", 4),
-              ("per token", "not-averaged", 3), ("nan", "nan", 3)]
+LOSS_HINTS = [
+    ("k3 sign", "k3-sign", 2),
+    ("k1", "k1", 2),
+    ("k2", "k2", 2),
+    ("kl subtracted", "kl-sign", 4),
+    ("kl unmasked", "kl-mask", 3),
+    ("kl over B*T", "kl-mask", 3),
+    ("no clamp", "no-clamp", 2),
+    ("per completion", "sequence-mean", 1),
+    ("max", "min-clip", 1),
+    ("no clip", "min-clip", 1),
+    ("beta ignored", "no-beta", 4),
+    ("sign", "sign", 4),
+    ("item", "not-a-tensor", 4),
+    ("per token", "not-averaged", 3),
+    ("nan", "nan", 3),
+]
 
 
 def test_the_loss_without_a_slip_passes():
@@ -303,12 +345,24 @@ def test_every_loss_slip_fails_and_gets_the_hint_for_its_mistake(slip, mistake, 
     assert report.hint() == (number, LOSS.hints[number - 1])
 
 
-@pytest.mark.parametrize("slip, words", [
-    ("k3 sign", "d = ref_logp - new_logp"), ("k1", "(k1)"), ("k2", "k2 = d^2 / 2"),
-    ("kl subtracted", "the loss adds it"), ("kl over B*T", "divides by B * T"), ("no clamp", "clamp"),
-    ("per completion", 'loss_type="dapo"'), ("max", "take the minimum"), ("beta ignored", "beta = 0.04"),
-    ("sign", "wrong sign"), ("item", "torch tensor"), ("per token", "averaged"), ("nan", "NaN"),
-])
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("k3 sign", "d = ref_logp - new_logp"),
+        ("k1", "(k1)"),
+        ("k2", "k2 = d^2 / 2"),
+        ("kl subtracted", "the loss adds it"),
+        ("kl over B*T", "divides by B * T"),
+        ("no clamp", "clamp"),
+        ("per completion", 'loss_type="dapo"'),
+        ("max", "take the minimum"),
+        ("beta ignored", "beta = 0.04"),
+        ("sign", "wrong sign"),
+        ("item", "torch tensor"),
+        ("per token", "averaged"),
+        ("nan", "NaN"),
+    ],
+)
 def test_the_loss_report_names_the_slip(slip, words):
     report = run_cases(_loss_variant(slip), LOSS)
     assert any(words in r.message for r in report.results if not r.passed), str(report)
@@ -366,16 +420,14 @@ def test_functions_written_to_the_contracts_drive_a_grpo_run():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     policy = TinyGPT(GPTConfig())
-    cfg = ppo.PPOConfig(iterations=2, batch_size=16, group_size=4, advantages="group", kl_placement="loss",
-                        seed=3)
+    cfg = ppo.PPOConfig(iterations=2, batch_size=16, group_size=4, advantages="group", kl_placement="loss", seed=3)
     evalset = ppo.EvalSet(ppo.task.eval_pairs()[:32])
 
     def first_digit_reward(pairs, prompts, completions):  # an untrained policy never adds right
         return completions[:, 0].float()
 
     def run(**fns):
-        return ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, evalset=evalset, progress=False,
-                             **fns)[1]
+        return ppo.ppo_train(policy, policy, first_digit_reward, 0.1, cfg, evalset=evalset, progress=False, **fns)[1]
 
     ours = run(advantage_fn=_adv_variant(), loss_fn=_loss_variant())
     theirs = run()
@@ -387,35 +439,40 @@ def test_functions_written_to_the_contracts_drive_a_grpo_run():
 def test_the_grader_judges_the_raise_cases_from_the_learners_kernel(tmp_path):
     path = tmp_path / "grpo.ipynb"
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(
-        "import torch\n\n"
-        "def group_advantages(rewards, group_size, eps=1e-4):\n"
-        "    if group_size < 2 or len(rewards) % group_size:\n"
-        "        raise ValueError(f'group_size {group_size} does not fit {len(rewards)} rewards')\n"
-        "    g = rewards.view(-1, group_size)\n"
-        "    adv = (g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + eps)\n"
-        "    same = (g == g[:, :1]).all(1, keepdim=True)\n"
-        "    return torch.where(same, torch.zeros_like(adv), adv).reshape(-1)\n\n"
-        "def never_raises(rewards, group_size, eps=1e-4):\n"
-        "    try:\n"
-        "        return group_advantages(rewards, group_size, eps)\n"
-        "    except ValueError:\n"
-        "        return torch.zeros_like(rewards)\n\n"
-        "def type_error(rewards, group_size, eps=1e-4):\n"
-        "    if group_size < 2 or len(rewards) % group_size:\n"
-        "        raise TypeError('group_size')\n"
-        "    return group_advantages(rewards, group_size, eps)\n")]
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import torch\n\n"
+            "def group_advantages(rewards, group_size, eps=1e-4):\n"
+            "    if group_size < 2 or len(rewards) % group_size:\n"
+            "        raise ValueError(f'group_size {group_size} does not fit {len(rewards)} rewards')\n"
+            "    g = rewards.view(-1, group_size)\n"
+            "    adv = (g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + eps)\n"
+            "    same = (g == g[:, :1]).all(1, keepdim=True)\n"
+            "    return torch.where(same, torch.zeros_like(adv), adv).reshape(-1)\n\n"
+            "def never_raises(rewards, group_size, eps=1e-4):\n"
+            "    try:\n"
+            "        return group_advantages(rewards, group_size, eps)\n"
+            "    except ValueError:\n"
+            "        return torch.zeros_like(rewards)\n\n"
+            "def type_error(rewards, group_size, eps=1e-4):\n"
+            "    if group_size < 2 or len(rewards) % group_size:\n"
+            "        raise TypeError('group_size')\n"
+            "    return group_advantages(rewards, group_size, eps)\n"
+        )
+    ]
     nbformat.write(nb, str(path))
     few = dict(n_random=5)
-    exercises = [dataclasses.replace(ADV, **few),
-                 dataclasses.replace(ADV, **few, name="never_raises"),
-                 dataclasses.replace(ADV, **few, name="type_error")]
+    exercises = [
+        dataclasses.replace(ADV, **few),
+        dataclasses.replace(ADV, **few, name="never_raises"),
+        dataclasses.replace(ADV, **few, name="type_error"),
+    ]
     result = grader.grade_notebook(path, seed=1, time_limit=5.0, exercises=exercises)
     assert not result.error, result.error
     right, returns, wrong_type = result.exercises
     assert right.passed and len(right.results) == len(ADV.cases) + 5
     n = len(ADV.cases)
-    assert [r.mistake for r in returns.results[n - 2:n]] == ["no-raise"] * 2
+    assert [r.mistake for r in returns.results[n - 2 : n]] == ["no-raise"] * 2
     assert "asks for a ValueError whose message names group_size" in returns.results[n - 1].message
-    assert [r.mistake for r in wrong_type.results[n - 2:n]] == ["wrong-error"] * 2
+    assert [r.mistake for r in wrong_type.results[n - 2 : n]] == ["wrong-error"] * 2
     assert "raised TypeError (group_size)" in wrong_type.results[n - 1].message

@@ -17,8 +17,9 @@ LOSS = get("dpo_loss")
 def _by_hand(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta):
     """DPO's loss in float64, one pair at a time: log(1 + e^-m), written so that it never overflows."""
     terms = []
-    for pc, pr, rc, rr in zip(*(x.tolist() for x in (policy_chosen_logps, policy_rejected_logps,
-                                                      ref_chosen_logps, ref_rejected_logps))):
+    for pc, pr, rc, rr in zip(
+        *(x.tolist() for x in (policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps))
+    ):
         m = beta * ((pc - rc) - (pr - rr))
         terms.append(max(-m, 0.0) + math.log1p(math.exp(-abs(m))))
     return sum(terms) / len(terms)
@@ -30,21 +31,26 @@ def test_the_reference_passes_every_case_and_they_are_worked_by_hand():
     for i, case in enumerate(LOSS.cases, 1):
         assert case.expected == pytest.approx(_by_hand(**case.kwargs), abs=1e-6), f"case {i}: {case.why}"
     # the values written out, so that a change to a case's tensors cannot silently move them
-    assert [round(c.expected, 4) for c in LOSS.cases] == [0.6931, 0.3133, 0.1269, 1.7014, 1.7014, 0.41, 200.0,
-                                                         0.6533]
+    assert [round(c.expected, 4) for c in LOSS.cases] == [0.6931, 0.3133, 0.1269, 1.7014, 1.7014, 0.41, 200.0, 0.6533]
 
 
 def test_the_cases_cover_beta_the_reference_and_a_margin_float32_cannot_take():
     kw = [c.kwargs for c in LOSS.cases]
     assert {k["beta"] for k in kw} >= {0.1, 0.5, 1.0}
     runaway = next(k for k in kw if k["policy_chosen_logps"].min() < -100)
-    margin = runaway["beta"] * ((runaway["policy_chosen_logps"] - runaway["ref_chosen_logps"])
-                                - (runaway["policy_rejected_logps"] - runaway["ref_rejected_logps"]))
+    margin = runaway["beta"] * (
+        (runaway["policy_chosen_logps"] - runaway["ref_chosen_logps"])
+        - (runaway["policy_rejected_logps"] - runaway["ref_rejected_logps"])
+    )
     assert torch.sigmoid(margin).item() == 0.0  # log(sigmoid(...)) is -inf there
     # a pair the policy alone ranks right and DPO, against the reference, ranks wrong
-    assert any((k["policy_chosen_logps"] > k["policy_rejected_logps"]).all()
-               and ((k["policy_chosen_logps"] - k["ref_chosen_logps"])
-                    < (k["policy_rejected_logps"] - k["ref_rejected_logps"])).all() for k in kw)
+    assert any(
+        (k["policy_chosen_logps"] > k["policy_rejected_logps"]).all()
+        and (
+            (k["policy_chosen_logps"] - k["ref_chosen_logps"]) < (k["policy_rejected_logps"] - k["ref_rejected_logps"])
+        ).all()
+        for k in kw
+    )
 
 
 def _variant(slip=None):
@@ -81,10 +87,19 @@ def _variant(slip=None):
 
 
 # The hint each slip gets: 1 the log-ratios, 2 the margin and Bradley-Terry, 3 log space, 4 the line.
-HINTS = [("no reference", "reference", 1), ("references crossed", "reference", 1),
-         ("one term flipped", "one-term", 1), ("swapped", "margin-sign", 2), ("beta outside", "beta", 2),
-         ("no beta", "beta", 2), ("sum", "sum", 2), ("per pair", "not-averaged", 2), ("objective", "sign", 2),
-         ("log of sigmoid", "inf", 3), ("item", "not-a-tensor", 4)]
+HINTS = [
+    ("no reference", "reference", 1),
+    ("references crossed", "reference", 1),
+    ("one term flipped", "one-term", 1),
+    ("swapped", "margin-sign", 2),
+    ("beta outside", "beta", 2),
+    ("no beta", "beta", 2),
+    ("sum", "sum", 2),
+    ("per pair", "not-averaged", 2),
+    ("objective", "sign", 2),
+    ("log of sigmoid", "inf", 3),
+    ("item", "not-a-tensor", 4),
+]
 
 
 def test_the_loss_without_a_slip_passes():
@@ -99,12 +114,21 @@ def test_every_slip_fails_and_gets_the_hint_for_its_mistake(slip, mistake, numbe
     assert report.hint() == (number, LOSS.hints[number - 1])
 
 
-@pytest.mark.parametrize("slip, words", [
-    ("no reference", "leaves the reference out"), ("references crossed", "the other answer"),
-    ("one term flipped", "upside down"), ("swapped", "chosen and rejected swapped"),
-    ("beta outside", "beta goes inside"), ("sum", "take the mean"), ("log of sigmoid", "logsigmoid"),
-    ("objective", "wrong sign"), ("item", "torch tensor"), ("per pair", "one value per pair"),
-])
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("no reference", "leaves the reference out"),
+        ("references crossed", "the other answer"),
+        ("one term flipped", "upside down"),
+        ("swapped", "chosen and rejected swapped"),
+        ("beta outside", "beta goes inside"),
+        ("sum", "take the mean"),
+        ("log of sigmoid", "logsigmoid"),
+        ("objective", "wrong sign"),
+        ("item", "torch tensor"),
+        ("per pair", "one value per pair"),
+    ],
+)
 def test_the_report_names_the_slip(slip, words):
     report = run_cases(_variant(slip), LOSS)
     assert any(words in r.message for r in report.results if not r.passed), str(report)

@@ -17,41 +17,57 @@ from minirlhf.studies import silent_bugs as sb
 
 SHOWN = ("accuracy", "kl", "objective/kl", "val/completion_length")
 MECHANISMS = ((1, "The mask keeps every token."), (2, "The mask drops the end mark."), (3, "DPO's sign."))
-TELL = Tell(run="run B", separating=("kl", "val/completion_length"), mechanism=2, mechanisms=MECHANISMS,
-            shown=SHOWN, earlier=((1, "run A"),))
+TELL = Tell(
+    run="run B",
+    separating=("kl", "val/completion_length"),
+    mechanism=2,
+    mechanisms=MECHANISMS,
+    shown=SHOWN,
+    earlier=((1, "run A"),),
+)
 
 
 def exercise(expected=TELL):
-    return Exercise("tell", 10, "name the tell", ExpectTell(), (Case({}, expected, "the tell"),), ("h1", "h2", "h3"),
-                    reference=lambda: ("val/completion_length", 2))
+    return Exercise(
+        "tell",
+        10,
+        "name the tell",
+        ExpectTell(),
+        (Case({}, expected, "the tell"),),
+        ("h1", "h2", "h3"),
+        reference=lambda: ("val/completion_length", 2),
+    )
 
 
 def verdict(answer, expected=TELL):
     return run_cases(lambda: answer, exercise(expected)).results[0]
 
 
-@pytest.mark.parametrize("got, mistake", [
-    (("val/completion_length", 2), ""),
-    (("kl", 2), ""),  # any metric that separates
-    ((" kl ", 2, "the end mark is masked out, i.e. taken for padding, e.g. in '7;;;' vs. '7;'."), ""),
-    (["val/completion_length", 2, None], ""),
-    (("val/completion_length", 2, "any words at all: the note is not graded"), ""),
-    (("accuracy", 2), "wrong-metric"),  # on the dashboard, but it does not separate
-    ((None, 2), "no-metric"),  # a panel does separate
-    (("completion length", 2), "unknown-metric"),
-    (("val/completion_length", 1), "mechanism"),
-    (("val/completion_length", 3), "mechanism"),
-    (("val/completion_length", 9), "unknown-mechanism"),
-    (("val/completion_length", "2"), "type"),
-    (("val/completion_length", "the mask drops the end mark"), "type"),
-    (("val/completion_length", 2.0), "type"),
-    (("val/completion_length", True), "type"),
-    (("val/completion_length", 2, 3), "type"),
-    (("val/completion_length",), "type"),
-    ("val/completion_length", "type"),
-    (None, "type"),
-    ((42, 2), "type"),
-])
+@pytest.mark.parametrize(
+    "got, mistake",
+    [
+        (("val/completion_length", 2), ""),
+        (("kl", 2), ""),  # any metric that separates
+        ((" kl ", 2, "the end mark is masked out, i.e. taken for padding, e.g. in '7;;;' vs. '7;'."), ""),
+        (["val/completion_length", 2, None], ""),
+        (("val/completion_length", 2, "any words at all: the note is not graded"), ""),
+        (("accuracy", 2), "wrong-metric"),  # on the dashboard, but it does not separate
+        ((None, 2), "no-metric"),  # a panel does separate
+        (("completion length", 2), "unknown-metric"),
+        (("val/completion_length", 1), "mechanism"),
+        (("val/completion_length", 3), "mechanism"),
+        (("val/completion_length", 9), "unknown-mechanism"),
+        (("val/completion_length", "2"), "type"),
+        (("val/completion_length", "the mask drops the end mark"), "type"),
+        (("val/completion_length", 2.0), "type"),
+        (("val/completion_length", True), "type"),
+        (("val/completion_length", 2, 3), "type"),
+        (("val/completion_length",), "type"),
+        ("val/completion_length", "type"),
+        (None, "type"),
+        ((42, 2), "type"),
+    ],
+)
 def test_answers(got, mistake):
     result = verdict(got)
     assert result.passed == (mistake == ""), result.message
@@ -133,21 +149,28 @@ def test_each_run_has_its_own_mechanism_and_the_reference_names_it():
     for letter in LETTERS:
         metric, mechanism = get(ch10.tell_name(letter)).reference()
         assert mechanism == ch10.MECHANISM_OF[ch10.bug_of(letter)]
-        assert metric in ch10.SEPARATING[ch10.bug_of(letter)] or (metric is None and not ch10.SEPARATING[
-            ch10.bug_of(letter)])
+        assert metric in ch10.SEPARATING[ch10.bug_of(letter)] or (
+            metric is None and not ch10.SEPARATING[ch10.bug_of(letter)]
+        )
 
 
 # The adversary's answers (review 2026-12, A1-A3): one sentence stuffed with every stem the
 # old keyword check looked for, and reasons that say nothing or the opposite.
-STUFFED = ("the mask on every token after the end mark, one less, pad ; shorter, gradient detach no_grad leash "
-           "nothing not pull zero nowhere clip ratio reference stop temperature 0.7 sampl distribution "
-           "rejected rais sign flip always 4")
+STUFFED = (
+    "the mask on every token after the end mark, one less, pad ; shorter, gradient detach no_grad leash "
+    "nothing not pull zero nowhere clip ratio reference stop temperature 0.7 sampl distribution "
+    "rejected rais sign flip always 4"
+)
 
 
 def test_the_stuffed_sentence_and_nonsense_cannot_pass():
     assert len(STUFFED) == 222
-    nonsense = ("kl goes up, the gradient is fine and correct", "I'm not sure; it just looks shorter",
-                "I have nothing to say about the kl", STUFFED)
+    nonsense = (
+        "kl goes up, the gradient is fine and correct",
+        "I'm not sure; it just looks shorter",
+        "I have nothing to say about the kl",
+        STUFFED,
+    )
     for letter in LETTERS:
         ex = get(ch10.tell_name(letter))
         tell = ex.cases[0].expected
@@ -197,7 +220,9 @@ def test_the_separating_metrics_follow_from_the_runs():
         return {k: list(values) for k in sb.DASHBOARD["ppo"]}
 
     runs = {"correct": {"verifier": {"0": log([1.0, 1.0, 1.0]), "1": log([1.0, 1.1, 1.2]), "2": log([1.0, 0.9, 1.0])}}}
-    runs["no-mask"] = {s: {**v, "val/completion_length": [4.0, 4.0, 4.0]} for s, v in runs["correct"]["verifier"].items()}
+    runs["no-mask"] = {
+        s: {**v, "val/completion_length": [4.0, 4.0, 4.0]} for s, v in runs["correct"]["verifier"].items()
+    }
     assert sb.separating(runs, "no-mask") == ("val/completion_length",)
     runs["no-mask"] = runs["correct"]["verifier"]
     assert sb.separating(runs, "no-mask") == ()
@@ -215,7 +240,7 @@ def test_the_chapter_says_each_mechanism_only_after_its_check():
         check_at = text.index(f'check("tell_run_{letter.lower()}"')
         answer_at = text.index(f"<summary>What was wrong in run {letter}</summary>")
         assert check_at < answer_at < text.index(f'changed_line("{letter}")')
-        assert f"(mechanism {mechanism})" in text[answer_at:answer_at + 400]
+        assert f"(mechanism {mechanism})" in text[answer_at : answer_at + 400]
 
 
 def test_the_tell_references_are_functions_the_grader_can_block():
@@ -244,11 +269,11 @@ NONSENSE = {  # review 2026-12, A1-A3: nonsense reasons; in the new form, beside
     "f": (("objective/kl", 4, "it is the temperature of the room"), "mechanism"),
     "g": (("logps/rejected", 5, STUFFED), "mechanism"),
 }
-UNFIXED = '''def fix_run_c(new_logp, ref_logp, mask, kl_clamp=10.0):
+UNFIXED = """def fix_run_c(new_logp, ref_logp, mask, kl_clamp=10.0):
     d = (ref_logp - new_logp.detach()).clamp(-kl_clamp, kl_clamp)       # the bug, kept
     k3 = ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
     return torch.tensor(k3.item(), requires_grad=True)
-'''
+"""
 
 
 def test_the_adversarys_notebook_fails(tmp_path):
@@ -257,9 +282,13 @@ def test_the_adversarys_notebook_fails(tmp_path):
     unfixed bug (review A3/A5) grades FAIL, every tell failing for what it got wrong. The runs, dashboards and band
     reports are left out: no grade depends on them."""
     nb = nbformat.from_dict(_solution())
-    kept = [nbformat.v4.new_code_cell("import torch\nimport torch.nn.functional as F\n\n"
-                                      "from minirlhf import ppo, task\n"
-                                      "from minirlhf.course.exercises import check")]
+    kept = [
+        nbformat.v4.new_code_cell(
+            "import torch\nimport torch.nn.functional as F\n\n"
+            "from minirlhf import ppo, task\n"
+            "from minirlhf.course.exercises import check"
+        )
+    ]
     for cell in nb.cells:
         source = cell.source
         found = re.match(r"def (tell_run_(\w)|fix_run_\w)\(", source)

@@ -6,12 +6,10 @@ import math
 import pytest
 import torch
 
-from minirlhf import cli
+from minirlhf import cli, dpo, experiment, task
 from minirlhf.commands import experiment as command
-from minirlhf import dpo, experiment, task
-from minirlhf.reward_model import RMConfig
 from minirlhf.model import GPTConfig, TinyGPT
-
+from minirlhf.reward_model import RMConfig
 
 
 def test_mean_ci95_by_hand():
@@ -58,13 +56,15 @@ def tiny_models(monkeypatch):
     policy, rm = TinyGPT(small).eval(), TinyGPT(small, scalar_head=True).eval()
     monkeypatch.setattr(experiment, "load_sft", lambda **kw: (policy, {"accuracy": 0.0}))
     monkeypatch.setattr(experiment, "load_rm", lambda **kw: (rm, {"pair_accuracy": 0.5, "near_miss_accuracy": 0.5}))
-    monkeypatch.setattr(experiment, "EvalSet", lambda: __import__("minirlhf.ppo", fromlist=["EvalSet"]).EvalSet(task.eval_pairs()[:40]))
+    monkeypatch.setattr(
+        experiment, "EvalSet", lambda: __import__("minirlhf.ppo", fromlist=["EvalSet"]).EvalSet(task.eval_pairs()[:40])
+    )
 
 
 def test_cli_writes_the_figures_and_results(tiny_models, tmp_path, capsys):
     assert command.main(["--seeds", "2", "--iterations", "2", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    table = printed[printed.index("arm "):].splitlines()
+    table = printed[printed.index("arm ") :].splitlines()
     assert "end (orig)" in table[0] and "original run" in printed
     for arm, line in zip(experiment.ARMS, table[1:3]):  # ours, then the original run's end beside it
         assert line.split()[0] == arm and f"{experiment.ORIGINAL[arm]['end']:.3f}" in line.split()
@@ -99,10 +99,12 @@ def test_output_places_are_checked_before_the_run(tmp_path, monkeypatch, capsys)
     (tmp_path / "file").write_text("x")
     assert "argument --out: is empty: name a folder" in one_line_error(["--out", ""], capsys)
     assert f"{tmp_path / 'file'} is a regular file, not a folder" in one_line_error(
-        ["--out", str(tmp_path / "file" / "run")], capsys)
+        ["--out", str(tmp_path / "file" / "run")], capsys
+    )
     (tmp_path / "out" / "results.json").mkdir(parents=True)
     assert "results.json is a folder, where the output file should go" in one_line_error(
-        ["--out", str(tmp_path / "out")], capsys)
+        ["--out", str(tmp_path / "out")], capsys
+    )
     monkeypatch.setattr(experiment.paths, "OUTPUTS", tmp_path / "file")  # MINIRLHF_OUTPUTS names a file
     assert "the output folder (MINIRLHF_OUTPUTS, or outputs/)" in one_line_error([], capsys)
     assert "the models' folder" in one_line_error(["--out", str(tmp_path / "elsewhere")], capsys)
@@ -146,8 +148,9 @@ def test_ctrl_c_keeps_the_finished_seeds_and_nothing_partial(tiny_models, tmp_pa
     argv = ["--seeds", "3", "--iterations", "2", "--workers", "1", "--out", str(tmp_path)]
     assert command.main(argv) == 130
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == ("interrupted during seed 2 of 3: wrote the 1 finished seed; "
-                                            "seeds 1 to 2 are not kept")
+    assert err.strip().splitlines()[-1] == (
+        "interrupted during seed 2 of 3: wrote the 1 finished seed; seeds 1 to 2 are not kept"
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["settings"]["seeds"] == [0] and set(results["arms"]["rm"]) == {"0"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(command.OUTPUT_FILES)  # no .tmp left
@@ -205,7 +208,7 @@ def test_help_lists_every_registered_arm(capsys):
         command.main(["--help"])
     out = capsys.readouterr().out
     assert "--arms ARM [ARM ...]" in out and "default: rm verifier" in out
-    listed = out[out.index("arms (--arms):"):].splitlines()[1:]
+    listed = out[out.index("arms (--arms):") :].splitlines()[1:]
     assert [line.split()[0] for line in listed] == list(experiment.REGISTRY)
     for arm in experiment.REGISTRY:
         assert f"--beta-{arm}" in out
@@ -233,11 +236,22 @@ def test_the_registry_names_each_arms_reward_beta_and_settings():
 
 
 def test_cli_runs_any_registered_arms_keyed_by_name(tiny_models, tmp_path, capsys):
-    argv = ["--arms", "grpo-verifier", "rm", "--seeds", "2", "--iterations", "2",
-            "--beta-grpo-verifier", "0.3", "--out", str(tmp_path)]
+    argv = [
+        "--arms",
+        "grpo-verifier",
+        "rm",
+        "--seeds",
+        "2",
+        "--iterations",
+        "2",
+        "--beta-grpo-verifier",
+        "0.3",
+        "--out",
+        str(tmp_path),
+    ]
     assert command.main(argv) == 0
     printed = capsys.readouterr().out
-    table = printed[printed.index("arm "):].splitlines()
+    table = printed[printed.index("arm ") :].splitlines()
     assert [line.split()[0] for line in table[1:3]] == ["grpo-verifier", "rm"]
     assert table[1].split()[-7] == "-"  # no original run for a GRPO arm
     assert "grpo-verifier: share of groups with equal rewards" in printed
@@ -270,7 +284,11 @@ def test_the_default_run_keeps_chapter_5s_layout(tiny_models):
 def test_the_dpo_arm_is_trained_by_dpo_with_its_own_config():
     arm = experiment.REGISTRY["dpo"]
     assert (arm.trainer, arm.reward, arm.beta) == ("dpo", "pairs", experiment.DEFAULT_BETA["dpo"])
-    assert all(experiment.REGISTRY[name].trainer == "ppo" for name in experiment.ARMS if experiment.REGISTRY[name].reward != "pairs")
+    assert all(
+        experiment.REGISTRY[name].trainer == "ppo"
+        for name in experiment.ARMS
+        if experiment.REGISTRY[name].reward != "pairs"
+    )
     cfg = experiment.arm_config("dpo", experiment.PPOConfig(), seed=3)  # a PPOConfig is not DPO's
     assert cfg == experiment.DPOConfig(seed=3)
     assert experiment.arm_config("dpo", experiment.DPOConfig(steps=7), seed=1) == experiment.DPOConfig(steps=7, seed=1)
@@ -291,20 +309,22 @@ def test_run_arm_passes_seed_beta_and_loss_fn_to_dpo(tiny_models):
         calls.append(beta)
         return dpo.dpo_loss(pc, pr, rc, rr, beta)
 
-    _, log = experiment.run_arm("dpo", policy, rm, 2, 0.25, experiment.DPOConfig(**TINY_DPO),
-                                experiment.EvalSet(), loss_fn=mine, progress=False)
+    _, log = experiment.run_arm(
+        "dpo", policy, rm, 2, 0.25, experiment.DPOConfig(**TINY_DPO), experiment.EvalSet(), loss_fn=mine, progress=False
+    )
     assert calls == [0.25] * 6 and log["config"]["seed"] == 2 and log["config"]["beta"] == 0.25
     assert log["steps"] == [0, 2, 4, 6] and not math.isnan(log["rm_score"][-1])  # the RM's score is logged
 
 
 def test_cli_runs_the_dpo_arm_beside_ppo_arms(tiny_models, tmp_path, capsys, monkeypatch):
     real = experiment.run_experiment
-    monkeypatch.setattr(experiment, "run_experiment",
-                        lambda *a, **k: real(*a, **k, dpo_config=experiment.DPOConfig(**TINY_DPO)))
+    monkeypatch.setattr(
+        experiment, "run_experiment", lambda *a, **k: real(*a, **k, dpo_config=experiment.DPOConfig(**TINY_DPO))
+    )
     argv = ["--arms", "rm", "dpo", "--seeds", "2", "--iterations", "3", "--beta-dpo", "0.3", "--out", str(tmp_path)]
     assert command.main(argv) == 0
     printed = capsys.readouterr().out
-    table = printed[printed.index("arm "):].splitlines()
+    table = printed[printed.index("arm ") :].splitlines()
     assert [line.split()[0] for line in table[1:3]] == ["rm", "dpo"] and table[2].split()[-7] == "-"
     assert "dpo: implicit reward on the held-out pairs, pair accuracy" in printed
     assert "(the RM's: 0.500, 0.500)" in printed
@@ -320,9 +340,16 @@ def test_cli_runs_the_dpo_arm_beside_ppo_arms(tiny_models, tmp_path, capsys, mon
     assert "implicit_pair_accuracy" not in results["summary"]["rm"]
     ax = experiment.plot_curves(results, "accuracy", "accuracy", "t")
     assert ax.get_xlabel() == "PPO iteration, or DPO evaluation (every 2 steps of 16 pairs)"
-    plain = experiment.plot_curves({**results, "settings": {k: v for k, v in results["settings"].items()
-                                                            if k != "dpo"}, "arms": {"rm": results["arms"]["rm"]}},
-                                   "accuracy", "accuracy", "t")
+    plain = experiment.plot_curves(
+        {
+            **results,
+            "settings": {k: v for k, v in results["settings"].items() if k != "dpo"},
+            "arms": {"rm": results["arms"]["rm"]},
+        },
+        "accuracy",
+        "accuracy",
+        "t",
+    )
     assert plain.get_xlabel() == "PPO iteration (64 prompts each)"  # without DPO, as before
 
 
@@ -390,11 +417,17 @@ def test_sigterm_and_sighup_keep_the_finished_seeds_as_ctrl_c_does(tmp_path, nam
     import sys
 
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-c", STOPPED_RUN, name, str(out)], capture_output=True, text=True,
-                          env={**os.environ, "MINIRLHF_OUTPUTS": str(tmp_path / "outputs")}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_RUN, name, str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MINIRLHF_OUTPUTS": str(tmp_path / "outputs")},
+        timeout=300,
+    )
     assert done.returncode == status, done.stderr  # C11: not killed, finished seeds not lost
-    assert done.stderr.strip().splitlines()[-1] == (f"stopped by {name} during seed 2 of 3: wrote the 1 finished "
-                                                    "seed; seeds 1 to 2 are not kept")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"stopped by {name} during seed 2 of 3: wrote the 1 finished seed; seeds 1 to 2 are not kept"
+    )
     assert "Traceback" not in done.stderr
     assert json.loads((out / "results.json").read_text())["settings"]["seeds"] == [0]
     assert sorted(p.name for p in out.iterdir()) == sorted(command.OUTPUT_FILES)  # no lock or .tmp left
@@ -414,4 +447,5 @@ def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, monkeypatch, cap
 
 def test_absurd_iteration_counts_are_refused(capsys):
     assert f"must be at most {command.MAX_ITERATIONS}, got 1000000000" in one_line_error(  # D2
-        ["--iterations", "1000000000"], capsys)
+        ["--iterations", "1000000000"], capsys
+    )

@@ -38,8 +38,9 @@ def no_open_figures():
 
 
 def test_book_html_has_one_frame_per_grid_point_and_shows_the_default():
-    page = explorer.explorer_html(draw_line, {"slope": [-1, 0, 1, 2]}, default={"slope": 1},
-                                  alt="line with slope {slope}")
+    page = explorer.explorer_html(
+        draw_line, {"slope": [-1, 0, 1, 2]}, default={"slope": 1}, alt="line with slope {slope}"
+    )
     data = frames_of(page)
     assert data["shape"] == [4] and len(data["frames"]) == 4 and len(data["alts"]) == 4
     # The default frame lives in the <img> itself; its slot in the array is empty.
@@ -74,8 +75,9 @@ def test_book_html_is_self_contained_and_deterministic():
 
 def test_two_grids_are_laid_out_last_axis_fastest():
     grids = {"slope": [0.5, 1.5], "offset": [-1.0, 0.0, 1.0]}
-    page = explorer.explorer_html(draw_line, grids, default={"slope": 1.5, "offset": 1.0},
-                                  alt="slope {slope}, offset {offset}")
+    page = explorer.explorer_html(
+        draw_line, grids, default={"slope": 1.5, "offset": 1.0}, alt="slope {slope}, offset {offset}"
+    )
     data = frames_of(page)
     assert data["shape"] == [2, 3] and data["frames"][5] == ""  # default (1, 2) -> 1 * 3 + 2
     assert data["alts"][1] == "slope 0.5, offset 0" and data["alts"][3] == "slope 1.5, offset -1"
@@ -89,15 +91,18 @@ def test_png_frames_carry_no_timestamp_or_software_tag():
     assert png == explorer.figure_png(draw_line(1))
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    (dict(grids={}), "grids"),
-    (dict(grids={"a": [1], "b": [1], "c": [1]}), "grids"),
-    (dict(grids={"slope": []}), "slope"),
-    (dict(grids={"slope": [1, 2]}, default={"slope": 3}), "default"),
-    (dict(grids={"slope": [1, 2]}, default={"offset": 0}), "default"),
-    (dict(grids={"not a name": [1]}), "grids"),
-    (dict(grids={"slope": [0.1, 0.11]}, fmt="{:.1f}"), "fmt"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(grids={}), "grids"),
+        (dict(grids={"a": [1], "b": [1], "c": [1]}), "grids"),
+        (dict(grids={"slope": []}), "slope"),
+        (dict(grids={"slope": [1, 2]}, default={"slope": 3}), "default"),
+        (dict(grids={"slope": [1, 2]}, default={"offset": 0}), "default"),
+        (dict(grids={"not a name": [1]}), "grids"),
+        (dict(grids={"slope": [0.1, 0.11]}, fmt="{:.1f}"), "fmt"),
+    ],
+)
 def test_bad_grids_are_rejected_by_name(kwargs, word):
     with pytest.raises(ValueError, match=word):
         explorer.explorer_html(draw_line, **kwargs)
@@ -117,8 +122,7 @@ def test_explore_in_book_mode_displays_one_html_output(monkeypatch):
 
 def test_live_explorer_redraws_when_the_slider_moves(monkeypatch):
     monkeypatch.delenv("MINIRLHF_BUILDING_BOOK", raising=False)
-    live = explorer.live_explorer(draw_line, {"slope": [0, 1, 2]}, default={"slope": 1},
-                                  alt="slope {slope}")
+    live = explorer.live_explorer(draw_line, {"slope": [0, 1, 2]}, default={"slope": 1}, alt="slope {slope}")
     bundle = live._repr_mimebundle_()
     assert bundle["text/plain"] == "Live explorer over slope (3 values, 0 to 2)."
     assert "application/vnd.jupyter.widget-view+json" in bundle
@@ -162,8 +166,7 @@ def test_live_explorer_uses_buttons_for_words_and_says_when_it_works(monkeypatch
         statuses.append(live.status.value if calls[1:] else "")  # what the reader sees meanwhile
         return draw_line(slope)
 
-    live = explorer.live_explorer(draw, {"arm": ["rm", "verifier"], "slope": [0, 1]},
-                                  labels={"slope": "s"})
+    live = explorer.live_explorer(draw, {"arm": ["rm", "verifier"], "slope": [0, 1]}, labels={"slope": "s"})
     buttons, slider = live.sliders
     assert isinstance(buttons, widgets.ToggleButtons) and isinstance(slider, widgets.SelectionSlider)
     buttons.value = 1

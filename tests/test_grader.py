@@ -31,12 +31,13 @@ import numpy as np
 import pytest
 import torch
 
-from minirlhf.course import grader as check, nbgen
+from minirlhf import paths
+from minirlhf.course import grader as check
+from minirlhf.course import nbgen
 from minirlhf.course.cases import Case, Exercise
 from minirlhf.course.exercises import get
 from minirlhf.course.expect import ExpectArray
 from minirlhf.course.plain import RETURN_CAP, to_plain
-from minirlhf import paths
 from minirlhf.paths import ROOT
 
 FIXTURES = Path(__file__).parent / "grader_fixtures"
@@ -81,8 +82,9 @@ def grade(path: Path, **kwargs) -> check.NotebookGrade:
 
 
 def book_notebooks(folder: str) -> list[str]:
-    found = sorted(str(p.relative_to(ROOT)) for pattern in ("01_*.ipynb", "02_*.ipynb")
-                   for p in (ROOT / folder).glob(pattern))
+    found = sorted(
+        str(p.relative_to(ROOT)) for pattern in ("01_*.ipynb", "02_*.ipynb") for p in (ROOT / folder).glob(pattern)
+    )
     assert len(found) == 2, found
     return found
 
@@ -91,9 +93,16 @@ def cli(*args, env=None, **kwargs) -> subprocess.Popen:
     """Start the grader's command line in a session of its own (a fixture that signals its
     process group can never reach the tests)."""
     env = {k: v for k, v in (env or os.environ).items() if k != "NO_COLOR"}
-    return subprocess.Popen([sys.executable, "-m", "minirlhf.course.grader", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "minirlhf.course.grader", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -131,16 +140,20 @@ def graded(tmp_path_factory, book_runs) -> dict:
                 continue
             scratch = {name: tmp_path_factory.mktemp(f"{source.stem}-{name}") for name in ("tmp", "runtime")}
             env = dict(os.environ, TMPDIR=str(scratch["tmp"]), JUPYTER_RUNTIME_DIR=str(scratch["runtime"]))
-            runs[source.stem] = (cli(str(path), "--seed", "1", "--time-limit", str(TIME_LIMIT), *head["grade with"],
-                                     env=env), scratch, time.perf_counter())
+            runs[source.stem] = (
+                cli(str(path), "--seed", "1", "--time-limit", str(TIME_LIMIT), *head["grade with"], env=env),
+                scratch,
+                time.perf_counter(),
+            )
 
         def one(item):
             stem, path, head = item
             options = dict(zip(head["grade with"][::2], head["grade with"][1::2]))
             start = time.perf_counter()
             result = grade(path, **{OPTIONS[k]: float(v) for k, v in options.items()})
-            return stem, Graded(result, check.render(result), time.perf_counter() - start,
-                                check.exit_status([result]), "", [])
+            return stem, Graded(
+                result, check.render(result), time.perf_counter() - start, check.exit_status([result]), "", []
+            )
 
         with ThreadPoolExecutor(WORKERS) as pool:
             out = dict(pool.map(one, in_process))
@@ -223,18 +236,23 @@ def test_the_analyses_after_the_last_exercise_are_not_run(graded):
     result, text, seconds = graded["01_analysis_after_exercise"][:3]
     assert result.not_run == [4, 5] and not result.cells  # neither the sleep nor the raise ran
     assert result.first_not_run == (4, "time.sleep(60)")
-    assert ("the last 2 code cells, from cell 4 of the notebook, text cells counted, which starts "
-            "`time.sleep(60)`, are not run: they come after the last exercise, and no grade depends "
-            "on them") in text
+    assert (
+        "the last 2 code cells, from cell 4 of the notebook, text cells counted, which starts "
+        "`time.sleep(60)`, are not run: they come after the last exercise, and no grade depends "
+        "on them"
+    ) in text
     assert only_exercise(graded, "01_analysis_after_exercise")[0].passed
     assert seconds < 45  # the minute-long cell did not run
 
 
-@pytest.mark.parametrize("first, after", [
-    ("import numpy as np\ncheck('kl_penalty', f)", [1]),  # its check cell
-    ("def kl_penalty(a, b, beta):\n    return 0.0", [1]),  # its definition
-    ("x = 1", []),  # nothing marks the exercise's cells: every cell runs
-])
+@pytest.mark.parametrize(
+    "first, after",
+    [
+        ("import numpy as np\ncheck('kl_penalty', f)", [1]),  # its check cell
+        ("def kl_penalty(a, b, beta):\n    return 0.0", [1]),  # its definition
+        ("x = 1", []),  # nothing marks the exercise's cells: every cell runs
+    ],
+)
 def test_which_cells_an_exercise_needs(first, after):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(first), nbformat.v4.new_code_cell("y = 2")])
     assert check._after_last_exercise(nb, [get("kl_penalty")]) == after
@@ -243,22 +261,34 @@ def test_which_cells_an_exercise_needs(first, after):
 def test_the_note_on_cells_not_run_names_them_as_jupyterlab_shows_them():
     """JupyterLab numbers no cells: the note counts the text cells too and quotes the first line."""
     new_code, new_text = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
-    nb = nbformat.v4.new_notebook(cells=[
-        new_text("# Chapter"), new_code("import numpy as np"), new_text("Write it."),
-        new_code("def kl_penalty(a, b, beta):\n    return 0.0"), new_text("The analyses."),
-        new_code("\n# the long run\nrun_everything()"), new_code("draw()"), new_code("   ")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            new_text("# Chapter"),
+            new_code("import numpy as np"),
+            new_text("Write it."),
+            new_code("def kl_penalty(a, b, beta):\n    return 0.0"),
+            new_text("The analyses."),
+            new_code("\n# the long run\nrun_everything()"),
+            new_code("draw()"),
+            new_code("   "),
+        ]
+    )
     after = check._after_last_exercise(nb, [get("kl_penalty")])
     assert after == [5, 6]  # the empty cell is no cell to run
     assert check._where_in_lab(nb, after[0]) == (6, "# the long run")
     with pytest.raises(ValueError, match="index must name one of the notebook's 8 cells, got 8"):
         check._where_in_lab(nb, 8)
     grade = check.NotebookGrade(Path("03_x.ipynb"), seed=1, not_run=[3, 4], first_not_run=(6, "# the long run"))
-    assert ("note  the last 2 code cells, from cell 6 of the notebook, text cells counted, which "
-            "starts `# the long run`, are not run: they come") in check.render(grade)
+    assert (
+        "note  the last 2 code cells, from cell 6 of the notebook, text cells counted, which "
+        "starts `# the long run`, are not run: they come"
+    ) in check.render(grade)
     one = check.NotebookGrade(Path("03_x.ipynb"), seed=1, not_run=[4], first_not_run=(7, "draw()"))
-    assert ("note  the last code cell (cell 7 of the notebook, text cells counted, which "
-            "starts `draw()`) is not run: it comes after the last exercise, and no grade depends on it "
-            "(run the notebook to see it)") in check.render(one)
+    assert (
+        "note  the last code cell (cell 7 of the notebook, text cells counted, which "
+        "starts `draw()`) is not run: it comes after the last exercise, and no grade depends on it "
+        "(run the notebook to see it)"
+    ) in check.render(one)
 
 
 def test_a_loop_that_never_ends_costs_one_time_limit(graded):
@@ -330,7 +360,7 @@ def test_the_package_solution_imported_is_not_a_solution(graded):
 def test_a_partly_wrong_function_shows_the_first_failing_input_and_the_next_hint(graded):
     exercise, text = only_exercise(graded, "01_partly_wrong")
     visible = exercise.results[: exercise.n_cases]
-    randomized = exercise.results[exercise.n_cases:]
+    randomized = exercise.results[exercise.n_cases :]
     assert sum(r.passed for r in visible) == 8 and len(randomized) == 100
     assert 0 < sum(r.passed for r in randomized) < 100  # wrong exactly when the mean is negative
     assert "first failure: second example: the mean is negative, keep the sign" in text
@@ -421,9 +451,11 @@ def test_the_kernel_runs_in_a_session_of_its_own_in_an_empty_folder(tmp_path):
     work.mkdir()
     runner = check._Runner(nbformat.v4.new_notebook(), work, 60, GRACE, tmp_path)
     try:
-        code = (f"os = __import__('os')\nassert os.getsid(0) != {os.getsid(0)}, 'the same session'\n"
-                f"assert os.getcwd() == {str(work)!r} and os.listdir() == [], os.getcwd()\n"
-                f"assert os.environ['TMPDIR'] == {str(tmp_path)!r}")
+        code = (
+            f"os = __import__('os')\nassert os.getsid(0) != {os.getsid(0)}, 'the same session'\n"
+            f"assert os.getcwd() == {str(work)!r} and os.listdir() == [], os.getcwd()\n"
+            f"assert os.environ['TMPDIR'] == {str(tmp_path)!r}"
+        )
         assert runner.run_code(code, 60) == "ok" and runner.error_of(runner.scratch) == ""
     finally:
         runner.shutdown()
@@ -456,21 +488,26 @@ def record_line(**changes) -> str:
     return json.dumps({**record, **changes}) + "\n"
 
 
-@pytest.mark.parametrize("line, words", [
-    ("not json\n", "arrived malformed from the kernel (not JSON)"),
-    ('[1, 2]\n', "(not a record)"),
-    (record_line(index=3), "(a field out of place)"),
-    (record_line(kind="passed"), "(a field out of place)"),
-    (record_line(extra=1), "(unexpected fields)"),
-    (record_line(seconds=-1), "(a field out of place)"),
-    ('{"index": 0, "kind": "ok", "message": "", "n_printed": 0, "seconds": NaN, "value": 1}\n', "(not JSON)"),
-    (record_line(value={"pickle": "gASV"}), "returned a value, which cannot be graded (its data arrived malformed"),
-    (record_line(value=[1e400]), "(not JSON)"),  # json writes Infinity, which is not JSON
-    (record_line(value={"tensor": "float32", "shape": [3], "data": [1.0], "requires_grad": False}),
-     "the data do not fill the shape"),
-    (record_line(value=to_plain(object())), "returned a object, which cannot be graded"),
-    ("x" * (check._RECORD_CAP + 10) + "\n", "(far too long)"),
-])
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("not json\n", "arrived malformed from the kernel (not JSON)"),
+        ("[1, 2]\n", "(not a record)"),
+        (record_line(index=3), "(a field out of place)"),
+        (record_line(kind="passed"), "(a field out of place)"),
+        (record_line(extra=1), "(unexpected fields)"),
+        (record_line(seconds=-1), "(a field out of place)"),
+        ('{"index": 0, "kind": "ok", "message": "", "n_printed": 0, "seconds": NaN, "value": 1}\n', "(not JSON)"),
+        (record_line(value={"pickle": "gASV"}), "returned a value, which cannot be graded (its data arrived malformed"),
+        (record_line(value=[1e400]), "(not JSON)"),  # json writes Infinity, which is not JSON
+        (
+            record_line(value={"tensor": "float32", "shape": [3], "data": [1.0], "requires_grad": False}),
+            "the data do not fill the shape",
+        ),
+        (record_line(value=to_plain(object())), "returned a object, which cannot be graded"),
+        ("x" * (check._RECORD_CAP + 10) + "\n", "(far too long)"),
+    ],
+)
 def test_what_arrives_from_the_kernel_is_checked(tmp_path, line, words):
     path = tmp_path / "out.jsonl"
     path.write_text(line + '{"done": true, "reason": "all"}\n')
@@ -489,20 +526,24 @@ def test_a_record_cut_short_is_left_out_and_a_right_one_passes(tmp_path):
 
 # --------------------------------------------------------------------------- options
 
-@pytest.mark.parametrize("argv, words", [
-    (["--seed", "-1"], "argument --seed: must be a whole number >= 0, got -1"),
-    (["--seed", "1.5"], "argument --seed: expected a whole number"),
-    (["--time-limit", "-1"], "argument --time-limit: must be a number of seconds above 0"),
-    (["--time-limit", "0"], "argument --time-limit: must be a number of seconds above 0"),
-    (["--time-limit", "nan"], "argument --time-limit: must be a number of seconds above 0"),
-    (["--time-limit", "inf"], "argument --time-limit: must be a number of seconds above 0"),
-    (["--time-limit", "1e9"], "at most 3600"),
-    (["--cell-timeout", "0"], "argument --cell-timeout: must be a number of seconds above 0"),
-    (["--cell-timeout", "-5"], "argument --cell-timeout: must be a number of seconds above 0"),
-    (["--cell-timeout", "nan"], "argument --cell-timeout: must be a number of seconds above 0"),
-    (["--budget", "0"], "argument --budget: must be a number of seconds above 0"),
-    (["--budget", "soon"], "argument --budget: expected a number of seconds"),
-])
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--seed", "-1"], "argument --seed: must be a whole number >= 0, got -1"),
+        (["--seed", "1.5"], "argument --seed: expected a whole number"),
+        (["--time-limit", "-1"], "argument --time-limit: must be a number of seconds above 0"),
+        (["--time-limit", "0"], "argument --time-limit: must be a number of seconds above 0"),
+        (["--time-limit", "nan"], "argument --time-limit: must be a number of seconds above 0"),
+        (["--time-limit", "inf"], "argument --time-limit: must be a number of seconds above 0"),
+        (["--time-limit", "1e9"], "at most 3600"),
+        (["--cell-timeout", "0"], "argument --cell-timeout: must be a number of seconds above 0"),
+        (["--cell-timeout", "-5"], "argument --cell-timeout: must be a number of seconds above 0"),
+        (["--cell-timeout", "nan"], "argument --cell-timeout: must be a number of seconds above 0"),
+        (["--budget", "0"], "argument --budget: must be a number of seconds above 0"),
+        (["--budget", "soon"], "argument --budget: expected a number of seconds"),
+    ],
+)
 def test_bad_options_get_one_line_and_exit_2_before_anything_runs(argv, words, capsys, tmp_path):
     missing = str(tmp_path / "01_kl_penalty.ipynb")  # never looked at: the options come first
     with pytest.raises(SystemExit) as exit_info:
@@ -512,22 +553,40 @@ def test_bad_options_get_one_line_and_exit_2_before_anything_runs(argv, words, c
     assert "grading" not in err
 
 
-@pytest.mark.parametrize("kwargs", [dict(seed=-1), dict(time_limit=0), dict(time_limit=float("nan")),
-                                    dict(cell_timeout=-5), dict(budget=float("inf")), dict(seed=True)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(seed=-1),
+        dict(time_limit=0),
+        dict(time_limit=float("nan")),
+        dict(cell_timeout=-5),
+        dict(budget=float("inf")),
+        dict(seed=True),
+    ],
+)
 def test_grade_notebook_checks_its_options_too(kwargs, tmp_path):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         check.grade_notebook(tmp_path / "01_x.ipynb", **kwargs)
 
 
 def test_the_budget_and_the_limits_are_documented():
-    text = subprocess.run([sys.executable, "-m", "minirlhf.course.grader", "--help"], capture_output=True,
-                          text=True, cwd=ROOT).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "minirlhf.course.grader", "--help"], capture_output=True, text=True, cwd=ROOT
+    ).stdout
     flat = " ".join(text.split())
     assert "--budget" in flat and f"(default {check.BUDGET:g})" in flat and "SLOW" in flat
     assert f"at most {RETURN_CAP:,} numbers" in flat and "--time-limit" in flat
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    for words in ("--budget", f"{check.BUDGET:g} s", f"{RETURN_CAP:,} numbers", "10 s per call", "SLOW",
-                  "--cell-timeout", "unpickled in the grader", "143"):
+    for words in (
+        "--budget",
+        f"{check.BUDGET:g} s",
+        f"{RETURN_CAP:,} numbers",
+        "10 s per call",
+        "SLOW",
+        "--cell-timeout",
+        "unpickled in the grader",
+        "143",
+    ):
         assert words in readme, words
 
 
@@ -542,16 +601,21 @@ def test_missing_or_renamed_notebook_path(tmp_path, capsys):
     assert f"did you mean {tmp_path / '01_kl_penalty.ipynb'}?" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("content, words", [
-    ("{ not json", "is not a notebook: it is not valid JSON"),
-    ("[]", "is not a notebook: it holds a list, and a notebook is a JSON object with a list of cells"),
-    ('"cells"', "it holds a string"),
-    ("", "is empty (0 cells, 0 bytes of JSON): not a notebook yet"),
-    (b"\xff\xfe\x00", "is not a notebook: it is not text"),
-    ('{"cells": 3}', "is not a notebook Jupyter can read"),
-    (json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
-     "has no code cells, so there is nothing to grade"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{ not json", "is not a notebook: it is not valid JSON"),
+        ("[]", "is not a notebook: it holds a list, and a notebook is a JSON object with a list of cells"),
+        ('"cells"', "it holds a string"),
+        ("", "is empty (0 cells, 0 bytes of JSON): not a notebook yet"),
+        (b"\xff\xfe\x00", "is not a notebook: it is not text"),
+        ('{"cells": 3}', "is not a notebook Jupyter can read"),
+        (
+            json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
+            "has no code cells, so there is nothing to grade",
+        ),
+    ],
+)
 def test_a_file_that_is_not_a_notebook_says_so_in_words(tmp_path, content, words):
     bad = tmp_path / "01_kl_penalty.ipynb"
     bad.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -608,8 +672,13 @@ def test_a_renamed_notebook_is_recognised_by_its_check_cells(tmp_path):
 def test_the_cli_leaves_the_notebook_untouched_and_colors_only_on_request(tmp_path):
     path = make_notebook(FIXTURES / "01_partly_wrong.py", tmp_path)
     before = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
-    run = subprocess.run([sys.executable, "-m", "minirlhf.course.grader", str(path), "--seed", "3", "--color", "always"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    run = subprocess.run(
+        [sys.executable, "-m", "minirlhf.course.grader", str(path), "--seed", "3", "--color", "always"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing written beside it
@@ -641,7 +710,10 @@ def softmax_rows(logits):
 
 
 TORCH_EXERCISE = Exercise(
-    name="softmax_rows", chapter=99, title="Softmax over the last axis", expect=ExpectArray(atol=1e-6, kind="torch"),
+    name="softmax_rows",
+    chapter=99,
+    title="Softmax over the last axis",
+    expect=ExpectArray(atol=1e-6, kind="torch"),
     cases=(Case({"logits": torch.zeros(1, 2)}, torch.full((1, 2), 0.5), "two equal logits"),),
     hints=("exp", "divide by the row sum", "`e / e.sum(dim=-1, keepdim=True)`"),
     reference=softmax_rows,
@@ -653,11 +725,14 @@ TORCH_EXERCISE = Exercise(
 def test_exercises_with_tensor_inputs_are_graded_in_the_learners_kernel(tmp_path):
     path = tmp_path / "torch_exercises.ipynb"
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(
-        "import torch\n\n"
-        "def softmax_rows(logits):\n    e = logits.detach().requires_grad_(True).exp()  # a result with a grad_fn\n"
-        "    return e / e.sum(dim=-1, keepdim=True)\n\n"
-        "def softmax_in_place(logits):\n    logits.exp_()\n    return logits / logits.sum(dim=-1, keepdim=True)")]
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import torch\n\n"
+            "def softmax_rows(logits):\n    e = logits.detach().requires_grad_(True).exp()  # a result with a grad_fn\n"
+            "    return e / e.sum(dim=-1, keepdim=True)\n\n"
+            "def softmax_in_place(logits):\n    logits.exp_()\n    return logits / logits.sum(dim=-1, keepdim=True)"
+        )
+    ]
     nbformat.write(nb, str(path))
     in_place = dataclasses.replace(TORCH_EXERCISE, name="softmax_in_place")
     result = grade(path, exercises=[TORCH_EXERCISE, in_place])
@@ -685,10 +760,13 @@ def test_the_blank_learner_notebooks_fail_with_not_implemented(book_runs):
     assert "Result: 0 of" in out
 
 
-@pytest.mark.parametrize("message, starts", [
-    ("Kernel died before replying to kernel_info", 2),  # lost a race for a port: start again
-    ("something else went wrong", 1),  # any other failure is reported at once
-])
+@pytest.mark.parametrize(
+    "message, starts",
+    [
+        ("Kernel died before replying to kernel_info", 2),  # lost a race for a port: start again
+        ("something else went wrong", 1),  # any other failure is reported at once
+    ],
+)
 def test_a_kernel_that_dies_at_start_is_started_again(monkeypatch, tmp_path, message, starts):
     from nbclient import NotebookClient
 

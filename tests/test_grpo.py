@@ -10,8 +10,19 @@ import torch
 from minirlhf import task
 from minirlhf.model import GPTConfig, TinyGPT, make_generator
 from minirlhf.ppo import (
-    GROUP_METRICS, TRAIN_METRICS, PPOConfig, batch_metrics, group_advantages, k3_loss_term,
-    ppo_token_loss, ppo_train, ppo_update, rm_reward, rollout, score_and_advantages, verifier_reward,
+    GROUP_METRICS,
+    TRAIN_METRICS,
+    PPOConfig,
+    batch_metrics,
+    group_advantages,
+    k3_loss_term,
+    ppo_token_loss,
+    ppo_train,
+    ppo_update,
+    rm_reward,
+    rollout,
+    score_and_advantages,
+    verifier_reward,
 )
 
 t = torch.tensor
@@ -52,13 +63,16 @@ def test_each_group_is_its_own_baseline():
     assert torch.allclose(group_advantages(r, 3), group_advantages(moved, 3), atol=1e-3)
 
 
-@pytest.mark.parametrize("rewards, group_size, match", [
-    (t([1.0, 0.0, 1.0]), 2, "group_size"),  # 2 does not divide 3
-    (t([1.0, 0.0]), 1, "group_size"),  # a group of one has no baseline
-    (t([1.0, 0.0]), 2.0, "group_size"),
-    (t([[1.0, 0.0]]), 2, "1-D"),
-    (t([1.0, float("nan")]), 2, "finite"),
-])
+@pytest.mark.parametrize(
+    "rewards, group_size, match",
+    [
+        (t([1.0, 0.0, 1.0]), 2, "group_size"),  # 2 does not divide 3
+        (t([1.0, 0.0]), 1, "group_size"),  # a group of one has no baseline
+        (t([1.0, 0.0]), 2.0, "group_size"),
+        (t([[1.0, 0.0]]), 2, "1-D"),
+        (t([1.0, float("nan")]), 2, "finite"),
+    ],
+)
 def test_group_advantages_refuse_what_they_cannot_compute(rewards, group_size, match):
     with pytest.raises(ValueError, match=match):
         group_advantages(rewards, group_size)
@@ -122,8 +136,13 @@ def test_group_advantages_reach_every_kept_token_and_no_leash(tiny):
         per_row = group_advantages(scores, 4)
         assert torch.equal(adv, per_row[:, None] * batch.mask)  # the same on each kept token, 0 after
     seen = []
-    score_and_advantages(batch, lambda *a: scores, 0.3, cfg,
-                         advantage_fn=lambda r, g, eps: seen.append((g, eps)) or group_advantages(r, g, eps))
+    score_and_advantages(
+        batch,
+        lambda *a: scores,
+        0.3,
+        cfg,
+        advantage_fn=lambda r, g, eps: seen.append((g, eps)) or group_advantages(r, g, eps),
+    )
     assert seen == [(4, cfg.adv_eps)]  # a learner's group_advantages drives the run
     with pytest.raises(ValueError, match="group advantages must be"):
         score_and_advantages(batch, lambda *a: scores, 0.3, cfg, advantage_fn=lambda r, g, eps: r[:4])
@@ -160,8 +179,9 @@ def test_a_short_grpo_run(tiny):
     b = ppo_train(policy, policy, rm_reward(rm), 2.0, PPOConfig(**one), evalset=evalset, progress=False)[0]
     assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
     # and chapter 5's runs log no group metric
-    _, plain = ppo_train(policy, policy, rm_reward(rm), 0.1, PPOConfig(iterations=1, batch_size=8),
-                         evalset=evalset, progress=False)
+    _, plain = ppo_train(
+        policy, policy, rm_reward(rm), 0.1, PPOConfig(iterations=1, batch_size=8), evalset=evalset, progress=False
+    )
     assert "frac_reward_zero_std" not in plain
 
 

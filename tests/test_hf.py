@@ -83,9 +83,10 @@ def test_rm_reads_at_the_first_end_mark(models):
 def test_greedy_generations_identical(models):
     policy, _, hp, _, ev = models
     ours = generate(policy, ev.prompts, greedy=True)
-    out = hp.generate(input_ids=ev.prompts, attention_mask=torch.ones_like(ev.prompts),
-                      max_new_tokens=4, do_sample=False)
-    assert torch.equal(out[:, task.PROMPT_LEN:], ours)
+    out = hp.generate(
+        input_ids=ev.prompts, attention_mask=torch.ones_like(ev.prompts), max_new_tokens=4, do_sample=False
+    )
+    assert torch.equal(out[:, task.PROMPT_LEN :], ours)
 
 
 def test_converting_back_is_exact(models, answers):

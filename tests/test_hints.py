@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from minirlhf.course.cases import MISTAKES, Case, CaseResult, run_cases
+from minirlhf.course.cases import MISTAKES, CaseResult, run_cases
 from minirlhf.course.exercises import EXERCISES, get
 from minirlhf.course.report import REPORT_WIDTH, Report, describe_kwargs, next_hint
 
@@ -90,10 +90,18 @@ def kl_abs_of_mean(logp_policy, logp_reference, beta):
 
 
 # 1 the arrays and the subtraction, 2 the sign (no abs, no clip), 3 beta, the mean, round, float
-KL_TABLE = [(kl_reversed, "kl-reversed", 2), (kl_abs_per_token, "sign", 2), (kl_abs_of_mean, "sign", 2),
-            (kl_clipped, "clip-at-0", 2), (kl_no_beta, "no-beta", 3), (kl_sum, "sum", 3),
-            (kl_numpy, "numpy-scalar", 3), (kl_unrounded, "not-rounded", 3), (kl_half_up, "round-half-up", 3),
-            (kl_list, "type", 3)]
+KL_TABLE = [
+    (kl_reversed, "kl-reversed", 2),
+    (kl_abs_per_token, "sign", 2),
+    (kl_abs_of_mean, "sign", 2),
+    (kl_clipped, "clip-at-0", 2),
+    (kl_no_beta, "no-beta", 3),
+    (kl_sum, "sum", 3),
+    (kl_numpy, "numpy-scalar", 3),
+    (kl_unrounded, "not-rounded", 3),
+    (kl_half_up, "round-half-up", 3),
+    (kl_list, "type", 3),
+]
 
 
 # --------------------------------------------------------------------------- chapter 2's objective
@@ -108,8 +116,9 @@ def objective(slip=None):
         kl = ref - new if slip == "kl reversed" else new - ref
         adv = r if slip == "no kl in the advantage" else r - beta * kl
         unclipped, clipped = ratio * adv, np.clip(ratio, 1 - epsilon, 1 + epsilon) * adv
-        surrogate = {"no clip": unclipped, "clip only": clipped,
-                     "max": np.maximum(unclipped, clipped)}.get(slip, np.minimum(unclipped, clipped))
+        surrogate = {"no clip": unclipped, "clip only": clipped, "max": np.maximum(unclipped, clipped)}.get(
+            slip, np.minimum(unclipped, clipped)
+        )
         penalty = beta * (new - ref).mean()
         J = surrogate.mean()
         if slip == "kl subtracted twice":
@@ -117,8 +126,11 @@ def objective(slip=None):
         loss = -J if slip == "policy_loss = -J" else J
         if slip == "kl subtracted from the objective only":  # policy_loss stays the surrogate
             loss, J = J, J - penalty
-        out = {"objective": round(float(J), 2), "policy_loss": round(float(loss), 2),
-               "kl_penalty": round(float(penalty), 2)}
+        out = {
+            "objective": round(float(J), 2),
+            "policy_loss": round(float(loss), 2),
+            "kl_penalty": round(float(penalty), 2),
+        }
         if slip == "numpy scalars":
             out = {k: np.float64(v) for k, v in out.items()}
         if slip == "no kl_penalty key":
@@ -131,11 +143,20 @@ def objective(slip=None):
 
 
 # 1 the per-token ratio, KL and advantage, 2 the min and the clip, 3 the dict and J without the penalty
-PPO_TABLE = [("kl subtracted twice", "kl-twice", 3), ("kl subtracted from the objective only", "kl-twice", 3),
-             ("no clip", "min-clip", 2), ("clip only", "min-clip", 2),
-             ("max", "min-clip", 2), ("kl reversed", "kl-sign", 1), ("no kl in the advantage", "no-kl", 1),
-             ("ratio upside down", "ratio-inverted", 1), ("policy_loss = -J", "loss-negated", 3),
-             ("numpy scalars", "numpy-scalar", 3), ("no kl_penalty key", "missing-key", 3), ("a tuple", "type", 3)]
+PPO_TABLE = [
+    ("kl subtracted twice", "kl-twice", 3),
+    ("kl subtracted from the objective only", "kl-twice", 3),
+    ("no clip", "min-clip", 2),
+    ("clip only", "min-clip", 2),
+    ("max", "min-clip", 2),
+    ("kl reversed", "kl-sign", 1),
+    ("no kl in the advantage", "no-kl", 1),
+    ("ratio upside down", "ratio-inverted", 1),
+    ("policy_loss = -J", "loss-negated", 3),
+    ("numpy scalars", "numpy-scalar", 3),
+    ("no kl_penalty key", "missing-key", 3),
+    ("a tuple", "type", 3),
+]
 
 
 # --------------------------------------------------------------------------- chapter 6's share
@@ -182,8 +203,13 @@ def share_tensor(rewards, group_size):
 
 
 # 1 the groups, 2 the within-prompt variance, 3 the divisor, 4 the share, its type, equal rewards
-SHARE_TABLE = [(share_unbiased, "unbiased", 3), (share_mean_std, "std", 2), (share_axis_0, "wrong-axis", 1),
-               (share_nan, "nan", 4), (share_tensor, "type", 4)]
+SHARE_TABLE = [
+    (share_unbiased, "unbiased", 3),
+    (share_mean_std, "std", 2),
+    (share_axis_0, "wrong-axis", 1),
+    (share_nan, "nan", 4),
+    (share_tensor, "type", 4),
+]
 
 
 @pytest.mark.parametrize("fn, mistake, number", SHARE_TABLE, ids=[row[0].__name__ for row in SHARE_TABLE])
@@ -211,8 +237,10 @@ def test_every_objective_slip_gets_the_hint_for_its_mistake(slip, mistake, numbe
 def test_the_kl_counted_twice_gets_the_hint_about_it_and_says_so():
     report = run_cases(objective("kl subtracted twice"), PPO)
     first = report.first_failure
-    assert first.message == ("objective is 1.16, expected 1.18; that is J minus the KL penalty, but the penalty "
-                             "is already inside the advantage: do not subtract it again")
+    assert first.message == (
+        "objective is 1.16, expected 1.18; that is J minus the KL penalty, but the penalty "
+        "is already inside the advantage: do not subtract it again"
+    )
     assert "Do not subtract the penalty from `J`" in report.hint()[1]
     # before, 7 of 10 passing picked the middle hint, about min and clip
     assert next_hint(PPO.hints, report.n_passed, len(PPO.cases))[0] == 2
@@ -245,9 +273,11 @@ def test_a_time_out_still_shows_no_hint():
 
 def test_the_first_failure_with_a_mapped_mistake_decides():
     cases = KL.cases
-    results = [CaseResult(cases[0], False, 1.0, "x", mistake="value"),
-               CaseResult(cases[1], False, 1.0, "x", mistake="no-beta"),
-               CaseResult(cases[2], False, 1.0, "x", mistake="sign")]
+    results = [
+        CaseResult(cases[0], False, 1.0, "x", mistake="value"),
+        CaseResult(cases[1], False, 1.0, "x", mistake="no-beta"),
+        CaseResult(cases[2], False, 1.0, "x", mistake="sign"),
+    ]
     assert Report(KL, results).hint()[0] == 3
 
 
@@ -285,7 +315,8 @@ def test_a_large_input_is_summarized_by_its_shape_not_cut():
     assert described.startswith("logits=tensor of shape (2, 9, 13), every entry 0.0, targets=tensor([[12, 12, 2,")
     assert "mask=tensor([[0, 0, 0, 0, 0, 1, 1, 1, 0]," in described and len(described) < 300
     assert describe_kwargs({"x": np.arange(100.0)}) == (
-        "x=array of shape (100,): 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, ... (100 numbers)")
+        "x=array of shape (100,): 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, ... (100 numbers)"
+    )
 
 
 def test_every_line_of_a_failing_report_fits():

@@ -19,12 +19,12 @@ import torch
 from minirlhf import objectives, ppo
 from minirlhf.course import grader, nbgen
 from minirlhf.course.answers import MAGIC, Folded
-from minirlhf.course.cases import MISTAKES, NO_GRADIENT, Case, Raises, judge, run_cases
+from minirlhf.course.cases import MISTAKES, NO_GRADIENT, Raises, run_cases
 from minirlhf.course.drive import YourFunctionStopped, guard, preflight, run_batch
 from minirlhf.course.exercises import EXERCISES, check, get
 from minirlhf.course.exercises._inputs import RUN_BATCH
 from minirlhf.course.safe_text import printable
-from minirlhf.course.sandbox import Call, call_safely
+from minirlhf.course.sandbox import call_safely
 
 LOSSES = sorted(n for n in EXERCISES if EXERCISES[n].expect.grad_wrt)
 
@@ -51,8 +51,17 @@ def test_every_declared_slip_fails_the_visible_check_in_its_own_words(name, i):
 
 
 def test_the_losses_are_the_exercises_that_return_a_loss():
-    assert set(LOSSES) >= {"reinforce_loss", "masked_sft_loss", "bradley_terry_loss", "ppo_token_loss",
-                           "grpo_token_loss", "dpo_loss", "fix_run_c", "fix_run_e", "fix_run_g"}
+    assert set(LOSSES) >= {
+        "reinforce_loss",
+        "masked_sft_loss",
+        "bradley_terry_loss",
+        "ppo_token_loss",
+        "grpo_token_loss",
+        "dpo_loss",
+        "fix_run_c",
+        "fix_run_e",
+        "fix_run_g",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
@@ -160,16 +169,29 @@ def test_prompt_share_that_tests_a_float32_variance_for_zero_fails():
 @pytest.mark.parametrize("module", [f"ch{n:02d}" for n in range(1, 10)])
 def test_no_slip_factory_can_make_the_reference(module):
     mod = importlib.import_module(f"minirlhf.course.exercises.{module}")
-    factories = [f for n, f in vars(mod).items() if n.endswith("slip") and inspect.isfunction(f)
-                 and list(inspect.signature(f).parameters) == ["kind"]]
+    factories = [
+        f
+        for n, f in vars(mod).items()
+        if n.endswith("slip") and inspect.isfunction(f) and list(inspect.signature(f).parameters) == ["kind"]
+    ]
     assert factories, f"{module} has no slip factory"
     for factory in factories:
         with pytest.raises(ValueError, match="no slip called"):
             factory("none")
 
 
-@pytest.mark.parametrize("name", ["kl_shaped_advantages", "ppo_token_loss", "group_advantages",
-                                  "grpo_token_loss", "dpo_loss", "masked_sft_loss", "bradley_terry_loss"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kl_shaped_advantages",
+        "ppo_token_loss",
+        "group_advantages",
+        "grpo_token_loss",
+        "dpo_loss",
+        "masked_sft_loss",
+        "bradley_terry_loss",
+    ],
+)
 def test_some_randomized_inputs_come_at_the_runs_batch_size(name):
     rng = np.random.default_rng(0)
     sizes = set()
@@ -187,6 +209,7 @@ def _group_advantages_raising(message, error=ValueError):
         if group_size < 2 or len(rewards) % group_size:
             raise error(message)
         return get("group_advantages").reference(rewards, group_size, eps)
+
     return advantages
 
 
@@ -198,8 +221,12 @@ def test_a_raises_case_is_judged_on_the_whole_message_in_the_check_cell_and_the_
     call = call_safely(right, case.kwargs, 10.0, mentions=case.expected.mentions)
     record = grader._parse_record(json.dumps(grader._call_record(0, call)), 0)
     assert len(record["message"]) <= 600 and grader._judge_record(record, case, ex).passed
-    wrong = call_safely(_group_advantages_raising("a long preamble " * 50 + "then: bad size"), case.kwargs, 10.0,
-                        mentions=case.expected.mentions)
+    wrong = call_safely(
+        _group_advantages_raising("a long preamble " * 50 + "then: bad size"),
+        case.kwargs,
+        10.0,
+        mentions=case.expected.mentions,
+    )
     record = grader._parse_record(json.dumps(grader._call_record(0, wrong)), 0)
     assert grader._judge_record(record, case, ex).mistake == "error-message"
 
@@ -222,6 +249,7 @@ def test_an_exception_whose_str_raises_or_hangs_is_unprintable_and_the_check_doe
                 pass
 
     for error in (Broken, Hangs):
+
         def kl(logp_policy, logp_reference, beta):
             raise error()
 
@@ -240,8 +268,14 @@ def test_control_characters_of_a_message_are_escaped_in_both_reports():
     text = str(run_cases(kl, get("kl_penalty")))
     assert "\x1b" not in text and "\r" not in text and "\u202e" not in text
     assert not [line for line in text.splitlines() if line.lstrip().startswith(("PASS", "Result"))]
-    record = {"index": 0, "kind": "error", "message": f"raised ValueError: {forged}", "n_printed": 0,
-              "seconds": 0.1, "value": None}
+    record = {
+        "index": 0,
+        "kind": "error",
+        "message": f"raised ValueError: {forged}",
+        "n_printed": 0,
+        "seconds": 0.1,
+        "value": None,
+    }
     assert "\n" not in grader._parse_record(json.dumps(record), 0)["message"]
     assert printable("a\nb\tc\x1b") == "a\\nb\\tc\\x1b"
     assert grader._error_text({"ename": "ValueError", "evalue": forged, "traceback": []})[0].count("\n") == 0
@@ -318,8 +352,9 @@ def test_a_drive_cell_refuses_a_function_that_cannot_drive_the_run():
         adv = ppo.kl_shaped_advantages(**kwargs)
         return adv * float("nan") if len(adv) > 32 else adv
 
-    assert preflight("ppo_token_loss", leaf).startswith("Your ppo_token_loss is refused before the run: on a "
-                                                        "batch of 64, the runs' size, your loss has no gradient")
+    assert preflight("ppo_token_loss", leaf).startswith(
+        "Your ppo_token_loss is refused before the run: on a batch of 64, the runs' size, your loss has no gradient"
+    )
     assert "NaN" in preflight("kl_shaped_advantages", nan_when_large)
     assert tuple(run_batch("grpo_token_loss")["new_logp"].shape) == (64, 4)
 
@@ -336,8 +371,11 @@ def test_a_guarded_function_stops_the_run_with_a_line_naming_it():
     kwargs = run_batch("ppo_token_loss")
     kwargs["new_logp"] = kwargs["new_logp"].clone().requires_grad_()
     guarded(**kwargs), guarded(**kwargs)
-    with pytest.raises(YourFunctionStopped, match=r"your ppo_token_loss returned NaN or an infinity on call 3 "
-                                                  r"of the run \(a batch of 64\)"):
+    with pytest.raises(
+        YourFunctionStopped,
+        match=r"your ppo_token_loss returned NaN or an infinity on call 3 "
+        r"of the run \(a batch of 64\)",
+    ):
         guarded(**kwargs)
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "minirlhf"
-ENGINE = sorted(p for p in PACKAGE.glob("*.py"))
-ENTRY_POINTS = {"bench.py", "experiment.py", "trl_run.py"}  # may choose the thread count, in their main()
+ENGINE = sorted([*PACKAGE.glob("*.py"), *PACKAGE.glob("estimators/*.py"), *PACKAGE.glob("commands/*.py")])
+# the command lines may choose the thread count, in their main() (the benchmark in _work)
+ENTRY_POINTS = {"commands/bench.py", "commands/experiment.py", "commands/trl_run.py"}
 WORKERS = {("parallel.py", "_serve")}  # a worker process the engine starts sets its own (one thread)
 
 
@@ -36,7 +37,7 @@ def test_the_engine_imports_nothing_from_the_course_or_the_studies(path):
     assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
-@pytest.mark.parametrize("path", ENGINE, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ENGINE, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_engine_reads_no_book_setting_and_sets_threads_only_in_entry_points(path):
     text = path.read_text()
     assert "BUILDING_BOOK" not in text and "allow_stdin" not in text and "GRADING" not in text
@@ -44,11 +45,14 @@ def test_the_engine_reads_no_book_setting_and_sets_threads_only_in_entry_points(
     for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         sets_threads = any(isinstance(c, ast.Attribute) and c.attr == "set_num_threads" for c in ast.walk(func))
         if sets_threads:
-            assert ((path.name in ENTRY_POINTS and func.name in ("main", "_work"))
-                    or (path.name, func.name) in WORKERS), f"{path.name}:{func.name}"
+            assert (str(path.relative_to(PACKAGE)) in ENTRY_POINTS and func.name in ("main", "_work")) or (
+                path.name,
+                func.name,
+            ) in WORKERS, f"{path.name}:{func.name}"
     module_level = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-    assert not any(isinstance(c, ast.Attribute) and c.attr == "set_num_threads"
-                   for n in module_level for c in ast.walk(n)), path.name
+    assert not any(
+        isinstance(c, ast.Attribute) and c.attr == "set_num_threads" for n in module_level for c in ast.walk(n)
+    ), path.name
 
 
 def test_importing_and_calling_the_engine_leaves_the_thread_count_alone(tmp_path):
@@ -68,8 +72,19 @@ def test_importing_and_calling_the_engine_leaves_the_thread_count_alone(tmp_path
 def test_the_public_face_exports_what_a_user_calls():
     import minirlhf
 
-    for name in ("ppo_train", "PPOConfig", "SFTConfig", "RMConfig", "rm_reward", "verifier_reward",
-                 "run_experiment", "kl_penalty", "ppo_rlhf_objective", "load_sft", "load_rm"):
+    for name in (
+        "ppo_train",
+        "PPOConfig",
+        "SFTConfig",
+        "RMConfig",
+        "rm_reward",
+        "verifier_reward",
+        "run_experiment",
+        "kl_penalty",
+        "ppo_rlhf_objective",
+        "load_sft",
+        "load_rm",
+    ):
         assert name in minirlhf.__all__ and callable(getattr(minirlhf, name))
 
 
@@ -80,5 +95,39 @@ MAX_COURSE_LINES = 700  # a module past this has taken on a second job (cases.py
 @pytest.mark.parametrize("path", COURSE, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_no_course_module_is_over_700_lines(path):
     n_lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert n_lines <= MAX_COURSE_LINES, (f"{path.relative_to(PACKAGE)} has {n_lines} lines: split it by job "
-                                         f"(at most {MAX_COURSE_LINES})")
+    assert n_lines <= MAX_COURSE_LINES, (
+        f"{path.relative_to(PACKAGE)} has {n_lines} lines: split it by job (at most {MAX_COURSE_LINES})"
+    )
+
+
+def _readme_rows():
+    text = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    return {line.split("`")[1] for line in text.splitlines() if line.startswith("| `minirlhf/")}
+
+
+def test_the_readme_lists_every_module_with_its_job():
+    rows = _readme_rows()
+    folders = {"minirlhf/commands/", "minirlhf/estimators/", "minirlhf/course/exercises/", "minirlhf/course/grader/"}
+    modules = {
+        f"minirlhf/{p.relative_to(PACKAGE)}"
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "__init__.py" and not any(str(p).startswith(str(PACKAGE.parent / f)) for f in folders)
+    }
+    missing = sorted((modules | folders) - rows)
+    assert not missing, f"README's table of modules lacks: {', '.join(missing)}"
+    gone = sorted(row for row in rows if not (PACKAGE.parent / row).exists())
+    assert not gone, f"README's table lists what is not there: {', '.join(gone)}"
+
+
+def test_the_library_never_imports_a_command():
+    for path in PACKAGE.rglob("*.py"):
+        if "commands" in path.relative_to(PACKAGE).parts:
+            continue
+        tree = ast.parse(path.read_text())
+        top = [node for node in tree.body if not (isinstance(node, ast.If) and "__main__" in ast.unparse(node.test))]
+        for node in top:
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and inner.module and "commands" in inner.module.split("."):
+                    raise AssertionError(
+                        f"{path.relative_to(PACKAGE)} imports {inner.module} outside its __main__ guard"
+                    )

@@ -111,7 +111,8 @@ def test_the_committed_learner_notebooks_carry_their_fingerprint():
         nb = nbformat.read(nbgen.LEARNER_DIR / f"{source.stem}.ipynb", as_version=4)
         assert nb.metadata.get("minirlhf", {}).get("blank") == nbgen.cells_digest(nb), (
             f"notebooks/{source.stem}.ipynb: its fingerprint is not that of its cells; run "
-            f"`python -m minirlhf.course.nbgen {source.stem[:2]} --prose-only` (keeps the solution's outputs)")
+            f"`python -m minirlhf.course.nbgen {source.stem[:2]} --prose-only` (keeps the solution's outputs)"
+        )
 
 
 # ----------------------------------------------------------------------------- the grader's copies
@@ -126,9 +127,15 @@ def test_the_grader_keeps_its_copies_out_of_the_folder_it_grades(layout):
     assert learner_files(layout / "notebooks") == ["01_kl_penalty.ipynb"]  # B8: nothing for the glob to match
 
 
-@pytest.mark.parametrize("name", ["01_kl_penalty.graded.ipynb", "01_kl_penalty.graded-2.ipynb",
-                                  "01_kl_penalty.graded-20261203-164000.ipynb",
-                                  "01_kl_penalty.backup-20261203-164000.ipynb"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "01_kl_penalty.graded.ipynb",
+        "01_kl_penalty.graded-2.ipynb",
+        "01_kl_penalty.graded-20261203-164000.ipynb",
+        "01_kl_penalty.backup-20261203-164000.ipynb",
+    ],
+)
 def test_the_grader_never_grades_a_kept_copy(layout, name, capsys):
     copy = layout / "notebooks" / name
     copy.write_text(nbformat.writes(nbformat.v4.new_notebook()))
@@ -156,8 +163,10 @@ def test_a_notebook_that_grows_past_the_cap_while_graded_is_kept_first(layout, m
 def test_the_reported_cell_limit_is_the_one_used(tmp_path):
     notebook = tmp_path / "01_kl_penalty.ipynb"
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import time\ntime.sleep(30)"),
-                nbformat.v4.new_code_cell("def kl_penalty(logp_policy, logp_reference, beta):\n    return 0.0")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("import time\ntime.sleep(30)"),
+        nbformat.v4.new_code_cell("def kl_penalty(logp_policy, logp_reference, beta):\n    return 0.0"),
+    ]
     notebook.write_text(nbformat.writes(nb))
     grade = grader.grade_notebook(notebook, seed=1, cell_timeout=1e-300, budget=5)
     assert "ran longer than the 1 s limit per cell" in grade.cells[0].text, grade.cells  # D12, not "1e-300 s"
@@ -207,11 +216,32 @@ def test_the_make_targets_list_the_learners_notebooks_only_and_lab_writes_nothin
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     (tmp_path / "notebooks").mkdir()
-    for name in ("01_kl_penalty.ipynb", "01_kl_penalty.graded.ipynb", "01_kl_penalty.graded-2.ipynb",
-                 "02_ppo_objective.backup-20261203-164000.ipynb", "02_ppo_objective.ipynb"):
+    for name in (
+        "01_kl_penalty.ipynb",
+        "01_kl_penalty.graded.ipynb",
+        "01_kl_penalty.graded-2.ipynb",
+        "02_ppo_objective.backup-20261203-164000.ipynb",
+        "02_ppo_objective.ipynb",
+    ):
         (tmp_path / "notebooks" / name).write_text("{}")
-    done = subprocess.run(["make", "-s", "-n", "-C", str(tmp_path), "-f", str(paths.ROOT / "Makefile"), "STAMP=",
-                           "check", "nbval-notebooks", "lab", "notebooks"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-n",
+            "-C",
+            str(tmp_path),
+            "-f",
+            str(paths.ROOT / "Makefile"),
+            "STAMP=",
+            "check",
+            "nbval-notebooks",
+            "lab",
+            "notebooks",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     check, nbval, lab, generate = done.stdout.strip().splitlines()
     mine = "notebooks/01_kl_penalty.ipynb notebooks/02_ppo_objective.ipynb"

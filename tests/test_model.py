@@ -7,10 +7,20 @@ import torch
 
 from minirlhf import task
 from minirlhf.model import (
-    GPTConfig, TinyGPT, completion_logits, completion_logprobs, completion_mask, entropy_from_logits,
-    exact_kl, generate, logprobs_from_logits, make_generator, n_params, reward_scores, score_positions,
+    GPTConfig,
+    TinyGPT,
+    completion_logits,
+    completion_logprobs,
+    completion_mask,
+    entropy_from_logits,
+    exact_kl,
+    generate,
+    logprobs_from_logits,
+    make_generator,
+    n_params,
+    reward_scores,
+    score_positions,
 )
-
 
 
 def comps(*texts):

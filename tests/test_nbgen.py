@@ -13,8 +13,7 @@ SOURCES = nbgen.sources()
 
 
 def _cells(nb):
-    return [(c.cell_type, c.source, sorted(c.metadata.get("tags", [])), c.metadata.get("mystnb"))
-            for c in nb.cells]
+    return [(c.cell_type, c.source, sorted(c.metadata.get("tags", [])), c.metadata.get("mystnb")) for c in nb.cells]
 
 
 def _committed(folder, source):
@@ -154,21 +153,27 @@ def test_strip_and_keep_solutions():
     assert solution.cells[1].source == learner.cells[2].source
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("# %% [markdown]\nnot quoted\n", "not starting with '# '"),
-    ("# %% [table]\n", "unknown cell kind"),
-    ("x = 1\n# %%\n", "before the first"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("# %% [markdown]\nnot quoted\n", "not starting with '# '"),
+        ("# %% [table]\n", "unknown cell kind"),
+        ("x = 1\n# %%\n", "before the first"),
+    ],
+)
 def test_parse_rejects_malformed_sources(bad, message):
     with pytest.raises(ValueError, match=message):
         nbgen.parse(bad)
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("    # BEGIN SOLUTION\n    x = 1\n", "without END"),
-    ("    # END SOLUTION\n", "without BEGIN"),
-    ("# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION\n", "nested"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("    # BEGIN SOLUTION\n    x = 1\n", "without END"),
+        ("    # END SOLUTION\n", "without BEGIN"),
+        ("# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION\n", "nested"),
+    ],
+)
 def test_strip_rejects_unbalanced_markers(bad, message):
     with pytest.raises(ValueError, match=message):
         nbgen.strip_solutions(bad)
@@ -214,9 +219,13 @@ def test_every_recorded_figure_and_slider_carries_the_books_form(source):
     from minirlhf.course.explorer import BOOK_KEY
 
     nb = _committed(nbgen.SOLUTION_DIR, source)
-    bare = [i for i, cell in enumerate(nb.cells) for out in cell.get("outputs", [])
-            if ({"image/png", "application/vnd.jupyter.widget-view+json"} & set(out.get("data", {})))
-            and BOOK_KEY not in out.get("metadata", {})]
+    bare = [
+        i
+        for i, cell in enumerate(nb.cells)
+        for out in cell.get("outputs", [])
+        if ({"image/png", "application/vnd.jupyter.widget-view+json"} & set(out.get("data", {})))
+        and BOOK_KEY not in out.get("metadata", {})
+    ]
     assert not bare, f"cells {bare} of {source.stem} have a figure without the book's form: run `make notebooks`"
 
 
@@ -224,11 +233,16 @@ def test_the_generator_records_the_books_forms(tmp_path):
     """nbgen's kernel records the book's forms (frontend.RECORDING_ENV); a learner's does not."""
     from minirlhf.course.explorer import BOOK_KEY
 
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
-        "from minirlhf.course.explorer import show_figure\n"
-        "fig, ax = plt.subplots(figsize=(3, 2)); ax.plot([0, 1])\n"
-        "show_figure(fig, alt='a line')")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+                "from minirlhf.course.explorer import show_figure\n"
+                "fig, ax = plt.subplots(figsize=(3, 2)); ax.plot([0, 1])\n"
+                "show_figure(fig, alt='a line')"
+            )
+        ]
+    )
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     out = nbgen.execute(nb, tmp_path).cells[0].outputs[-1]
     assert out["data"]["text/plain"] == "a line" and BOOK_KEY in out["metadata"]

@@ -17,16 +17,19 @@ from minirlhf.model import GPTConfig, TinyGPT
 
 def _capability(env: dict) -> str:
     code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
-                          text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _two_kernel_sets() -> bool:
     return _capability({}) != _capability(numerics.OTHER_KERNELS)
 
 
-needs_two = pytest.mark.skipif(not _two_kernel_sets(), reason="this CPU has only torch's portable kernels: "
-                               "there is no second kernel set to compare with")
+needs_two = pytest.mark.skipif(
+    not _two_kernel_sets(),
+    reason="this CPU has only torch's portable kernels: there is no second kernel set to compare with",
+)
 
 
 def test_the_engine_computes_in_float64_by_default():

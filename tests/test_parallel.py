@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from minirlhf.commands import experiment as command
 from minirlhf import dpo, experiment, parallel, task
+from minirlhf.commands import experiment as command
 from minirlhf.model import GPTConfig, TinyGPT
 from minirlhf.ppo import EvalSet, PPOConfig
 from minirlhf.reward_model import RMConfig
@@ -32,8 +32,9 @@ def test_runs_are_bit_identical_for_one_and_two_workers(tiny):
     assert [log["config"]["seed"] for log in two] == [0, 1, 0, 2] and two[1]["beta0"] == 0.2
     few_pairs = dpo.DPOConfig(steps=4, batch_size=16, eval_every=2, rm_config=RMConfig(steps=2, batch_size=32))
     dpo_jobs = [("dpo", 0, None), ("sft-chosen", 1, None)]
-    assert (experiment.run_arms(dpo_jobs, policy, rm, few_pairs, evalset, progress=False, workers=1)
-            == experiment.run_arms(dpo_jobs, policy, rm, few_pairs, evalset, progress=False, workers=2))
+    assert experiment.run_arms(
+        dpo_jobs, policy, rm, few_pairs, evalset, progress=False, workers=1
+    ) == experiment.run_arms(dpo_jobs, policy, rm, few_pairs, evalset, progress=False, workers=2)
 
 
 def test_the_experiment_is_the_same_for_any_number_of_workers(monkeypatch):
@@ -58,8 +59,9 @@ def _square_slowly(x):
 
 def test_results_come_in_the_order_of_the_items():
     finished = []
-    out = parallel.map_runs(_square_slowly, range(5), workers=2, progress=False,
-                            on_result=lambda i, r: finished.append((i, r)))
+    out = parallel.map_runs(
+        _square_slowly, range(5), workers=2, progress=False, on_result=lambda i, r: finished.append((i, r))
+    )
     assert out == [0, 1, 4, 9, 16]
     assert sorted(finished) == [(i, i * i) for i in range(5)]  # each reported once, as it finished
 
@@ -194,10 +196,13 @@ def test_workers_leave_ctrl_c_to_the_caller():
 
 
 @FORK  # the patched run_arm below reaches the workers only when they are forked
-@pytest.mark.parametrize("name, status, words", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "stopped by SIGTERM"),
-                                                 ("SIGHUP", 129, "stopped by SIGHUP")])
-def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(tmp_path, monkeypatch, capsys, name,
-                                                                            status, words):
+@pytest.mark.parametrize(
+    "name, status, words",
+    [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "stopped by SIGTERM"), ("SIGHUP", 129, "stopped by SIGHUP")],
+)
+def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(
+    tmp_path, monkeypatch, capsys, name, status, words
+):
     torch.manual_seed(0)
     small = GPTConfig(n_layer=1, n_embd=16, n_head=2)
     policy, rm = TinyGPT(small).eval(), TinyGPT(small, scalar_head=True).eval()
@@ -227,8 +232,9 @@ def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(tmp_
     argv = ["--seeds", "3", "--iterations", "2", "--workers", "2", "--out", str(tmp_path)]
     assert command.main(argv) == status  # SIGTERM and SIGHUP as Ctrl-C: the finished seed kept (C11)
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == (f"{words} during seed 2 of 3: wrote the 1 finished seed; "
-                                            "seeds 1 to 2 are not kept")
+    assert err.strip().splitlines()[-1] == (
+        f"{words} during seed 2 of 3: wrote the 1 finished seed; seeds 1 to 2 are not kept"
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["settings"]["seeds"] == [0] and set(results["arms"]["verifier"]) == {"0"}
 
@@ -236,7 +242,7 @@ def test_the_command_keeps_the_seeds_that_finished_when_runs_are_in_workers(tmp_
 def test_the_command_takes_workers(capsys):
     with pytest.raises(SystemExit) as exit_info:
         command.main(["--workers", "0"])
-    assert exit_info.value.code == 2 and "argument --workers: must be at least 1" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "argument --workers: must be a whole number >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         command.main(["--help"])
     assert "--workers" in capsys.readouterr().out
@@ -281,8 +287,9 @@ def _says_and_returns(x):
 
 
 def test_with_workers_this_process_shows_a_line_per_finished_run_and_they_show_nothing(capfd):
-    assert parallel.map_runs(_says_and_returns, ["a", "b", "c"], workers=2, progress=True, desc="tests",
-                             label=lambda x: f"run {x}") == ["a", "b", "c"]
+    assert parallel.map_runs(
+        _says_and_returns, ["a", "b", "c"], workers=2, progress=True, desc="tests", label=lambda x: f"run {x}"
+    ) == ["a", "b", "c"]
     out, err = capfd.readouterr()
     assert "training" not in out and "steps in" not in err  # the workers are silent
     lines = [line for line in err.splitlines() if line.startswith("tests (2 worker processes): ")]
@@ -301,9 +308,10 @@ def test_a_chapters_kernel_computes_with_one_thread_as_the_workers_do():
     environment asks for; the engine alone leaves torch's choice as it is."""
     import subprocess
 
-    code = ("import torch, minirlhf, minirlhf.ppo; before = torch.get_num_threads(); "
-            "import minirlhf.course.exercises; print(before, torch.get_num_threads())")
+    code = (
+        "import torch, minirlhf, minirlhf.ppo; before = torch.get_num_threads(); "
+        "import minirlhf.course.exercises; print(before, torch.get_num_threads())"
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["2", "1"]
-

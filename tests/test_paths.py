@@ -1,7 +1,14 @@
 """Where outputs go, and the check a long run makes before it writes there."""
 
 import importlib.util
+import json
 import os
+import re
+import stat
+import subprocess
+import sys
+
+import pytest
 
 from minirlhf import paths
 from minirlhf.paths import folder_problem, kind_of
@@ -36,22 +43,16 @@ def test_folder_problem_names_what_is_in_the_way(tmp_path):
     assert folder_problem(tmp_path / "out", ("a.png",)) == ""
     assert folder_problem(tmp_path / "file") == f"{tmp_path / 'file'} is a regular file, not a folder"
     assert folder_problem(tmp_path / "file" / "sub") == (
-        f"{tmp_path / 'file' / 'sub'} cannot be made: {tmp_path / 'file'} is a regular file, not a folder")
+        f"{tmp_path / 'file' / 'sub'} cannot be made: {tmp_path / 'file'} is a regular file, not a folder"
+    )
     assert folder_problem(tmp_path / "out", ("results.json",)) == (
-        f"{tmp_path / 'out' / 'results.json'} is a folder, where the output file should go")
+        f"{tmp_path / 'out' / 'results.json'} is a folder, where the output file should go"
+    )
     assert folder_problem(tmp_path / "pipe") == f"{tmp_path / 'pipe'} is a named pipe (FIFO), not a folder"
     assert kind_of(tmp_path / "nothing") == "nothing"
 
 
 # ----------------------------------------------------------------------------- one guard for every write
-
-import json
-import re
-import stat
-import subprocess
-import sys
-
-import pytest
 
 
 def _fake_device(monkeypatch, target):
@@ -74,8 +75,12 @@ def test_write_atomic_never_replaces_what_is_not_a_regular_file(tmp_path, monkey
     os.mkfifo(tmp_path / "pipe")
     os.symlink(tmp_path / "pipe", tmp_path / "link-to-pipe")
     os.symlink(tmp_path / "folder", tmp_path / "link-to-folder")
-    for name, words in (("folder", "a folder"), ("pipe", "a named pipe (FIFO)"),
-                        ("link-to-pipe", "a named pipe (FIFO)"), ("link-to-folder", "a folder")):
+    for name, words in (
+        ("folder", "a folder"),
+        ("pipe", "a named pipe (FIFO)"),
+        ("link-to-pipe", "a named pipe (FIFO)"),
+        ("link-to-folder", "a folder"),
+    ):
         with pytest.raises(paths.NotRegularFile, match=re.escape(f"is {words}, not a file")):
             paths.write_atomic(tmp_path / name, "x")
         assert paths.file_problem(tmp_path / name).endswith(f"is {words}, not a file that can be replaced")
@@ -89,8 +94,13 @@ def test_write_atomic_never_replaces_what_is_not_a_regular_file(tmp_path, monkey
     with pytest.raises(paths.NotRegularFile, match="a character device"):
         paths.write_atomic(device, "zip bytes")
     assert device.read_text() == "a stand-in"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev-null", "folder", "link-to-folder", "link-to-pipe",
-                                                          "pipe"]  # no temporary file left either
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dev-null",
+        "folder",
+        "link-to-folder",
+        "link-to-pipe",
+        "pipe",
+    ]  # no temporary file left either
 
 
 def test_write_atomic_still_replaces_a_regular_file_and_makes_folders(tmp_path):
@@ -131,10 +141,17 @@ def test_one_writer_per_folder_and_a_crashed_lock_is_taken_over(tmp_path):
     with paths.output_lock(out, "first") as lock:
         assert json.loads(lock.read_text())["pid"] == os.getpid()
         other = subprocess.run(
-            [sys.executable, "-c", "import sys; from minirlhf import paths\n"
-             "try:\n with paths.output_lock(sys.argv[1], 'second'): pass\n"
-             "except paths.FolderInUse as e: print(e); sys.exit(3)", str(out)],
-            capture_output=True, text=True)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from minirlhf import paths\n"
+                "try:\n with paths.output_lock(sys.argv[1], 'second'): pass\n"
+                "except paths.FolderInUse as e: print(e); sys.exit(3)",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert other.returncode == 3, other.stderr
         assert f"is in use by another run (process {os.getpid()}" in other.stdout and ": first)" in other.stdout
     assert not (out / paths.LOCK_NAME).exists()
@@ -143,8 +160,9 @@ def test_one_writer_per_folder_and_a_crashed_lock_is_taken_over(tmp_path):
     import socket
 
     out.mkdir()  # the first run wrote nothing, so its empty folder went with its lock
-    (out / paths.LOCK_NAME).write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(),
-                                                   "started": "earlier", "command": "crashed"}))
+    (out / paths.LOCK_NAME).write_text(
+        json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(), "started": "earlier", "command": "crashed"})
+    )
     with paths.output_lock(out, "after the crash") as lock:
         assert json.loads(lock.read_text())["command"] == "after the crash"
     (out / paths.LOCK_NAME).write_text("")  # half written and never finished
@@ -152,8 +170,13 @@ def test_one_writer_per_folder_and_a_crashed_lock_is_taken_over(tmp_path):
         pass
     assert not (out / paths.LOCK_NAME).exists()
     (out / paths.LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "another-machine", "started": "now"}))
-    with pytest.raises(paths.FolderInUse, match=re.escape(f"on another-machine, started now); wait for it to end, "
-                                                          f"or choose another folder (if no run is going there, "
-                                                          f"delete {out / paths.LOCK_NAME})")):
+    with pytest.raises(
+        paths.FolderInUse,
+        match=re.escape(
+            f"on another-machine, started now); wait for it to end, "
+            f"or choose another folder (if no run is going there, "
+            f"delete {out / paths.LOCK_NAME})"
+        ),
+    ):
         with paths.output_lock(out):
             pass  # a process elsewhere cannot be checked: refused, and the file to delete named

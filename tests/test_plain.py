@@ -31,13 +31,34 @@ def over_json(value):
     return from_plain(json.loads(json.dumps(to_plain(value), allow_nan=False)))
 
 
-@pytest.mark.parametrize("value", [
-    None, True, 3, 0.05, float("nan"), -float("inf"), 1 + 2j, "text", [1, [2.5, None]], (1, "a"),
-    {"objective": 1.0, 2: [3]}, np.float64(0.05), np.int32(-4), np.bool_(False),
-    np.array([[1.0, np.nan], [np.inf, 4.0]], dtype=np.float32), np.arange(6).reshape(2, 3), np.zeros((0, 3)),
-    np.array([1 + 1j]), torch.tensor([[1.0, 2.0]]), torch.tensor(3), torch.zeros(2, 0),
-    torch.tensor([True, False]), torch.tensor([1.5], dtype=torch.bfloat16),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        3,
+        0.05,
+        float("nan"),
+        -float("inf"),
+        1 + 2j,
+        "text",
+        [1, [2.5, None]],
+        (1, "a"),
+        {"objective": 1.0, 2: [3]},
+        np.float64(0.05),
+        np.int32(-4),
+        np.bool_(False),
+        np.array([[1.0, np.nan], [np.inf, 4.0]], dtype=np.float32),
+        np.arange(6).reshape(2, 3),
+        np.zeros((0, 3)),
+        np.array([1 + 1j]),
+        torch.tensor([[1.0, 2.0]]),
+        torch.tensor(3),
+        torch.zeros(2, 0),
+        torch.tensor([True, False]),
+        torch.tensor([1.5], dtype=torch.bfloat16),
+    ],
+)
 def test_plain_data_round_trip_keeps_type_dtype_shape_and_values(value):
     import json
 
@@ -45,8 +66,11 @@ def test_plain_data_round_trip_keeps_type_dtype_shape_and_values(value):
     assert type(back) is type(value)
     if isinstance(value, (np.ndarray, torch.Tensor)):
         assert back.dtype == value.dtype and back.shape == value.shape
-        assert np.array_equal(np.asarray(back.float() if value.dtype == torch.bfloat16 else back),
-                              np.asarray(value.float() if value.dtype == torch.bfloat16 else value), equal_nan=True)
+        assert np.array_equal(
+            np.asarray(back.float() if value.dtype == torch.bfloat16 else back),
+            np.asarray(value.float() if value.dtype == torch.bfloat16 else value),
+            equal_nan=True,
+        )
     elif isinstance(value, float) and value != value:
         assert back != back
     else:
@@ -59,16 +83,19 @@ def test_a_tensor_with_a_gradient_comes_back_requiring_grad():
     assert back.requires_grad and back.grad_fn is None and back.tolist() == [3.0, 6.0]
 
 
-@pytest.mark.parametrize("value, words", [
-    (object(), "the grader takes numbers, strings, None, lists"),
-    (Agreeable(1.0), "a subclass of float"),
-    (np.zeros(RETURN_CAP + 1), f"more than {RETURN_CAP:,} numbers"),
-    ("x" * (RETURN_CAP + 1), f"more than {RETURN_CAP:,} numbers or characters"),
-    (np.array(["a"]), "a NumPy array of dtype str32"),
-    (lambda: 0, "the grader takes numbers"),
-    (10 ** 400, "an int too large"),
-    ({(1, 2): 3.0}, "a dict with a key of type tuple"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        (object(), "the grader takes numbers, strings, None, lists"),
+        (Agreeable(1.0), "a subclass of float"),
+        (np.zeros(RETURN_CAP + 1), f"more than {RETURN_CAP:,} numbers"),
+        ("x" * (RETURN_CAP + 1), f"more than {RETURN_CAP:,} numbers or characters"),
+        (np.array(["a"]), "a NumPy array of dtype str32"),
+        (lambda: 0, "the grader takes numbers"),
+        (10**400, "an int too large"),
+        ({(1, 2): 3.0}, "a dict with a key of type tuple"),
+    ],
+)
 def test_what_is_not_plain_data_becomes_an_opaque_value_that_says_why(value, words):
     back = from_plain(to_plain(value))
     assert isinstance(back, Opaque) and words in back.problem(), back.problem()
@@ -90,16 +117,25 @@ def test_plain_data_is_read_with_the_base_types_methods_only():
     assert isinstance(from_plain(to_plain(nested)), list)
 
 
-@pytest.mark.parametrize("data", [
-    {"pickle": "gASV"}, {"float": "1.5"}, {"tensor": "float32", "shape": [2], "data": [1.0], "requires_grad": False},
-    {"ndarray": "object", "shape": [1], "data": [1]}, {"ndarray": "int8", "shape": [1], "data": [1000]},
-    {"ndarray": "float64", "shape": [-1], "data": []}, {"dict": [[[1], 2]]}, {"numpy": "float64", "value": "1"},
-    {"tuple": [1], "extra": 2}, float("inf"), ["x" * (3 * RETURN_CAP)],
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"pickle": "gASV"},
+        {"float": "1.5"},
+        {"tensor": "float32", "shape": [2], "data": [1.0], "requires_grad": False},
+        {"ndarray": "object", "shape": [1], "data": [1]},
+        {"ndarray": "int8", "shape": [1], "data": [1000]},
+        {"ndarray": "float64", "shape": [-1], "data": []},
+        {"dict": [[[1], 2]]},
+        {"numpy": "float64", "value": "1"},
+        {"tuple": [1], "extra": 2},
+        float("inf"),
+        ["x" * (3 * RETURN_CAP)],
+    ],
+)
 def test_malformed_plain_data_is_refused(data):
     with pytest.raises(ValueError):
         from_plain(data)
-
 
 
 # ---- every accepted type, every dtype
@@ -107,8 +143,13 @@ def test_malformed_plain_data_is_refused(data):
 
 @pytest.mark.parametrize("dtype", sorted(plain._NUMPY_DTYPES))
 def test_every_numpy_dtype_comes_back_as_an_array_and_a_scalar_of_that_dtype(dtype):
-    values = {"b": [True, False, True], "i": [0, 1, 7], "u": [0, 1, 255], "f": [0.5, -1.25, np.inf],
-              "c": [1 + 2j, -0.5j, 3]}[np.dtype(dtype).kind]
+    values = {
+        "b": [True, False, True],
+        "i": [0, 1, 7],
+        "u": [0, 1, 255],
+        "f": [0.5, -1.25, np.inf],
+        "c": [1 + 2j, -0.5j, 3],
+    }[np.dtype(dtype).kind]
     array = np.array(values, dtype=dtype).reshape(3, 1)
     back = over_json(array)
     assert type(back) is np.ndarray and back.dtype == array.dtype and back.shape == (3, 1)
@@ -127,10 +168,23 @@ def test_every_torch_dtype_comes_back_as_a_tensor_of_that_dtype(dtype):
     assert torch.equal(back, tensor) and not back.requires_grad
 
 
-@pytest.mark.parametrize("value", [
-    float("inf"), -0.0, 2 ** 60, -(2 ** 1000), "", [], (), {}, {None: 1, True: 2, 1.5: 3, "k": 4},
-    ((1, 2), [3, (4,)]), {"a": {"b": [np.float32(1.5), torch.tensor(2.0)]}}, np.zeros((2, 0, 3)),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("inf"),
+        -0.0,
+        2**60,
+        -(2**1000),
+        "",
+        [],
+        (),
+        {},
+        {None: 1, True: 2, 1.5: 3, "k": 4},
+        ((1, 2), [3, (4,)]),
+        {"a": {"b": [np.float32(1.5), torch.tensor(2.0)]}},
+        np.zeros((2, 0, 3)),
+    ],
+)
 def test_edge_values_and_nested_containers_round_trip(value):
     back = over_json(value)
     assert type(back) is type(value) and repr(back) == repr(value)
@@ -155,8 +209,12 @@ def test_round_trip_is_what_the_check_cell_judges():
 
 
 def test_a_value_over_the_cap_becomes_opaque_whatever_holds_the_numbers():
-    for value in ([0.0] * (RETURN_CAP + 1), {"k": torch.zeros(RETURN_CAP + 1)}, ("x" * RETURN_CAP, 1.0),
-                  [[0.0] * (RETURN_CAP // 2 + 1)] * 2):
+    for value in (
+        [0.0] * (RETURN_CAP + 1),
+        {"k": torch.zeros(RETURN_CAP + 1)},
+        ("x" * RETURN_CAP, 1.0),
+        [[0.0] * (RETURN_CAP // 2 + 1)] * 2,
+    ):
         back = from_plain(to_plain(value))
         assert isinstance(back, Opaque) and f"more than {RETURN_CAP:,}" in back.problem()
     assert not isinstance(from_plain(to_plain([0.0] * (RETURN_CAP - 1))), Opaque)  # one under the cap: kept
@@ -183,27 +241,54 @@ def test_a_value_nested_too_deep_is_opaque_below_the_limit_and_refused_on_arriva
         from_plain(data)
 
 
-@pytest.mark.parametrize("value", [
-    {1, 2}, b"bytes", bytearray(b"x"), range(3), print, type, np.array([object()]),
-    np.datetime64("2024-01-01"),
-    torch.zeros(2, device="meta"), torch.zeros(2).to_sparse(), iter([1.0]), Ellipsis,
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {1, 2},
+        b"bytes",
+        bytearray(b"x"),
+        range(3),
+        print,
+        type,
+        np.array([object()]),
+        np.datetime64("2024-01-01"),
+        torch.zeros(2, device="meta"),
+        torch.zeros(2).to_sparse(),
+        iter([1.0]),
+        Ellipsis,
+    ],
+)
 def test_values_of_other_types_become_opaque(value):
     back = from_plain(to_plain(value))
     assert isinstance(back, Opaque) and "cannot be graded" in back.problem()
 
 
-@pytest.mark.parametrize("data", [
-    {1, 2}, b"[]", (1, 2), object(), np.float64(1.0), torch.tensor(1.0), {}, {"tuple": (1,)},
-    {"float": "nan", "extra": 1}, {"complex": [1.0]}, {"complex": [1.0, "2"]},
-    {"numpy": "object", "value": 1}, {"ndarray": "float64", "shape": [2], "data": [1.0]},
-    {"ndarray": "float64", "shape": "2", "data": [1.0, 2.0]},
-    {"ndarray": "bool", "shape": [1], "data": [1]}, {"ndarray": "int64", "shape": [1], "data": [1.5]},
-    {"tensor": "float32", "shape": [1], "data": [1.0], "requires_grad": 1},
-    {"tensor": "__class__", "shape": [1], "data": [1.0], "requires_grad": False},
-    {"opaque": "X", "module": "m", "why": "", "text": 3}, {"dict": [[{"tuple": []}, 1]]},
-    {"ndarray": "float64", "shape": [RETURN_CAP * 3], "data": [0.0] * (RETURN_CAP * 3)},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {1, 2},
+        b"[]",
+        (1, 2),
+        object(),
+        np.float64(1.0),
+        torch.tensor(1.0),
+        {},
+        {"tuple": (1,)},
+        {"float": "nan", "extra": 1},
+        {"complex": [1.0]},
+        {"complex": [1.0, "2"]},
+        {"numpy": "object", "value": 1},
+        {"ndarray": "float64", "shape": [2], "data": [1.0]},
+        {"ndarray": "float64", "shape": "2", "data": [1.0, 2.0]},
+        {"ndarray": "bool", "shape": [1], "data": [1]},
+        {"ndarray": "int64", "shape": [1], "data": [1.5]},
+        {"tensor": "float32", "shape": [1], "data": [1.0], "requires_grad": 1},
+        {"tensor": "__class__", "shape": [1], "data": [1.0], "requires_grad": False},
+        {"opaque": "X", "module": "m", "why": "", "text": 3},
+        {"dict": [[{"tuple": []}, 1]]},
+        {"ndarray": "float64", "shape": [RETURN_CAP * 3], "data": [0.0] * (RETURN_CAP * 3)},
+    ],
+)
 def test_data_that_to_plain_does_not_make_is_refused(data):
     with pytest.raises(ValueError):
         from_plain(data)
@@ -253,15 +338,31 @@ def test_decoding_imports_nothing_and_calls_nothing_it_is_named():
     back = from_plain(hostile)
     assert [type(v) for v in back] == [Opaque, Opaque] and back[0].text == "rm -rf"
     assert set(sys.modules) == before  # no module it names was imported
-    for data in ({"pickle": "gASVEAAAAAAAAACMAm9zlIwGc3lzdGVtlJOULg=="}, {"__reduce__": ["os.system", ["x"]]},
-                 {"module": "os", "opaque": "system"}):
+    for data in (
+        {"pickle": "gASVEAAAAAAAAACMAm9zlIwGc3lzdGVtlJOULg=="},
+        {"__reduce__": ["os.system", ["x"]]},
+        {"module": "os", "opaque": "system"},
+    ):
         with pytest.raises(ValueError):
             from_plain(data)
 
 
 def test_decoded_values_hold_only_plain_types():
-    allowed = (type(None), bool, int, float, complex, str, list, tuple, dict, np.ndarray, np.generic,
-               torch.Tensor, Opaque)
+    allowed = (
+        type(None),
+        bool,
+        int,
+        float,
+        complex,
+        str,
+        list,
+        tuple,
+        dict,
+        np.ndarray,
+        np.generic,
+        torch.Tensor,
+        Opaque,
+    )
 
     def walk(value):
         assert isinstance(value, allowed), type(value)

@@ -2,7 +2,6 @@
 
 import copy
 import hashlib
-import inspect
 import math
 
 import numpy as np
@@ -10,16 +9,26 @@ import pytest
 import torch
 
 from minirlhf import task
-from minirlhf.model import GPTConfig, TinyGPT
+from minirlhf.model import GPTConfig, TinyGPT, make_generator
 from minirlhf.ppo import (
-    EvalSet, PPOConfig, adaptive_kl_update, gae, k3_loss_term, kl_shaped_advantages, ppo_token_loss,
-    rm_reward, standardized_scores, verifier_reward,
+    TRAIN_METRICS,
+    EvalSet,
+    PPOConfig,
+    adaptive_kl_update,
+    batch_metrics,
+    gae,
+    grpo_token_loss,
+    k3_loss_term,
+    kl_shaped_advantages,
+    ppo_token_loss,
+    ppo_train,
+    ppo_update,
+    rm_reward,
+    rollout,
+    score_and_advantages,
+    standardized_scores,
+    verifier_reward,
 )
-from minirlhf.model import make_generator
-from minirlhf.ppo import (
-    TRAIN_METRICS, Rollout, batch_metrics, grpo_token_loss, ppo_train, ppo_update, rollout, score_and_advantages,
-)
-
 
 t = torch.tensor
 
@@ -69,8 +78,7 @@ def test_the_leash_as_a_per_token_reward_with_returns_to_go_by_hand():
     # Row 1: kl = (0.1, 0.2, 0.3), beta 0.5, score 1 -> rewards (-0.05, -0.1, 1 - 0.15)
     # and returns-to-go (0.70, 0.75, 0.85). Row 2: no divergence, score 0 -> returns 0.
     # Baseline per position: (0.35, 0.375, 0.425), so the advantages are +-those.
-    adv = advantages([1.0, 0.0], [[-0.9, -0.8, -0.7], [-1.0, -1.0, -1.0]], [[-1.0] * 3] * 2,
-                     [[1.0] * 3] * 2, 0.5)
+    adv = advantages([1.0, 0.0], [[-0.9, -0.8, -0.7], [-1.0, -1.0, -1.0]], [[-1.0] * 3] * 2, [[1.0] * 3] * 2, 0.5)
     assert torch.allclose(adv, t([[0.35, 0.375, 0.425], [-0.35, -0.375, -0.425]]), atol=1e-6)
     # The first token pays for its followers: its return falls by beta * (0.1 + 0.2 + 0.3).
     alone = advantages([1.0, 0.0], [[-1.0] * 3] * 2, [[-1.0] * 3] * 2, [[1.0] * 3] * 2, 0.5)
@@ -79,8 +87,9 @@ def test_the_leash_as_a_per_token_reward_with_returns_to_go_by_hand():
 
 def test_the_score_goes_on_the_last_kept_token_and_padding_pays_nothing():
     # Row 1 ends after one token; its padding token has kl 5 (ref -6) and must not count.
-    adv = advantages([1.0, -1.0], [[-1.0, -1.0], [-1.0, -1.0]], [[-1.0, -6.0], [-1.0, -1.0]],
-                     [[1.0, 0.0], [1.0, 1.0]], 1.0)
+    adv = advantages(
+        [1.0, -1.0], [[-1.0, -1.0], [-1.0, -1.0]], [[-1.0, -6.0], [-1.0, -1.0]], [[1.0, 0.0], [1.0, 1.0]], 1.0
+    )
     assert torch.allclose(adv, t([[1.0, 0.0], [-1.0, 0.0]]))
 
 
@@ -209,18 +218,37 @@ def test_the_leash_is_in_the_reward_or_in_the_loss_never_both(tiny):
         return ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon)
 
     cfg = PPOConfig(iterations=2, batch_size=8)
-    _, by_reward = ppo_train(policy, policy, rm_reward(rm), 0.5, cfg, loss_fn=spy_loss,
-                             advantage_fn=spy_advantages, evalset=evalset, progress=False)
+    _, by_reward = ppo_train(
+        policy,
+        policy,
+        rm_reward(rm),
+        0.5,
+        cfg,
+        loss_fn=spy_loss,
+        advantage_fn=spy_advantages,
+        evalset=evalset,
+        progress=False,
+    )
     assert seen.pop("advantage beta") == [0.5, 0.5]
     seen.clear()
+
     def spy_grpo_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon, beta, kl_clamp):
         # with the leash in the loss, the loss function gets the reference and beta too
         seen.setdefault("loss beta", []).append(beta)
         return grpo_token_loss(new_logp, old_logp, ref_logp, advantages, mask, epsilon, beta, kl_clamp)
 
     loss_cfg = PPOConfig(iterations=2, batch_size=8, kl_placement="loss")
-    _, by_loss = ppo_train(policy, policy, rm_reward(rm), 0.5, loss_cfg, loss_fn=spy_grpo_loss,
-                           advantage_fn=spy_advantages, evalset=evalset, progress=False)
+    _, by_loss = ppo_train(
+        policy,
+        policy,
+        rm_reward(rm),
+        0.5,
+        loss_cfg,
+        loss_fn=spy_grpo_loss,
+        advantage_fn=spy_advantages,
+        evalset=evalset,
+        progress=False,
+    )
     assert seen.pop("advantage beta") == [0.0, 0.0]  # the score alone: no KL in the advantages
     assert seen.pop("loss beta") == [0.5] * 4  # two iterations of two updates, beta in the loss
     assert by_loss["objective/kl"][1] != by_reward["objective/kl"][1]
@@ -228,8 +256,9 @@ def test_the_leash_is_in_the_reward_or_in_the_loss_never_both(tiny):
     # so the two placements make exactly the same first step.
     one = dict(iterations=1, batch_size=8, updates_per_batch=1)
     a = ppo_train(policy, policy, rm_reward(rm), 0.5, PPOConfig(**one), evalset=evalset, progress=False)[0]
-    b = ppo_train(policy, policy, rm_reward(rm), 0.5, PPOConfig(**one, kl_placement="loss"), evalset=evalset,
-                  progress=False)[0]
+    b = ppo_train(
+        policy, policy, rm_reward(rm), 0.5, PPOConfig(**one, kl_placement="loss"), evalset=evalset, progress=False
+    )[0]
     assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
     with pytest.raises(ValueError, match="kl_placement"):
         PPOConfig(kl_placement="both")
@@ -251,8 +280,7 @@ def test_logged_clip_fraction_and_approx_kl_follow_trl(tiny):
 # here from the pieces, as a reference computed in the same process (no float recorded on one
 # machine). The stages must reproduce it exactly, or chapters 5 and 6 would tell another story.
 def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
-    from minirlhf.model import (completion_logits, completion_mask, entropy_from_logits, generate,
-                                logprobs_from_logits)
+    from minirlhf.model import completion_logits, completion_mask, entropy_from_logits, generate, logprobs_from_logits
     from minirlhf.ppo import evaluate, group_advantages, group_centred_advantages, rloo_advantages
 
     by_name = {"group": group_advantages, "group-centred": group_centred_advantages, "rloo": rloo_advantages}
@@ -260,8 +288,14 @@ def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
     policy = copy.deepcopy(policy).train().requires_grad_(True)
     g, pool, temp = make_generator(cfg.seed), task.train_pairs(), cfg.temperature
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    log = {"accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS},
-           **{name: [] for name in TRAIN_METRICS}, "beta0": float(beta)}
+    log = {
+        "accuracy": [],
+        "rm_score": [],
+        "kl": [],
+        "kinds": {k: [] for k in task.KINDS},
+        **{name: [] for name in TRAIN_METRICS},
+        "beta0": float(beta),
+    }
     cache = {}
 
     def record(ev):
@@ -274,7 +308,8 @@ def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
     for it in range(cfg.iterations):
         with torch.no_grad():
             pairs = task.sample_pairs(cfg.batch_size // cfg.group_size, g, pool).repeat_interleave(
-                cfg.group_size, dim=0)
+                cfg.group_size, dim=0
+            )
             prompts = task.encode_prompts(pairs)
             completions = generate(policy, prompts, temp, generator=g)
             mask = completion_mask(completions)
@@ -287,8 +322,9 @@ def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
                 adv = by_name[cfg.advantages](rewards, cfg.group_size, cfg.adv_eps)[:, None] * mask
             else:
                 z = standardized_scores(rewards, cfg.adv_clip, cfg.adv_eps)
-                adv = kl_shaped_advantages(z, old_logp, ref_logp, mask,
-                                           beta if cfg.kl_placement == "reward" else 0.0, cfg.kl_clamp)
+                adv = kl_shaped_advantages(
+                    z, old_logp, ref_logp, mask, beta if cfg.kl_placement == "reward" else 0.0, cfg.kl_clamp
+                )
         for group in opt.param_groups:
             group["lr"] = cfg.lr * (1.0 - it / cfg.iterations if cfg.anneal_lr else 1.0)
         stats = {"clipfrac": [], "approxkl": [], "loss": []}
@@ -307,7 +343,7 @@ def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
                 ratio = log_ratio.exp()
                 binds = (-adv * ratio.clamp(1 - cfg.epsilon, 1 + cfg.epsilon) > -adv * ratio).float()
                 stats["clipfrac"].append(((binds * mask).sum() / mask.sum()).item())
-                stats["approxkl"].append(((0.5 * log_ratio ** 2 * mask).sum() / mask.sum()).item())
+                stats["approxkl"].append(((0.5 * log_ratio**2 * mask).sum() / mask.sum()).item())
                 stats["loss"].append(loss_.item())
         n_tok = mask.sum()
         metrics = {
@@ -347,14 +383,15 @@ def test_the_stage_functions_reproduce_the_single_loop_exactly():
     evalset = EvalSet(task.eval_pairs()[:32])
     cases = {
         "rm_reward": (rm_reward(rm), 0.5, PPOConfig(iterations=2, batch_size=16)),
-        "verifier_loss": (verifier_reward, 0.3,
-                          PPOConfig(iterations=2, batch_size=16, kl_placement="loss", seed=3)),
-        "adaptive": (verifier_reward, 0.1, PPOConfig(iterations=2, batch_size=8, kl_target=0.01,
-                                                     kl_horizon=80, anneal_lr=False)),
+        "verifier_loss": (verifier_reward, 0.3, PPOConfig(iterations=2, batch_size=16, kl_placement="loss", seed=3)),
+        "adaptive": (
+            verifier_reward,
+            0.1,
+            PPOConfig(iterations=2, batch_size=8, kl_target=0.01, kl_horizon=80, anneal_lr=False),
+        ),
     }
     for name, (reward_fn, beta, cfg) in cases.items():
-        trained, log = ppo_train(policy, reference, reward_fn, beta, cfg, rm=rm, evalset=evalset,
-                                 progress=False)
+        trained, log = ppo_train(policy, reference, reward_fn, beta, cfg, rm=rm, evalset=evalset, progress=False)
         log.pop("config")
         want_policy, want = _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset)
         assert log == want, name  # exact floats, not approximately
@@ -374,8 +411,12 @@ def test_the_stages_one_by_one_on_a_small_batch(tiny):
     assert (adv[batch.mask == 0] == 0).all()
     seen = []
     rewards_loss, adv_loss = score_and_advantages(
-        batch, rm_reward(rm), 0.5, PPOConfig(batch_size=6, kl_placement="loss"),
-        advantage_fn=lambda *a: seen.append(a[4]) or kl_shaped_advantages(*a))
+        batch,
+        rm_reward(rm),
+        0.5,
+        PPOConfig(batch_size=6, kl_placement="loss"),
+        advantage_fn=lambda *a: seen.append(a[4]) or kl_shaped_advantages(*a),
+    )
     assert seen == [0.0] and torch.equal(adv_loss, adv)  # no KL yet: the same advantages
     trained = copy.deepcopy(policy).train()
     opt = torch.optim.Adam(trained.parameters(), lr=cfg.lr)

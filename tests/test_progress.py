@@ -51,11 +51,17 @@ def test_a_command_line_run_logged_to_a_file_has_no_bar_refreshes(tmp_path):
     import subprocess
     import sys
 
-    code = ("from minirlhf.sft import SFTConfig, train_sft\n"
-            "train_sft(SFTConfig(steps=30, batch_size=8), progress=True)\n")
+    code = (
+        "from minirlhf.sft import SFTConfig, train_sft\ntrain_sft(SFTConfig(steps=30, batch_size=8), progress=True)\n"
+    )
     log = tmp_path / "log"
     with log.open("w") as f:
-        subprocess.run([sys.executable, "-c", code], stdout=f, stderr=subprocess.STDOUT, check=True,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+        subprocess.run(
+            [sys.executable, "-c", code],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            check=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
     lines = log.read_text().splitlines()
     assert len(lines) == 1 and lines[0].startswith("SFT: 30/30 steps in "), lines

@@ -94,13 +94,16 @@ _OPTION_LINE = re.compile(r"^\s*:[\w-]+:")
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\n[ \t]*\n)[\s\S])+?\1(?!`)")
 _DISPLAY_MATH = re.compile(r"(?<!\\)\$\$[\s\S]+?\$\$")
 _INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)(?:\\.|[^$\\\n]|\n(?![ \t]*\n))+?(?<!\\)\$")
-_LINK_TARGET = re.compile(r"\]\([^)\s]*(?:\s+\"[^\"]*\")?\)|<https?://[^>\s]*>"
-                          r"|https?://[^\s)>\]]+")
+_LINK_TARGET = re.compile(
+    r"\]\([^)\s]*(?:\s+\"[^\"]*\")?\)|<https?://[^>\s]*>"
+    r"|https?://[^\s)>\]]+"
+)
 _HTML_COMMENT = re.compile(r"<!--[\s\S]*?-->")
 _HTML_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 
 
 # Reading the prose.
+
 
 class ProseNumber(NamedTuple):
     sign: str  # "+", "-" or "", as written
@@ -112,17 +115,24 @@ class ProseNumber(NamedTuple):
 def prose_numbers(markdown: str) -> list[ProseNumber]:
     """Return each decimal number of the prose of ``markdown``, in order."""
     shown = _without_blocks(markdown)  # for the sentence: as written, math and code included
-    return [ProseNumber(_sign(m["sign"]), _value(m["value"]),
-                        _sentence(shown, m.start(), m.end()), m.start())
-            for m in _NUMBER.finditer(prose_text(markdown))]
+    return [
+        ProseNumber(_sign(m["sign"]), _value(m["value"]), _sentence(shown, m.start(), m.end()), m.start())
+        for m in _NUMBER.finditer(prose_text(markdown))
+    ]
 
 
 def prose_text(markdown: str) -> str:
     """Return ``markdown`` with everything that is not prose blanked out, offsets unchanged."""
     text = _without_blocks(markdown)
-    for pattern, blank in ((_HTML_COMMENT, _blank), (_CODE_SPAN, _blank),
-                           (_DISPLAY_MATH, _blank_formula), (_INLINE_MATH, _blank_formula),
-                           (_LINK_TARGET, _blank), (_HTML_TAG, _blank), (_LABEL, _blank)):
+    for pattern, blank in (
+        (_HTML_COMMENT, _blank),
+        (_CODE_SPAN, _blank),
+        (_DISPLAY_MATH, _blank_formula),
+        (_INLINE_MATH, _blank_formula),
+        (_LINK_TARGET, _blank),
+        (_HTML_TAG, _blank),
+        (_LABEL, _blank),
+    ):
         text = pattern.sub(blank, text)
     return text
 
@@ -146,8 +156,7 @@ def _without_blocks(markdown: str) -> str:
         match = _FENCE.match(line)
         if match:
             fence, info = match["fence"], match["info"].strip()
-            if (fences and not info and fence[0] == fences[-1][0][0]
-                    and len(fence) >= len(fences[-1][0])):
+            if fences and not info and fence[0] == fences[-1][0][0] and len(fence) >= len(fences[-1][0]):
                 fences.pop()
                 out.append(" " * len(line))
                 continue
@@ -168,7 +177,7 @@ def _sentence(markdown: str, start: int, end: int) -> str:
     begin = max((m.end() for m in stops), default=0)
     after = re.search(r"[.!?](?=\s|$)|\n[ \t]*\n", markdown[end:])
     finish = end + after.end() if after else len(markdown)
-    return " ".join(markdown[max(begin, start - 200):min(finish, end + 200)].split())
+    return " ".join(markdown[max(begin, start - 200) : min(finish, end + 200)].split())
 
 
 def _sign(text: str) -> str:
@@ -180,6 +189,7 @@ def _value(text: str) -> str:
 
 
 # Reading the outputs, and matching.
+
 
 def output_text(nb) -> str:
     """Everything the code cells of ``nb`` printed or displayed, as text."""
@@ -231,18 +241,20 @@ class Stale(NamedTuple):
 def stale_numbers(nb, quoted=frozenset()) -> list[Stale]:
     """Return each prose number of ``nb`` that no output shows and ``quoted`` does not hold."""
     printed = output_numbers(output_text(nb))
-    return [Stale(index, found.sign + found.value, found.sentence, found.offset)
-            for index, source in _markdown_cells(nb)
-            for found in prose_numbers(source)
-            if found.value not in quoted and not is_printed(found.sign, found.value, printed)]
+    return [
+        Stale(index, found.sign + found.value, found.sentence, found.offset)
+        for index, source in _markdown_cells(nb)
+        for found in prose_numbers(source)
+        if found.value not in quoted and not is_printed(found.sign, found.value, printed)
+    ]
 
 
 def _markdown_cells(nb) -> list[tuple[int, str]]:
-    return [(i, _joined(cell["source"])) for i, cell in enumerate(nb["cells"])
-            if cell["cell_type"] == "markdown"]
+    return [(i, _joined(cell["source"])) for i, cell in enumerate(nb["cells"]) if cell["cell_type"] == "markdown"]
 
 
 # The book's chapters.
+
 
 @functools.lru_cache(maxsize=None)
 def _solution(chapter: str):
@@ -281,13 +293,18 @@ def test_prose_numbers_are_printed_by_the_chapter(chapter):
     stale = stale_numbers(nb, _declared(chapter))
     if stale:
         lines, cells = _source_lines(chapter), dict(_markdown_cells(nb))
-        report = [f"  markdown cell {s.cell} ({_where(chapter, cells[s.cell], s.offset, lines)})"
-                  f": {s.number} in \"{s.sentence}\"" for s in stale]
+        report = [
+            f"  markdown cell {s.cell} ({_where(chapter, cells[s.cell], s.offset, lines)})"
+            f': {s.number} in "{s.sentence}"'
+            for s in stale
+        ]
         pytest.fail(
             f"{chapter}: {len(stale)} number(s) in the prose appear in none of the chapter's "
             "outputs. If the book was re-measured, write the newly printed value; if the "
             "number is quoted, not measured, declare it with its source in "
-            "minirlhf/course/quoted.py.\n" + "\n".join(report), pytrace=False)
+            "minirlhf/course/quoted.py.\n" + "\n".join(report),
+            pytrace=False,
+        )
 
 
 def declaration_problems(quoted, prose_values: dict[str, set[str]]) -> list[str]:
@@ -299,24 +316,25 @@ def declaration_problems(quoted, prose_values: dict[str, set[str]]) -> list[str]
             problems.append(f"{chapter!r} is not a chapter")
             continue
         if not _NUMBER.fullmatch(number) or number[0] in "+-\u2212":
-            problems.append(f"{chapter} declares {number!r}: not a decimal number as the prose "
-                            "writes it, without its sign")
+            problems.append(
+                f"{chapter} declares {number!r}: not a decimal number as the prose writes it, without its sign"
+            )
             continue
         if not source.strip():
             problems.append(f"{chapter} declares {number} without a source")
         if (chapter, number) in seen:
             problems.append(f"{chapter} declares {number} twice")
         elif number not in prose_values[chapter]:
-            problems.append(f"{chapter} declares {number}, which its prose no longer gives: "
-                            "delete the declaration")
+            problems.append(f"{chapter} declares {number}, which its prose no longer gives: delete the declaration")
         seen.add((chapter, number))
     return problems
 
 
 def test_the_declarations_are_each_made_once_with_a_source_and_used():
-    prose_values = {chapter: {found.value for _, source in _markdown_cells(_solution(chapter))
-                              for found in prose_numbers(source)}
-                    for chapter in CHAPTERS}
+    prose_values = {
+        chapter: {found.value for _, source in _markdown_cells(_solution(chapter)) for found in prose_numbers(source)}
+        for chapter in CHAPTERS
+    }
     problems = declaration_problems(QUOTED, prose_values)
     assert not problems, "minirlhf/course/quoted.py:\n  " + "\n  ".join(problems)
 
@@ -328,8 +346,7 @@ def _remeasured(nb, value: str):
 
     def move(match):
         printed = match["value"]
-        same = printed == value or (printed.startswith(value)
-                                    and not printed[len(value):].strip("0"))
+        same = printed == value or (printed.startswith(value) and not printed[len(value) :].strip("0"))
         return match.group() + "1" if same and "e" not in printed.lower() else match.group()
 
     for cell in nb.cells:
@@ -348,8 +365,12 @@ def test_a_moved_output_makes_its_prose_number_stale(chapter):
     (the one with the most digits), and the prose must fail on that number."""
     nb = _solution(chapter)
     printed, quoted = output_numbers(output_text(nb)), _declared(chapter)
-    checked = [found for _, source in _markdown_cells(nb) for found in prose_numbers(source)
-               if found.value not in quoted and is_printed(found.sign, found.value, printed)]
+    checked = [
+        found
+        for _, source in _markdown_cells(nb)
+        for found in prose_numbers(source)
+        if found.value not in quoted and is_printed(found.sign, found.value, printed)
+    ]
     if not checked:
         pytest.skip(f"{chapter}'s prose gives no printed decimal number")
     value = max(checked, key=lambda found: len(found.value)).value
@@ -360,6 +381,7 @@ def test_a_moved_output_makes_its_prose_number_stale(chapter):
 
 # The checker itself, on small notebooks made here.
 
+
 def _notebook(markdown: list[str], printed: list[str]):
     """A notebook of markdown cells, then one code cell per printed text (displayed as HTML if
     it starts with '<', else printed to stdout)."""
@@ -368,8 +390,7 @@ def _notebook(markdown: list[str], printed: list[str]):
     for text in printed:
         cell = nbformat.v4.new_code_cell("...")
         if text.startswith("<"):
-            cell.outputs = [nbformat.v4.new_output(
-                "display_data", data={"text/html": text, "text/plain": "<HTML>"})]
+            cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": text, "text/plain": "<HTML>"})]
         else:
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
         nb.cells.append(cell)
@@ -377,55 +398,68 @@ def _notebook(markdown: list[str], printed: list[str]):
 
 
 def test_a_planted_stale_number_is_caught():
-    nb = _notebook(["The verifier arm ends at 0.515.", "Accuracy rose from 0.352 to 0.583."],
-                   ["accuracy 0.352 -> 0.515\n"])
+    nb = _notebook(
+        ["The verifier arm ends at 0.515.", "Accuracy rose from 0.352 to 0.583."], ["accuracy 0.352 -> 0.515\n"]
+    )
     assert [(s.cell, s.number, s.sentence) for s in stale_numbers(nb)] == [
-        (1, "0.583", "Accuracy rose from 0.352 to 0.583.")]
+        (1, "0.583", "Accuracy rose from 0.352 to 0.583.")
+    ]
     assert stale_numbers(nb, quoted=frozenset({"0.583"})) == []
 
 
 def test_numbers_as_printed_pass():
-    nb = _notebook(["A gain of +0.163, a loss of -2.154, 12.5% of the runs, a ratio of 1.9."],
-                   ["gain 0.163  loss -2.154  share 12.5 %  ratio 1.90\n"])
+    nb = _notebook(
+        ["A gain of +0.163, a loss of -2.154, 12.5% of the runs, a ratio of 1.9."],
+        ["gain 0.163  loss -2.154  share 12.5 %  ratio 1.90\n"],
+    )
     assert stale_numbers(nb) == []
 
 
-@pytest.mark.parametrize("prose, printed", [
-    ("it reached 0.16", "0.163"),  # a piece of a longer number
-    ("it reached 0.16", "10.16"),
-    ("it reached 0.16", "0.16.2"),
-    ("it reached 0.58", "0.583"),  # rounded: no "close enough"
-    ("it reached 0.50", "0.5"),  # more digits in the prose than printed
-    ("it rose by +0.163", "-0.163"),  # opposite explicit signs
-    ("a rate of 3e-3", "0.003"),  # the same value, written otherwise
-    ("a margin of 0.1", '<p style="padding:0.1em">margin</p>'),  # inside an HTML tag
-])
+@pytest.mark.parametrize(
+    "prose, printed",
+    [
+        ("it reached 0.16", "0.163"),  # a piece of a longer number
+        ("it reached 0.16", "10.16"),
+        ("it reached 0.16", "0.16.2"),
+        ("it reached 0.58", "0.583"),  # rounded: no "close enough"
+        ("it reached 0.50", "0.5"),  # more digits in the prose than printed
+        ("it rose by +0.163", "-0.163"),  # opposite explicit signs
+        ("a rate of 3e-3", "0.003"),  # the same value, written otherwise
+        ("a margin of 0.1", '<p style="padding:0.1em">margin</p>'),  # inside an HTML tag
+    ],
+)
 def test_near_misses_do_not_match(prose, printed):
     assert len(stale_numbers(_notebook([prose], [printed]))) == 1
 
 
-@pytest.mark.parametrize("prose, printed", [
-    ("it rose by +0.163", "0.163"),
-    ("it fell by 0.163", "-0.163"),
-    ("it fell to \u22120.163", "-0.163"),
-    ("a ratio of 1.2", "1.200"),
-    ("a rate of 3e-3", "lr: float = 3e-3"),
-    ("it ends at 0.515.", "0.515\n"),
-    ("ranked right 0.991", "<td>0.991 &plusmn; 0.003</td>"),
-])
+@pytest.mark.parametrize(
+    "prose, printed",
+    [
+        ("it rose by +0.163", "0.163"),
+        ("it fell by 0.163", "-0.163"),
+        ("it fell to \u22120.163", "-0.163"),
+        ("a ratio of 1.2", "1.200"),
+        ("a rate of 3e-3", "lr: float = 3e-3"),
+        ("it ends at 0.515.", "0.515\n"),
+        ("ranked right 0.991", "<td>0.991 &plusmn; 0.003</td>"),
+    ],
+)
 def test_matches(prose, printed):
     assert stale_numbers(_notebook([prose], [printed])) == []
 
 
-@pytest.mark.parametrize("prose", [
-    "Exercise 5.1 and exercises 10.1, 10.3, ... and sections 2.1 and 2.2.",
-    "The formula $\\beta = 0.5$ and $$x = 0.25 + 1.5$$ and a call `f(0.7)`.",
-    "```python\nx = 0.5\n```",
-    "See [the paper](https://arxiv.org/abs/2203.02155), release 1.12.0, version v1.2.",
-    '<details class="answer" data-x="0.3">\n<summary>Answer</summary>\n</details>',
-    "```{admonition} Note\n:class: tip\n:width: 0.5\n```",
-    "Chapter 5 has 64 prompts and 400 evaluation answers.",
-])
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "Exercise 5.1 and exercises 10.1, 10.3, ... and sections 2.1 and 2.2.",
+        "The formula $\\beta = 0.5$ and $$x = 0.25 + 1.5$$ and a call `f(0.7)`.",
+        "```python\nx = 0.5\n```",
+        "See [the paper](https://arxiv.org/abs/2203.02155), release 1.12.0, version v1.2.",
+        '<details class="answer" data-x="0.3">\n<summary>Answer</summary>\n</details>',
+        "```{admonition} Note\n:class: tip\n:width: 0.5\n```",
+        "Chapter 5 has 64 prompts and 400 evaluation answers.",
+    ],
+)
 def test_what_is_not_a_prose_number(prose):
     assert prose_numbers(prose) == []
 
@@ -442,25 +476,24 @@ def test_prose_inside_a_directive_is_read():
 
 def test_math_over_two_lines_is_not_read():
     found = prose_numbers("the ratio $e^{0.2} \\approx\n1.221$ is clipped to 1.2")
-    assert [(f.value, f.sentence) for f in found] == [
-        ("1.2", "the ratio $e^{0.2} \\approx 1.221$ is clipped to 1.2")]
+    assert [(f.value, f.sentence) for f in found] == [("1.2", "the ratio $e^{0.2} \\approx 1.221$ is clipped to 1.2")]
 
 
 def test_bad_declarations_are_caught():
     prose_values = {"05_two_arm_experiment": {"0.583", "0.08"}}
-    bad = [("05_two_arm_experiment", "0.583", "the original run's verifier arm, end accuracy"),
-           ("05_two_arm_experiment", "0.583", "declared again"),
-           ("05_two_arm_experiment", "0.6", "not in the prose"),
-           ("05_two_arm_experiment", "0.08", " "),
-           ("05_two_arm_experiment", "+0.08", "with its sign"),
-           ("99_no_such_chapter", "0.1", "no such chapter")]
+    bad = [
+        ("05_two_arm_experiment", "0.583", "the original run's verifier arm, end accuracy"),
+        ("05_two_arm_experiment", "0.583", "declared again"),
+        ("05_two_arm_experiment", "0.6", "not in the prose"),
+        ("05_two_arm_experiment", "0.08", " "),
+        ("05_two_arm_experiment", "+0.08", "with its sign"),
+        ("99_no_such_chapter", "0.1", "no such chapter"),
+    ]
     assert declaration_problems(bad, prose_values) == [
         "05_two_arm_experiment declares 0.583 twice",
-        "05_two_arm_experiment declares 0.6, which its prose no longer gives: delete the "
-        "declaration",
+        "05_two_arm_experiment declares 0.6, which its prose no longer gives: delete the declaration",
         "05_two_arm_experiment declares 0.08 without a source",
-        "05_two_arm_experiment declares '+0.08': not a decimal number as the prose writes it, "
-        "without its sign",
+        "05_two_arm_experiment declares '+0.08': not a decimal number as the prose writes it, without its sign",
         "'99_no_such_chapter' is not a chapter",
     ]
     assert declaration_problems(bad[:1], prose_values) == []

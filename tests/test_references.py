@@ -12,14 +12,13 @@ def entries(text):
     """Return (key, body) for each @type{key, ...} entry of a BibTeX file."""
     starts = [m for m in re.finditer(r"^@\w+\{([^,]+),", text, flags=re.M)]
     ends = [m.start() for m in starts[1:]] + [len(text)]
-    return [(m.group(1).strip(), text[m.end():end]) for m, end in zip(starts, ends)]
+    return [(m.group(1).strip(), text[m.end() : end]) for m, end in zip(starts, ends)]
 
 
 def test_every_entry_has_a_doi_an_arxiv_number_or_an_address():
     found = entries(BIB.read_text())
     assert len(found) > 10
-    unlinked = [key for key, body in found
-                if not re.search(r"^\s*(doi|eprint|url)\s*=\s*\{\S", body, flags=re.M)]
+    unlinked = [key for key, body in found if not re.search(r"^\s*(doi|eprint|url)\s*=\s*\{\S", body, flags=re.M)]
     assert not unlinked, f"references.bib entries with no doi, eprint or url: {unlinked}"
 
 

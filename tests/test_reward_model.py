@@ -8,9 +8,13 @@ import torch
 from minirlhf import task
 from minirlhf.model import make_generator
 from minirlhf.reward_model import (
-    RMConfig, bradley_terry_loss, margin_by_offset, preference_batch, rm_report, train_reward_model,
+    RMConfig,
+    bradley_terry_loss,
+    margin_by_offset,
+    preference_batch,
+    rm_report,
+    train_reward_model,
 )
-
 
 
 def test_bradley_terry_by_hand():
@@ -77,13 +81,11 @@ def test_rm_init_must_be_a_language_model():
     from minirlhf.model import GPTConfig, TinyGPT
 
     with pytest.raises(ValueError, match="init"):
-        train_reward_model(RMConfig(steps=1, batch_size=8), progress=False,
-                           init=TinyGPT(GPTConfig(), scalar_head=True))
+        train_reward_model(RMConfig(steps=1, batch_size=8), progress=False, init=TinyGPT(GPTConfig(), scalar_head=True))
     with pytest.raises(ValueError, match="init"):
         train_reward_model(RMConfig(steps=1, batch_size=8), progress=False, init="policy")
     with pytest.raises(ValueError, match="init"):
-        train_reward_model(RMConfig(steps=1, batch_size=8), progress=False,
-                           init=TinyGPT(GPTConfig(n_layer=1)))
+        train_reward_model(RMConfig(steps=1, batch_size=8), progress=False, init=TinyGPT(GPTConfig(n_layer=1)))
 
 
 def test_trained_rm_report_takes_the_seed_and_checks_it():

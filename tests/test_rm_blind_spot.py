@@ -9,13 +9,24 @@ from minirlhf import store, task
 from minirlhf.studies import rm_blind_spot as bs
 
 
-@pytest.mark.parametrize("truth, answer, kind", [
-    (68, 67, "ones_digit"), (68, 60, "ones_digit"), (68, 69, "ones_digit"),
-    (68, 58, "tens_digit"), (68, 78, "tens_digit"), (100, 110, "tens_digit"),
-    (0, 10, "tens_digit"),  # 0 reads as 00: only the tens digit changes
-    (68, 71, "several_digits"), (68, 59, "several_digits"), (68, 70, "several_digits"),
-    (102, 98, "several_digits"), (5, 12, "several_digits"), (95, 105, "several_digits"),
-])
+@pytest.mark.parametrize(
+    "truth, answer, kind",
+    [
+        (68, 67, "ones_digit"),
+        (68, 60, "ones_digit"),
+        (68, 69, "ones_digit"),
+        (68, 58, "tens_digit"),
+        (68, 78, "tens_digit"),
+        (100, 110, "tens_digit"),
+        (0, 10, "tens_digit"),  # 0 reads as 00: only the tens digit changes
+        (68, 71, "several_digits"),
+        (68, 59, "several_digits"),
+        (68, 70, "several_digits"),
+        (102, 98, "several_digits"),
+        (5, 12, "several_digits"),
+        (95, 105, "several_digits"),
+    ],
+)
 def test_near_miss_class_by_hand(truth, answer, kind):
     assert bs.near_miss_class(truth, answer) == kind
 
@@ -70,9 +81,9 @@ class ScoreByRule(torch.nn.Module):
     def forward(self, x):  # (B, 10) -> (B, 10): the same score at every position
         scores = []
         for row in x.tolist():
-            prompt = task.decode(row[:task.PROMPT_LEN]).lstrip(";")
+            prompt = task.decode(row[: task.PROMPT_LEN]).lstrip(";")
             a, b = (int(v) for v in prompt[:-1].split("+"))
-            answer = task.parse_completion(task.decode_completions(torch.tensor([row[task.PROMPT_LEN:]]))[0])
+            answer = task.parse_completion(task.decode_completions(torch.tensor([row[task.PROMPT_LEN :]]))[0])
             scores.append(float(self.rule(a + b, answer)))
         return torch.tensor(scores)[:, None].expand(-1, x.shape[1])
 

@@ -105,10 +105,12 @@ def _assignments(source: str, names=("SEEDS", "cfg")) -> dict:
 
 
 def test_chapters_5_and_6_read_one_experiment_with_one_set_of_settings():
-    call = ("results = stored_experiment(SEEDS, cfg, BETA,\n"
-            "                            {(arm, \"0\"): runs[arm] for arm in ARMS},\n"
-            "                            progress=PROGRESS)")
+    call = (
+        "results = stored_experiment(SEEDS, cfg, BETA,\n"
+        '                            {(arm, "0"): runs[arm] for arm in ARMS},\n'
+        "                            progress=PROGRESS)"
+    )
     five, six = _code(5), _code(6)
     assert call in five and call in six
-    assert "load_or_run(OUTPUTS / \"results.json\"" not in five + six  # only through the helper
+    assert 'load_or_run(OUTPUTS / "results.json"' not in five + six  # only through the helper
     assert _assignments(five) == _assignments(six) and set(_assignments(six)) == {"SEEDS", "cfg"}

@@ -1,5 +1,10 @@
 """Stored chapter runs: reused only when this code made them, with these settings, from this start."""
 
+import json
+import os
+
+import pytest
+
 from minirlhf.course import runs
 
 
@@ -69,11 +74,6 @@ def test_stored_experiment_runs_once_then_reads_the_file(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- what sits at the path
 
 
-import json
-import os
-
-import pytest
-
 LOG = {"accuracy": [0.5, 0.6], "rm_score": [1.0, 1.1], "kl": [0.0, 0.1]}
 
 
@@ -91,12 +91,15 @@ def _stored_ok(path, run):
     return runs.load_or_run(path, {"beta": 0.5}, {}, run, arms=())
 
 
-@pytest.mark.parametrize("content, why", [
-    ('{"settings": {"beta"', "not readable JSON"),                       # C1: cut short
-    ("[]", "a JSON list, not an object"),                                  # C2
-    ("null", "a JSON NoneType, not an object"),
-    ('{"arms": {}}', "it has no settings"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ('{"settings": {"beta"', "not readable JSON"),  # C1: cut short
+        ("[]", "a JSON list, not an object"),  # C2
+        ("null", "a JSON NoneType, not an object"),
+        ('{"arms": {}}', "it has no settings"),
+    ],
+)
 def test_a_damaged_file_is_run_again_and_said_so(tmp_path, capsys, content, why):
     run, calls = _counting()
     path = tmp_path / "stored.json"
@@ -112,8 +115,10 @@ def test_right_settings_with_a_wrong_layout_or_non_numbers_are_run_again(tmp_pat
     path = tmp_path / "stored.json"
     first = _stored_ok(path, run)
     stored = json.loads(path.read_text())
-    for arms, words in (([], "its arms are not a table of runs"),                              # C2
-                        ({"rm": {"0": {**LOG, "accuracy": "not numbers"}}}, "is not a list of numbers")):  # C7
+    for arms, words in (
+        ([], "its arms are not a table of runs"),  # C2
+        ({"rm": {"0": {**LOG, "accuracy": "not numbers"}}}, "is not a list of numbers"),
+    ):  # C7
         bad = {**stored, "arms": arms}
         bad.pop("digest")
         path.write_text(json.dumps(bad))
@@ -173,8 +178,9 @@ def test_chapter_5s_experiment_is_not_lost_when_results_json_is_a_folder(tmp_pat
     monkeypatch.setattr(runs, "OUTPUTS", tmp_path)
     monkeypatch.setattr(runs.experiment, "run_experiment", lambda *a, **k: done)
     monkeypatch.setattr(runs.experiment, "summarize", lambda results: {"rows": 1})
-    monkeypatch.setattr(runs.experiment, "write_outputs",
-                        lambda results, folder: paths.write_atomic(folder / "results.json", "{}"))
+    monkeypatch.setattr(
+        runs.experiment, "write_outputs", lambda results, folder: paths.write_atomic(folder / "results.json", "{}")
+    )
     (tmp_path / "results.json").mkdir()
     got = runs.stored_experiment([0], PPOConfig(iterations=1), {"rm": 0.5, "verifier": 0.08}, {})
     assert got["arms"] == done["arms"] and got["summary"] == {"rows": 1}  # C3: the run is returned, not lost
@@ -188,6 +194,7 @@ def _counting_run(calls):
     def run():
         calls.append(1)
         return {"arms": {"rm": {"0": {"accuracy": [0.5], "rm_score": [1.0], "kl": [0.0]}}}}
+
     return run
 
 
@@ -217,8 +224,14 @@ def test_the_code_key_follows_the_estimators_used_and_leaves_out_presentation():
     assert batch != group and batch == runs.runs_code({"a": {"advantages": "batch"}, "b": 1})
     modules = set(package_modules(runs.experiment, skip=runs.NOT_THE_RUNS_CODE))
     assert {"minirlhf.ppo", "minirlhf.dpo", "minirlhf.model", "minirlhf.estimators"} <= modules
-    assert not modules & {"minirlhf.arms", "minirlhf.plots", "minirlhf.palette", "minirlhf.stats",
-                          "minirlhf.estimators.group", "minirlhf.estimators.batch"}
+    assert not modules & {
+        "minirlhf.arms",
+        "minirlhf.plots",
+        "minirlhf.palette",
+        "minirlhf.stats",
+        "minirlhf.estimators.group",
+        "minirlhf.estimators.batch",
+    }
 
 
 def test_a_run_must_say_which_arms_it_uses(tmp_path):

@@ -35,8 +35,7 @@ def test_stored_runs_run_once_keep_what_is_asked_and_read_back(tmp_path, monkeyp
         return real(arm, *args, **kwargs)
 
     monkeypatch.setattr(runs.experiment, "run_arm", counting)
-    plan = {(0.0, 0): ("rm", 0.0, TINY),
-            ("adaptive", 1): ("rm", 0.1, {**TINY, "kl_target": 0.05, "kl_horizon": 64})}
+    plan = {(0.0, 0): ("rm", 0.0, TINY), ("adaptive", 1): ("rm", 0.1, {**TINY, "kl_target": 0.05, "kl_horizon": 64})}
     path, keep = tmp_path / "ch07_test.json", ("accuracy", "beta")
     # in this process (workers=1), so that the calls are counted here
     first = runs.stored_runs(path, plan, policy, rm, keep=keep, answers=True, workers=1)
@@ -53,8 +52,9 @@ def test_stored_runs_run_once_keep_what_is_asked_and_read_back(tmp_path, monkeyp
 def test_stored_runs_run_again_for_other_weights_plan_or_keys(tmp_path, monkeypatch):
     policy, rm = _models()
     calls = []
-    monkeypatch.setattr(runs.experiment, "run_arm",
-                        lambda arm, *a, **k: calls.append(arm) or (None, {"accuracy": [0.5], "kl": [0.0]}))
+    monkeypatch.setattr(
+        runs.experiment, "run_arm", lambda arm, *a, **k: calls.append(arm) or (None, {"accuracy": [0.5], "kl": [0.0]})
+    )
     plan = {("fixed", 0): ("verifier", 0.08, TINY)}
     path = tmp_path / "stored.json"
     runs.stored_runs(path, plan, policy, rm, keep=("accuracy",), workers=1)

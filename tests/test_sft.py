@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from minirlhf import task
-from minirlhf.sft import greedy_accuracy, SFTConfig, masked_sft_loss, sft_batch, train_sft
-
+from minirlhf.sft import SFTConfig, greedy_accuracy, masked_sft_loss, sft_batch, train_sft
 
 
 def test_masked_loss_by_hand():

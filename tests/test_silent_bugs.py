@@ -1,8 +1,8 @@
 """The planted bugs: each is one line away from the engine, planting it reaches the engine's
 run and is undone after, and the checks before training catch every one."""
 
-import inspect
 import importlib
+import inspect
 
 import pytest
 import torch
@@ -22,8 +22,10 @@ CHANGED = {
     "pad-is-end": ("(ends_before == 0)", "(completions != SEMI)"),
     "ratio-to-reference": ("ppo_token_loss(new_logp, old_logp", "ppo_token_loss(new_logp, ref_logp"),
     "no-temperature": ("logits / temperature", "log_softmax(logits, dim=-1)"),
-    "dpo-rejected-flipped": ("policy_rejected_logps - ref_rejected_logps",
-                             "ref_rejected_logps - policy_rejected_logps"),
+    "dpo-rejected-flipped": (
+        "policy_rejected_logps - ref_rejected_logps",
+        "ref_rejected_logps - policy_rejected_logps",
+    ),
 }
 
 
@@ -122,8 +124,10 @@ def test_tell_table_separates_by_paired_differences():
     def log(kl):
         return {"kl": [0.0] + kl, "objective/kl": kl}
 
-    runs = {"correct": {"grpo-verifier": {0: log([0.1, 0.1]), 1: log([0.1, 0.12]), 2: log([0.1, 0.11])}},
-            "kl-no-grad": {0: log([0.2, 0.2]), 1: log([0.2, 0.22]), 2: log([0.2, 0.21])}}
+    runs = {
+        "correct": {"grpo-verifier": {0: log([0.1, 0.1]), 1: log([0.1, 0.12]), 2: log([0.1, 0.11])}},
+        "kl-no-grad": {0: log([0.2, 0.2]), 1: log([0.2, 0.22]), 2: log([0.2, 0.21])},
+    }
     row = sb.tell_table(runs)["kl-no-grad"]["kl"]
     assert row["difference"][0] == pytest.approx(0.1) and row["separates"]
     assert row["correct"][0] == pytest.approx((0.1 + 0.11 + 0.105) / 3)
@@ -196,8 +200,9 @@ def test_band_check_plants_the_fix_and_judges_each_tell(monkeypatch):
     result = sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)  # here, so calls are seen
     assert [s for *_, s in seen] == [0, 1, 2] and all(c is fix and a == "verifier" for c, a, _ in seen)
     assert result["passed"] and result["val/completion_length"]["inside"]
-    runs["correct"]["verifier"] = {k: {**v, "objective/entropy": [0.9, 0.9]} for k, v in
-                                   runs["correct"]["verifier"].items()}
+    runs["correct"]["verifier"] = {
+        k: {**v, "objective/entropy": [0.9, 0.9]} for k, v in runs["correct"]["verifier"].items()
+    }
     assert not sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)["passed"]
 
 
@@ -208,9 +213,11 @@ def _kl_runs(correct, buggy):
     return {"correct": {"grpo-verifier": logs(correct)}, "kl-no-grad": logs(buggy)}
 
 
-_CORRECT = [[0.0, 0.10, 0.10, 0.10, 0.10, 0.10, 0.10],
-            [0.0, 0.12, 0.11, 0.12, 0.12, 0.11, 0.12],
-            [0.0, 0.11, 0.12, 0.11, 0.10, 0.12, 0.11]]
+_CORRECT = [
+    [0.0, 0.10, 0.10, 0.10, 0.10, 0.10, 0.10],
+    [0.0, 0.12, 0.11, 0.12, 0.12, 0.11, 0.12],
+    [0.0, 0.11, 0.12, 0.11, 0.10, 0.12, 0.11],
+]
 
 
 def test_first_departure_needs_k_points_in_a_row_apart_by_the_paired_test():
@@ -244,8 +251,9 @@ def test_first_departure_never_times_a_zero_band_or_a_panel_that_does_not_separa
     same = [[c + (0.0 if i == 0 else 1.0) for i, c in enumerate(row)] for row in _CORRECT]
     assert sb.first_departure(_kl_runs(_CORRECT, same), "kl-no-grad", "kl") == 1
     # apart on the wrong side of the whole-run difference at points 1-2 only: not timed there
-    early = [[c + (-0.3 if i in (1, 2) else 0.5) + 0.01 * s for i, c in enumerate(row)]
-             for s, row in enumerate(_CORRECT)]
+    early = [
+        [c + (-0.3 if i in (1, 2) else 0.5) + 0.01 * s for i, c in enumerate(row)] for s, row in enumerate(_CORRECT)
+    ]
     assert sb.first_departure(_kl_runs(_CORRECT, early), "kl-no-grad", "kl", k=2) == 3
     with pytest.raises(ValueError, match="k must be"):
         sb.first_departure(_kl_runs(_CORRECT, _CORRECT), "kl-no-grad", "kl", k=0)
@@ -266,8 +274,10 @@ def test_tell_table_every_metric_of_the_dashboard():
     def log(v):
         return {k: [0.0, v, v] for k in sb.DASHBOARD["ppo"]}
 
-    runs = {"correct": {"verifier": {"0": log(1.0), "1": log(1.1), "2": log(0.9)}},
-            "no-mask": {"0": log(2.0), "1": log(2.1), "2": log(1.9)}}
+    runs = {
+        "correct": {"verifier": {"0": log(1.0), "1": log(1.1), "2": log(0.9)}},
+        "no-mask": {"0": log(2.0), "1": log(2.1), "2": log(1.9)},
+    }
     every = sb.tell_table(runs, ["no-mask"], every=True)["no-mask"]
     assert list(every) == list(sb.DASHBOARD["ppo"]) and all(row["separates"] for row in every.values())
     assert list(sb.tell_table(runs, ["no-mask"])["no-mask"]) == list(sb.BUGS["no-mask"].tells)
@@ -308,8 +318,10 @@ def test_what_it_writes_compares_the_change_from_the_start():
     def log(end, malformed):
         return {"heldout/logps_correct": [-2.0, -1.5, end], "kinds": {"malformed": [0.2, 0.1, malformed]}}
 
-    runs = {"correct": {"dpo": {"0": log(-1.0, 0.1), "1": log(-1.1, 0.1), "2": log(-0.9, 0.1)}},
-            "dpo-rejected-flipped": {"0": log(-1.8, 0.0), "1": log(-1.7, 0.02), "2": log(-1.9, 0.01)}}
+    runs = {
+        "correct": {"dpo": {"0": log(-1.0, 0.1), "1": log(-1.1, 0.1), "2": log(-0.9, 0.1)}},
+        "dpo-rejected-flipped": {"0": log(-1.8, 0.0), "1": log(-1.7, 0.02), "2": log(-1.9, 0.01)},
+    }
     rows = sb.what_it_writes(runs, "dpo-rejected-flipped", keys=("heldout/logps_correct", "kinds/malformed"))
     row = rows["heldout/logps_correct"]
     assert row["start"] == -2.0 and row["correct"][0] == pytest.approx(1.0)

@@ -28,8 +28,9 @@ def _imports(codes: list[str]) -> str:
     lines = []
     for code in codes:
         tree = ast.parse(code)
-        lines += [ast.get_source_segment(code, node) for node in tree.body
-                  if isinstance(node, (ast.Import, ast.ImportFrom))]
+        lines += [
+            ast.get_source_segment(code, node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+        ]
     return "\n".join(lines)
 
 
@@ -48,8 +49,9 @@ def _load(codes: list[str], name: str):
 def _from_chapter(ex):
     path = next(SOURCES.glob(f"{ex.chapter:02d}_*.py"), None)
     assert path is not None, f"exercise {ex.name} belongs to chapter {ex.chapter}, which has no source"
-    codes = [drop_markers(c["source"]) for c in parse(path.read_text(encoding="utf-8"), path.name)
-             if c["kind"] == "code"]
+    codes = [
+        drop_markers(c["source"]) for c in parse(path.read_text(encoding="utf-8"), path.name) if c["kind"] == "code"
+    ]
     fn = _load(codes, ex.name)
     assert fn is not None, f"{path.name} has no cell defining {ex.name}"
     return fn

@@ -52,8 +52,14 @@ def test_the_chapters_shown_source_is_the_current_source(chapter):
 
 def test_chapter_5_shows_its_stages_and_every_shown_line_fits_the_page():
     shown = {obj for chapter in CHAPTERS for obj in shown_in(chapter)}
-    assert {ppo.ppo_train, ppo.Rollout, ppo.rollout, ppo.score_and_advantages, ppo.ppo_update,
-            ppo.batch_metrics} <= shown
+    assert {
+        ppo.ppo_train,
+        ppo.Rollout,
+        ppo.rollout,
+        ppo.score_and_advantages,
+        ppo.ppo_update,
+        ppo.batch_metrics,
+    } <= shown
     for obj in shown:
         long = [line for line in inspect.getsource(obj).splitlines() if len(line) > PAGE_WIDTH]
         assert not long, f"{obj.__qualname__}: {len(long)} line(s) over {PAGE_WIDTH} characters: {long[:2]}"
@@ -62,7 +68,8 @@ def test_chapter_5_shows_its_stages_and_every_shown_line_fits_the_page():
 def test_every_shown_function_sits_under_the_banner_that_says_so():
     for obj in {inspect.unwrap(obj) for chapter in CHAPTERS for obj in shown_in(chapter)}:
         lines = Path(inspect.getsourcefile(obj)).read_text(encoding="utf-8").splitlines()
-        above = lines[:inspect.getsourcelines(obj)[1]]
+        above = lines[: inspect.getsourcelines(obj)[1]]
         headers = [line for line in above if line.startswith("# ----")]
-        assert headers and "SHOWN VERBATIM IN CHAPTER" in headers[-1], \
+        assert headers and "SHOWN VERBATIM IN CHAPTER" in headers[-1], (
             f"{obj.__qualname__} is shown in a chapter, but the section above it does not say so"
+        )

@@ -6,9 +6,7 @@ from minirlhf import paths
 from minirlhf.model import GPTConfig, TinyGPT
 from minirlhf.reward_model import RMConfig
 from minirlhf.sft import SFTConfig, greedy_accuracy
-from minirlhf.store import (code_fingerprint, load_model, load_or_train, load_rm, load_sft, save_model,
-                            settings_hash)
-
+from minirlhf.store import code_fingerprint, load_model, load_or_train, load_rm, load_sft, save_model, settings_hash
 
 
 def small_model(seed=0, scalar_head=False):
@@ -53,6 +51,7 @@ def test_load_or_train_retrains_only_when_needed(tmp_path, capsys):
         def run():
             trained.append(seed)
             return small_model(seed), {"seed": seed}
+
         return run
 
     m1, info = load_or_train("toy", {"seed": 1}, train(1), directory=tmp_path)
@@ -94,14 +93,21 @@ def test_the_fingerprint_follows_the_code_a_module_imports():
     from minirlhf.store import package_modules
 
     assert set(package_modules(sft, reward_model)) == {
-        "minirlhf.sft", "minirlhf.reward_model", "minirlhf.model", "minirlhf.task", "minirlhf.progress"}
+        "minirlhf.sft",
+        "minirlhf.reward_model",
+        "minirlhf.model",
+        "minirlhf.task",
+        "minirlhf.progress",
+    }
     assert {"minirlhf.ppo", "minirlhf.store", "minirlhf.palette"} <= set(package_modules(experiment))
-    assert code_fingerprint(sft) != code_fingerprint(ppo) and code_fingerprint(model, task) == code_fingerprint(task, model)
+    assert code_fingerprint(sft) != code_fingerprint(ppo) and code_fingerprint(model, task) == code_fingerprint(
+        task, model
+    )
 
 
 def test_other_settings_never_replace_the_books_model():
-    from minirlhf.store import _file_name
     from minirlhf.sft import SFTConfig
+    from minirlhf.store import _file_name
 
     assert _file_name("sft_policy", SFTConfig(), SFTConfig()) == "sft_policy"
     other = _file_name("sft_policy", SFTConfig(steps=10), SFTConfig())
@@ -136,8 +142,9 @@ def test_a_folder_or_a_pipe_at_the_model_path_is_retrained(tmp_path, capsys):
 
 def test_a_models_folder_that_cannot_be_made_does_not_lose_the_trained_model(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
-    model, metrics = load_or_train("m", {"x": 1}, lambda: (small_model(), {"a": 1}),
-                                   directory=tmp_path / "file" / "models")
+    model, metrics = load_or_train(
+        "m", {"x": 1}, lambda: (small_model(), {"a": 1}), directory=tmp_path / "file" / "models"
+    )
     assert model is not None and metrics["a"] == 1
     assert "but not saved" in capsys.readouterr().out
 

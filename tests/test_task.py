@@ -8,7 +8,6 @@ import torch
 from minirlhf import task
 
 
-
 def test_vocab_and_round_trip():
     assert task.VOCAB == "0123456789+=;" and len(task.VOCAB) == 13
     assert task.encode("23+45=") == [2, 3, 10, 4, 5, 11]
@@ -109,7 +108,9 @@ def test_wrong_answers_have_their_kind():
     truth = pairs.sum(1)
 
     def numbers(kind):
-        return torch.tensor([task.parse_completion(t) for t in task.decode_completions(task.wrong_answers(pairs, kind, g))])
+        return torch.tensor(
+            [task.parse_completion(t) for t in task.decode_completions(task.wrong_answers(pairs, kind, g))]
+        )
 
     garbage = numbers("random")
     assert (garbage != truth).all() and not task.near_miss_mask(truth, garbage).any()

@@ -178,8 +178,12 @@ def test_our_rows_are_chapter_8s(stored):
     # The page's "ours" rows are the runs of chapters 5 and 8 made again, seed for seed: each
     # arm's gain and KL at the end, as chapter 8's tables print them (over the same 5 seeds).
     nb = json.loads((ROOT / "solutions" / "08_grpo.ipynb").read_text(encoding="utf-8"))
-    printed = "".join("".join(out.get("text", "")) for cell in nb["cells"] if cell["cell_type"] == "code"
-                      for out in cell.get("outputs", []))
+    printed = "".join(
+        "".join(out.get("text", ""))
+        for cell in nb["cells"]
+        if cell["cell_type"] == "code"
+        for out in cell.get("outputs", [])
+    )
     lines = {line.split()[0]: line for line in printed.splitlines() if line.strip() and "±" in line}
     assert stored["settings"]["seeds"] == [0, 1, 2, 3, 4]
     for arm, row in trl_run.side_by_side(stored).items():
@@ -252,9 +256,22 @@ def test_two_process_launch(tmp_path):
     _trl()
     out = tmp_path / "two"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [str(Path(sys.executable).parent / "accelerate"), "launch",
-           "--config_file", str(ROOT / "configs" / "cpu_two_processes.yaml"),
-           "-m", "minirlhf.trl_run", "--arm", "grpo-verifier", "--arm", "rm", "--iterations", "3", "--out", str(out)]
+    cmd = [
+        str(Path(sys.executable).parent / "accelerate"),
+        "launch",
+        "--config_file",
+        str(ROOT / "configs" / "cpu_two_processes.yaml"),
+        "-m",
+        "minirlhf.trl_run",
+        "--arm",
+        "grpo-verifier",
+        "--arm",
+        "rm",
+        "--iterations",
+        "3",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "processes: 2" in done.stdout
@@ -284,15 +301,19 @@ def test_the_output_folder_and_the_counts_are_checked_before_anything_runs(tmp_p
     (tmp_path / "file").write_text("x")
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "out" / "trl_results.json").mkdir(parents=True)
-    for out, words in ((tmp_path / "file", "is a regular file, not a folder"),  # D3: not after the runs
-                       (tmp_path / "pipe", "is a named pipe (FIFO), not a folder"),
-                       (tmp_path / "out", "trl_results.json is a folder, where the output file should go"),
-                       ("", "is empty")):
+    for out, words in (
+        (tmp_path / "file", "is a regular file, not a folder"),  # D3: not after the runs
+        (tmp_path / "pipe", "is a named pipe (FIFO), not a folder"),
+        (tmp_path / "out", "trl_results.json is a folder, where the output file should go"),
+        ("", "is empty"),
+    ):
         assert words in _one_line_error(["--out", str(out)], capsys)
     assert f"must be at most {trl_command.MAX_SEEDS}, got 1000000000" in _one_line_error(  # D5
-        ["--seeds", "1000000000"], capsys)
+        ["--seeds", "1000000000"], capsys
+    )
     assert f"must be at most {trl_command.MAX_ITERATIONS}, got 100000" in _one_line_error(
-        ["--iterations", "100000"], capsys)
+        ["--iterations", "100000"], capsys
+    )
 
 
 STOPPED_TRL_RUN = """
@@ -320,13 +341,13 @@ sys.exit(trl_command.main(["--seeds", "3", "--iterations", "1", "--out", sys.arg
 @pytest.mark.parametrize("name, status", [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
 def test_a_stop_signal_writes_the_finished_seeds(tmp_path, name, status):
     out = tmp_path / "trl"
-    done = subprocess.run([sys.executable, "-c", STOPPED_TRL_RUN, name, str(out)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_TRL_RUN, name, str(out)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == status, done.stderr  # D4: no traceback, the finished seed kept
     assert "Traceback" not in done.stderr
     stopped = "interrupted" if name == "SIGINT" else f"stopped by {name}"
-    assert done.stderr.strip().splitlines()[-1] == (f"{stopped}: wrote the 1 finished seed; seeds 1 to 2 are "
-                                                    "not kept")
+    assert done.stderr.strip().splitlines()[-1] == (f"{stopped}: wrote the 1 finished seed; seeds 1 to 2 are not kept")
     results = json.loads((out / "trl_results.json").read_text())
     assert results["settings"]["seeds"] == [0] and list(results["trl"]["grpo-verifier"]) == ["0"]
     assert sorted(p.name for p in out.iterdir()) == sorted(trl_command.OUTPUT_FILES)  # no lock or .tmp left

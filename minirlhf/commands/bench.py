@@ -33,8 +33,20 @@ from pathlib import Path
 
 from .. import cli, paths
 
-__all__ = ["STAGES", "TRL_STAGES", "ORDER", "PAIRED", "REPEATS", "MEMORY_BUDGET_MB", "run_stage", "run_paired",
-           "speedup", "judge", "format_table", "main"]
+__all__ = [
+    "STAGES",
+    "TRL_STAGES",
+    "ORDER",
+    "PAIRED",
+    "REPEATS",
+    "MEMORY_BUDGET_MB",
+    "run_stage",
+    "run_paired",
+    "speedup",
+    "judge",
+    "format_table",
+    "main",
+]
 
 # The DPO stage took 6.7 to 7.2 s (five runs on 2 cores); its budget is twice that, rounded up.
 DPO_BUDGET = 15.0
@@ -53,8 +65,17 @@ STAGES = {
 }
 TRL_STAGES = {"trl_grpo_verifier": "grpo-verifier", "trl_ppo_rm": "rm"}  # stage -> TRL arm
 # The stages run in this order; "pipeline" starts from scratch in a folder of its own.
-ORDER = ("sft_and_rm", "one_seed_both_arms", "five_seeds_both_arms", "five_seeds_two_workers", "one_seed_grpo_arms",
-         "one_seed_dpo_arm", "trl_grpo_verifier", "trl_ppo_rm", "pipeline")
+ORDER = (
+    "sft_and_rm",
+    "one_seed_both_arms",
+    "five_seeds_both_arms",
+    "five_seeds_two_workers",
+    "one_seed_grpo_arms",
+    "one_seed_dpo_arm",
+    "trl_grpo_verifier",
+    "trl_ppo_rm",
+    "pipeline",
+)
 # Timed REPEATS times each, taking turns; the table shows the medians and the speed-up.
 PAIRED = ("five_seeds_both_arms", "five_seeds_two_workers")
 REPEATS = 3
@@ -114,8 +135,13 @@ def run_stage(stage: str, outputs: Path) -> dict:
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
     env = {**os.environ, "MINIRLHF_OUTPUTS": str(outputs), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "minirlhf.commands.bench", "--child", stage], env=env,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "minirlhf.commands.bench", "--child", stage],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"stage {stage} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -131,8 +157,15 @@ def run_paired(outputs: Path, repeats: int = REPEATS) -> list[dict]:
             row = run_stage(stage, outputs)
             times[stage].append(row["seconds"])
             peaks[stage].append(row["peak_mb"])
-    return [{"stage": stage, "seconds": statistics.median(times[stage]), "runs_seconds": times[stage],
-             "peak_mb": max(peaks[stage])} for stage in PAIRED]
+    return [
+        {
+            "stage": stage,
+            "seconds": statistics.median(times[stage]),
+            "runs_seconds": times[stage],
+            "peak_mb": max(peaks[stage]),
+        }
+        for stage in PAIRED
+    ]
 
 
 def speedup(rows: list[dict]) -> float | None:
@@ -148,8 +181,11 @@ def judge(rows: list[dict]) -> bool:
     return True when every stage kept within its time budget and the memory budget."""
     for row in rows:
         what, budget = STAGES[row["stage"]]
-        row.update(what=what, budget_seconds=budget,
-                   within_budget=row["seconds"] <= budget and row["peak_mb"] < MEMORY_BUDGET_MB)
+        row.update(
+            what=what,
+            budget_seconds=budget,
+            within_budget=row["seconds"] <= budget and row["peak_mb"] < MEMORY_BUDGET_MB,
+        )
     return all(row["within_budget"] for row in rows)
 
 
@@ -159,8 +195,10 @@ def format_table(rows: list[dict]) -> str:
     lines = [f"{'stage':<22} {'wall time':>10} {'budget':>8} {'peak memory':>12}  what"]
     for row in rows:
         mark = "" if row["within_budget"] else "  OVER"
-        lines.append(f"{row['stage']:<22} {row['seconds']:>8.1f} s {row['budget_seconds']:>6.0f} s "
-                     f"{row['peak_mb']:>9.0f} MB  {row['what']}{mark}")
+        lines.append(
+            f"{row['stage']:<22} {row['seconds']:>8.1f} s {row['budget_seconds']:>6.0f} s "
+            f"{row['peak_mb']:>9.0f} MB  {row['what']}{mark}"
+        )
     return "\n".join(lines)
 
 
@@ -175,13 +213,18 @@ def main(argv=None) -> int:
     if argv[:1] == ["--child"] and len(argv) == 2:  # a stage, in the process this one starts
         _child(argv[1])
         return 0
-    what = ("Time the training pipeline: each stage in a fresh process with one torch thread, its wall time "
-            "and peak memory against its budget; prints a table and writes bench.json to the outputs folder "
-            "(outputs/, or MINIRLHF_OUTPUTS). Takes a few minutes.")
-    _Parser(prog="python -m minirlhf.commands.bench", description=what,
-            epilog="Exit status: 0 when every stage keeps within its budgets, 1 when one is over (bench.json "
-                   "is written either way), 2 when bench.json cannot be written (checked before the first "
-                   "stage).").parse_args(argv)
+    what = (
+        "Time the training pipeline: each stage in a fresh process with one torch thread, its wall time "
+        "and peak memory against its budget; prints a table and writes bench.json to the outputs folder "
+        "(outputs/, or MINIRLHF_OUTPUTS). Takes a few minutes."
+    )
+    _Parser(
+        prog="python -m minirlhf.commands.bench",
+        description=what,
+        epilog="Exit status: 0 when every stage keeps within its budgets, 1 when one is over (bench.json "
+        "is written either way), 2 when bench.json cannot be written (checked before the first "
+        "stage).",
+    ).parse_args(argv)
     target = paths.OUTPUTS / "bench.json"
     problem = paths.file_problem(target)  # before minutes of stages, not after
     if problem:
@@ -192,7 +235,7 @@ def main(argv=None) -> int:
         fresh = Path(tmp) / "fresh"  # nothing trained yet: SFT and RM from scratch
         for stage in ORDER:  # the arms reuse the models trained just before
             if stage in TRL_STAGES and not _has_trl():
-                print(f"skipping {stage}: it needs the optional extra (pip install -e \".[trl]\")")
+                print(f'skipping {stage}: it needs the optional extra (pip install -e ".[trl]")')
                 continue
             if stage == PAIRED[0]:
                 rows += run_paired(fresh)
@@ -203,17 +246,33 @@ def main(argv=None) -> int:
     ratio = speedup(rows)
     paired = {row["stage"]: row for row in rows if row["stage"] in PAIRED}
     one, two = (paired[stage] for stage in PAIRED)
-    print(f"five seeds, both arms, medians of {REPEATS}: one worker {one['seconds']:.1f} s, two workers "
-          f"{two['seconds']:.1f} s; speed-up of two workers over one {ratio:.2f}x")
+    print(
+        f"five seeds, both arms, medians of {REPEATS}: one worker {one['seconds']:.1f} s, two workers "
+        f"{two['seconds']:.1f} s; speed-up of two workers over one {ratio:.2f}x"
+    )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"peak memory budget {MEMORY_BUDGET_MB:.0f} MB; load average at the end {load:.2f} "
-          f"on {os.cpu_count()} cores (other work on the machine slows every stage)")
-    out = paths.write_atomic(target, json.dumps({
-        "stages": rows, "memory_budget_mb": MEMORY_BUDGET_MB, "all_within_budget": ok,
-        "speedup_two_workers": ratio,
-        "machine": {"cpus": os.cpu_count(), "load_average_1min": load, "python": platform.python_version(),
-                    "platform": platform.platform()},
-    }, indent=1))
+    print(
+        f"peak memory budget {MEMORY_BUDGET_MB:.0f} MB; load average at the end {load:.2f} "
+        f"on {os.cpu_count()} cores (other work on the machine slows every stage)"
+    )
+    out = paths.write_atomic(
+        target,
+        json.dumps(
+            {
+                "stages": rows,
+                "memory_budget_mb": MEMORY_BUDGET_MB,
+                "all_within_budget": ok,
+                "speedup_two_workers": ratio,
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "load_average_1min": load,
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                },
+            },
+            indent=1,
+        ),
+    )
     print(f"wrote {out}")
     if not ok:
         over = [row["stage"] for row in rows if not row["within_budget"]]

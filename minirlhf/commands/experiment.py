@@ -54,12 +54,15 @@ def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict, workers: i
     if workers > 1:
         guess /= workers
         if guess > 60:
-            print(f"{seeds} seeds x {len(arms)} arms x {iterations} iterations on {workers} worker processes: "
-                  f"about {cli.duration(guess)} (a rough estimate); Ctrl-C stops and keeps the finished seeds",
-                  flush=True)
+            print(
+                f"{seeds} seeds x {len(arms)} arms x {iterations} iterations on {workers} worker processes: "
+                f"about {cli.duration(guess)} (a rough estimate); Ctrl-C stops and keeps the finished seeds",
+                flush=True,
+            )
         try:
-            results = experiment.run_experiment(seeds, iterations, arms=arms, betas=betas, workers=workers,
-                                     keep_on_interrupt=True)
+            results = experiment.run_experiment(
+                seeds, iterations, arms=arms, betas=betas, workers=workers, keep_on_interrupt=True
+            )
         except KeyboardInterrupt:
             results = None
         interrupted = results is None or len(results["settings"]["seeds"]) < seeds
@@ -67,9 +70,11 @@ def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict, workers: i
             print(file=sys.stderr)  # off the progress bar's line
         return ([results] if results else []), interrupted
     if guess > 60:
-        print(f"{seeds} seeds x {len(arms)} arms x {iterations} iterations: about {cli.duration(guess)} "
-              "(a rough estimate, measured after the first seed); Ctrl-C stops and keeps the finished seeds",
-              flush=True)
+        print(
+            f"{seeds} seeds x {len(arms)} arms x {iterations} iterations: about {cli.duration(guess)} "
+            "(a rough estimate, measured after the first seed); Ctrl-C stops and keeps the finished seeds",
+            flush=True,
+        )
     try:
         for k in range(seeds):
             if seeds > 1:
@@ -78,8 +83,10 @@ def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict, workers: i
             parts.append(experiment.run_experiment([k], iterations, arms=arms, betas=betas, workers=1))
             took, left = time.perf_counter() - began, seeds - k - 1
             if k == 0 and left and took * seeds > 60:
-                print(f"seed 1 took {took:.1f} s: about {cli.duration(took * left)} to go for the other {left}",
-                      flush=True)
+                print(
+                    f"seed 1 took {took:.1f} s: about {cli.duration(took * left)} to go for the other {left}",
+                    flush=True,
+                )
     except KeyboardInterrupt:
         if sys.stderr.isatty():
             print(file=sys.stderr)  # off the progress bar's line
@@ -108,25 +115,54 @@ def main(argv=None) -> int:
     """
     w = max(len(name) for name in ARMS)
     arm_list = "\n".join(f"  {name:<{w}}  {arm.help}" for name, arm in REGISTRY.items())
-    parser = cli.Parser(prog="python -m minirlhf.experiment", description=experiment.__doc__.split("\n\n")[0],
-                     epilog=f"arms (--arms):\n{arm_list}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(DEFAULT_ARMS), metavar="ARM",
-                        help=f"the arms to run, in this order (default: {' '.join(DEFAULT_ARMS)}; "
-                             "listed below)")
-    parser.add_argument("--seeds", type=cli.whole_number(1, MAX_SEEDS, "each seed runs every arm"), default=5,
-                        help=f"number of seeds, 0..n-1 (default 5, at most {MAX_SEEDS})")
-    parser.add_argument("--iterations", type=cli.whole_number(1, MAX_ITERATIONS, "the book runs 25"), default=25,
-                        help=f"PPO iterations per run (default 25, at most {MAX_ITERATIONS}; a DPO arm runs its "
-                             "own 200 steps)")
+    parser = cli.Parser(
+        prog="python -m minirlhf.experiment",
+        description=experiment.__doc__.split("\n\n")[0],
+        epilog=f"arms (--arms):\n{arm_list}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        choices=ARMS,
+        default=list(DEFAULT_ARMS),
+        metavar="ARM",
+        help=f"the arms to run, in this order (default: {' '.join(DEFAULT_ARMS)}; listed below)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=cli.whole_number(1, MAX_SEEDS, "each seed runs every arm"),
+        default=5,
+        help=f"number of seeds, 0..n-1 (default 5, at most {MAX_SEEDS})",
+    )
+    parser.add_argument(
+        "--iterations",
+        type=cli.whole_number(1, MAX_ITERATIONS, "the book runs 25"),
+        default=25,
+        help=f"PPO iterations per run (default 25, at most {MAX_ITERATIONS}; a DPO arm runs its own 200 steps)",
+    )
     for arm in ARMS:
         what = "beta in the loss" if REGISTRY[arm].trainer == "dpo" else "KL coefficient"
-        parser.add_argument(f"--beta-{arm}", type=cli.finite_number(0.0), default=None,
-                            help=f"{what} of the {LABELS[arm]} (default {DEFAULT_BETA[arm]:g})")
-    parser.add_argument("--out", type=cli.folder("--out outputs/run1"), default=None, help="output folder (default: the project's outputs/)")
-    parser.add_argument("--workers", type=cli.whole_number(1), default=None,
-                        help=f"worker processes that make the runs side by side (default: one per core, "
-                             f"{parallel.default_workers()} here; 1: one run after another in this process); "
-                             "the results are the same for any number")
+        parser.add_argument(
+            f"--beta-{arm}",
+            type=cli.finite_number(0.0),
+            default=None,
+            help=f"{what} of the {LABELS[arm]} (default {DEFAULT_BETA[arm]:g})",
+        )
+    parser.add_argument(
+        "--out",
+        type=cli.folder("--out outputs/run1"),
+        default=None,
+        help="output folder (default: the project's outputs/)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=cli.whole_number(1),
+        default=None,
+        help=f"worker processes that make the runs side by side (default: one per core, "
+        f"{parallel.default_workers()} here; 1: one run after another in this process); "
+        "the results are the same for any number",
+    )
     args = parser.parse_args(argv)
     arms = tuple(args.arms)
     if len(set(arms)) != len(arms):
@@ -137,8 +173,10 @@ def main(argv=None) -> int:
         if value is not None and arm not in arms:
             parser.error(f"argument --beta-{arm}: the arm {arm} is not among --arms ({' '.join(arms)})")
         if value == 0 and REGISTRY[arm].trainer == "dpo":
-            parser.error(f"argument --beta-{arm}: must be > 0 for DPO (at 0 its loss is log 2 "
-                         "whatever the policy, so nothing is learned), got 0")
+            parser.error(
+                f"argument --beta-{arm}: must be > 0 for DPO (at 0 its loss is log 2 "
+                "whatever the policy, so nothing is learned), got 0"
+            )
         if value is not None:
             betas[arm] = value
     out = args.out if args.out is not None else paths.OUTPUTS
@@ -175,9 +213,12 @@ def _write(args, parts: list[dict], interrupted: bool, out: Path) -> int:
         print(f"{cli.stop_name()} before the first seed finished: nothing written", file=sys.stderr)
         return cli.stop_status()
     results = _merge(parts)
-    print(f"SFT policy accuracy {results['sft_accuracy']:.3f} (original run {experiment.ORIGINAL['sft_accuracy']:.3f}); "
-          f"RM pair accuracy {results['rm_pair_accuracy']:.3f} ({experiment.ORIGINAL['rm_pair_accuracy']:.3f}), "
-          f"near-miss accuracy {results['rm_near_miss_accuracy']:.3f} ({experiment.ORIGINAL['rm_near_miss_accuracy']:.3f})")
+    print(
+        f"SFT policy accuracy {results['sft_accuracy']:.3f} (original run {experiment.ORIGINAL['sft_accuracy']:.3f}); "
+        f"RM pair accuracy {results['rm_pair_accuracy']:.3f} ({experiment.ORIGINAL['rm_pair_accuracy']:.3f}), "
+        f"near-miss accuracy {results['rm_near_miss_accuracy']:.3f} "
+        f"({experiment.ORIGINAL['rm_near_miss_accuracy']:.3f})"
+    )
     print(experiment.format_table(results))
     try:
         written = experiment.write_outputs(results, out)
@@ -194,11 +235,17 @@ def _write(args, parts: list[dict], interrupted: bool, out: Path) -> int:
         lost = [seed for seed in range(args.seeds) if seed not in kept]
         if kept == list(range(n)):
             rest = f"seed {n} is" if n == args.seeds - 1 else f"seeds {n} to {args.seeds - 1} are"
-            print(f"{cli.stop_name()} during seed {n + 1} of {args.seeds}: wrote the {n} finished "
-                  f"seed{'s' if n > 1 else ''}; {rest} not kept", file=sys.stderr)
+            print(
+                f"{cli.stop_name()} during seed {n + 1} of {args.seeds}: wrote the {n} finished "
+                f"seed{'s' if n > 1 else ''}; {rest} not kept",
+                file=sys.stderr,
+            )
         else:  # runs in parallel finish out of turn
-            print(f"{cli.stop_name()} with {len(lost)} of {args.seeds} seeds unfinished: wrote the {n} finished "
-                  f"seed{'s' if n > 1 else ''} ({', '.join(map(str, kept))}); not kept: "
-                  f"{', '.join(map(str, lost))}", file=sys.stderr)
+            print(
+                f"{cli.stop_name()} with {len(lost)} of {args.seeds} seeds unfinished: wrote the {n} finished "
+                f"seed{'s' if n > 1 else ''} ({', '.join(map(str, kept))}); not kept: "
+                f"{', '.join(map(str, lost))}",
+                file=sys.stderr,
+            )
         return cli.stop_status()
     return 0

@@ -29,20 +29,44 @@ def main(argv=None) -> int:
     The output folder is checked and held (one writer per folder) before anything runs;
     Ctrl-C, SIGTERM and SIGHUP write the seeds whose every run had finished and say which
     were not kept."""
-    parser = cli.Parser(prog="python -m minirlhf.trl_run", description=trl_run.__doc__.split("\n\n")[2],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arm", choices=tuple(trl_run.TRL_ARMS), action="append",
-                        help="a TRL arm (repeat for several; default: every arm with --compare, else grpo-verifier)")
-    parser.add_argument("--seeds", type=cli.whole_number(1, MAX_SEEDS, "the book's comparison runs 5"), default=1,
-                        help=f"seeds 0..n-1 (default 1, at most {MAX_SEEDS})")
-    parser.add_argument("--iterations", type=cli.whole_number(1, MAX_ITERATIONS, "the book runs 25"), default=25,
-                        help=f"rollout batches (default 25, at most {MAX_ITERATIONS})")
-    parser.add_argument("--compare", action="store_true", help="also run our arm, seed for seed, in the same "
-                        "process, for the side-by-side table")
-    parser.add_argument("--profile", action="store_true", help="profile one more run of the first seed of each "
-                        "arm and print where TRL's time goes")
-    parser.add_argument("--out", default=None,
-                        help="folder for trl_results.json, trl_accuracy.png and trl_kl.png (default: outputs/trl)")
+    parser = cli.Parser(
+        prog="python -m minirlhf.trl_run",
+        description=trl_run.__doc__.split("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--arm",
+        choices=tuple(trl_run.TRL_ARMS),
+        action="append",
+        help="a TRL arm (repeat for several; default: every arm with --compare, else grpo-verifier)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=cli.whole_number(1, MAX_SEEDS, "the book's comparison runs 5"),
+        default=1,
+        help=f"seeds 0..n-1 (default 1, at most {MAX_SEEDS})",
+    )
+    parser.add_argument(
+        "--iterations",
+        type=cli.whole_number(1, MAX_ITERATIONS, "the book runs 25"),
+        default=25,
+        help=f"rollout batches (default 25, at most {MAX_ITERATIONS})",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run our arm, seed for seed, in the same process, for the side-by-side table",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile one more run of the first seed of each arm and print where TRL's time goes",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder for trl_results.json, trl_accuracy.png and trl_kl.png (default: outputs/trl)",
+    )
     args = parser.parse_args(argv)
     arms = tuple(dict.fromkeys(args.arm or (trl_run.TRL_ARMS if args.compare else ("grpo-verifier",))))
     if args.out is not None and not args.out.strip():
@@ -79,8 +103,15 @@ def _run(args, arms: tuple, out: Path, main_process: bool) -> int:
 
 def _run_and_write(args, arms: tuple, out: Path) -> int:
     """The runs and the writes of :func:`main`, once its checks have passed and it holds ``out``."""
-    results = trl_run.compare(arms, args.seeds, args.iterations, progress=True, ours=args.compare, profile=args.profile,
-                      keep_on_interrupt=True)
+    results = trl_run.compare(
+        arms,
+        args.seeds,
+        args.iterations,
+        progress=True,
+        ours=args.compare,
+        profile=args.profile,
+        keep_on_interrupt=True,
+    )
     with cli.signals_ignored():  # from here on the finished seeds are written whole
         return _write(args, results, out)
 
@@ -108,8 +139,11 @@ def _write(args, results: dict, out: Path) -> int:
     print(f"processes: {os.environ.get('WORLD_SIZE', '1')}; results: {out / 'trl_results.json'}")
     if stopped:
         n = len(kept)
-        rest = (f"seeds {n} to {args.seeds - 1} are" if n < args.seeds - 1 else f"seed {n} is") if n < args.seeds \
+        rest = (
+            (f"seeds {n} to {args.seeds - 1} are" if n < args.seeds - 1 else f"seed {n} is")
+            if n < args.seeds
             else "the profile is"
+        )
         print(f"{cli.stop_name()}: wrote the {n} finished seed{'s' if n > 1 else ''}; {rest} not kept", file=sys.stderr)
         return cli.stop_status()
     return 0

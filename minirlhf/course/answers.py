@@ -45,8 +45,7 @@ class Folded:
                 parts.append(f'<pre style="margin:0.3em 0">{html.escape(str(data["text/plain"]))}</pre>')
             if "text/plain" in data:
                 texts.append(str(data["text/plain"]))
-        page = (f'<details class="mr-answer"><summary>{html.escape(SUMMARY)}</summary>'
-                + "".join(parts) + "</details>")
+        page = f'<details class="mr-answer"><summary>{html.escape(SUMMARY)}</summary>' + "".join(parts) + "</details>"
         return {"text/html": page, "text/plain": "\n".join(t.rstrip("\n") for t in texts if t)}
 
 

@@ -30,17 +30,28 @@ permissions, members in sorted order.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import sys
 import zipfile
 from pathlib import Path
 
+from .. import cli
 from ..paths import ROOT, file_problem, write_atomic
 
-__all__ = ["ARCHIVE_NAME", "FOLDER", "SITE_DIR", "TOP_FILES", "learner_notebooks", "members",
-           "readme", "pack", "repository_buttons", "download_buttons", "setup"]
+__all__ = [
+    "ARCHIVE_NAME",
+    "FOLDER",
+    "SITE_DIR",
+    "TOP_FILES",
+    "learner_notebooks",
+    "members",
+    "readme",
+    "pack",
+    "repository_buttons",
+    "download_buttons",
+    "setup",
+]
 
 ARCHIVE_NAME = "minirlhf-course.zip"
 FOLDER = "minirlhf-course"  # the folder the archive unpacks into
@@ -60,14 +71,14 @@ def members(root: Path = ROOT) -> list[tuple[str, Path]]:
     sorted by name; README.md is not among them (:func:`readme` writes it)."""
     found = [(name, root / name) for name in TOP_FILES]
     found += [(p.relative_to(root).as_posix(), p) for p in learner_notebooks(root)]
-    found += [(p.relative_to(root).as_posix(), p) for p in (root / "minirlhf").rglob("*.py")
-              if "__pycache__" not in p.parts]
+    found += [
+        (p.relative_to(root).as_posix(), p) for p in (root / "minirlhf").rglob("*.py") if "__pycache__" not in p.parts
+    ]
     missing = [name for name, path in found if not path.is_file()]
     if missing:
         raise FileNotFoundError(f"cannot pack the course archive, missing: {', '.join(missing)}")
     if not learner_notebooks(root):
-        raise FileNotFoundError(f"no learner notebooks in {root / 'notebooks'}:"
-                                " run `make notebooks` first")
+        raise FileNotFoundError(f"no learner notebooks in {root / 'notebooks'}: run `make notebooks` first")
     return sorted((f"{FOLDER}/{name}", path) for name, path in found)
 
 
@@ -153,6 +164,7 @@ def pack(out: Path, root: Path = ROOT) -> Path:
 # The book build (Sphinx)
 # ---------------------------------------------------------------------------------------------
 
+
 def repository_buttons(options: dict) -> dict:
     """Return the theme's repository-button switches for ``options`` (the html theme options):
     with a ``repository_url``, the repository button on, and the open-issue button too when
@@ -162,12 +174,17 @@ def repository_buttons(options: dict) -> dict:
     source in ``chapters/``."""
     url = (options.get("repository_url") or "").strip()
     issues = any(host in url.lower() for host in ("github.com", "gitlab.com"))
-    return {"use_repository_button": bool(url), "use_issues_button": bool(url) and issues,
-            "use_edit_page_button": False, "use_source_button": False}
+    return {
+        "use_repository_button": bool(url),
+        "use_issues_button": bool(url) and issues,
+        "use_edit_page_button": False,
+        "use_source_button": False,
+    }
 
 
-def download_buttons(pathto, source_suffix: str, sourcename: str, notebook: str | None,
-                     learner: str | None, archive: bool = True) -> list[dict]:
+def download_buttons(
+    pathto, source_suffix: str, sourcename: str, notebook: str | None, learner: str | None, archive: bool = True
+) -> list[dict]:
     """Return the entries of a page's download menu, in the theme's button format.
 
     ``pathto`` makes a site path relative to the page; ``notebook`` is the page's notebook
@@ -176,28 +193,59 @@ def download_buttons(pathto, source_suffix: str, sourcename: str, notebook: str 
     """
     buttons = []
     if learner:
-        buttons.append({"type": "link", "url": pathto(learner, 1),
-                        "text": "Exercises notebook (.ipynb)",
-                        "tooltip": "The chapter with its exercises blank, to work in JupyterLab",
-                        "icon": "fas fa-pen", "label": "download-learner-notebook-button"})
+        buttons.append(
+            {
+                "type": "link",
+                "url": pathto(learner, 1),
+                "text": "Exercises notebook (.ipynb)",
+                "tooltip": "The chapter with its exercises blank, to work in JupyterLab",
+                "icon": "fas fa-pen",
+                "label": "download-learner-notebook-button",
+            }
+        )
     if notebook:
-        buttons.append({"type": "link", "url": f"{pathto('_sources', 1)}/{notebook}",
-                        "text": "Solved notebook (.ipynb)",
-                        "tooltip": "The chapter as this page shows it, executed",
-                        "icon": "fas fa-code", "label": "download-solved-notebook-button"})
+        buttons.append(
+            {
+                "type": "link",
+                "url": f"{pathto('_sources', 1)}/{notebook}",
+                "text": "Solved notebook (.ipynb)",
+                "tooltip": "The chapter as this page shows it, executed",
+                "icon": "fas fa-code",
+                "label": "download-solved-notebook-button",
+            }
+        )
     else:
-        buttons.append({"type": "link", "url": f"{pathto('_sources', 1)}/{sourcename}",
-                        "text": source_suffix, "tooltip": "Download source file",
-                        "icon": "fas fa-file", "label": "download-source-button"})
+        buttons.append(
+            {
+                "type": "link",
+                "url": f"{pathto('_sources', 1)}/{sourcename}",
+                "text": source_suffix,
+                "tooltip": "Download source file",
+                "icon": "fas fa-file",
+                "label": "download-source-button",
+            }
+        )
     if archive:
-        buttons.append({"type": "link", "url": pathto(f"{SITE_DIR}/{ARCHIVE_NAME}", 1),
-                        "text": "Course archive (.zip)",
-                        "tooltip": "Every notebook with exercises blank, and the package they"
-                                   " import",
-                        "icon": "fas fa-file-zipper", "label": "download-course-archive-button"})
-    buttons.append({"type": "javascript", "javascript": "window.print()",
-                    "text": "Print this page (.pdf)", "tooltip": "Print to PDF",
-                    "icon": "fas fa-file-pdf", "label": "download-pdf-button"})
+        buttons.append(
+            {
+                "type": "link",
+                "url": pathto(f"{SITE_DIR}/{ARCHIVE_NAME}", 1),
+                "text": "Course archive (.zip)",
+                "tooltip": "Every notebook with exercises blank, and the package they import",
+                "icon": "fas fa-file-zipper",
+                "label": "download-course-archive-button",
+            }
+        )
+    buttons.append(
+        {
+            "type": "javascript",
+            "javascript": "window.print()",
+            "text": "Print this page (.pdf)",
+            "tooltip": "Print to PDF",
+            "icon": "fas fa-file-pdf",
+            "label": "download-pdf-button",
+        }
+    )
     return buttons
 
 
@@ -217,8 +265,7 @@ def _switch_repository_buttons(app) -> None:
 def _download_menu(app, pagename, templatename, context, doctree) -> None:
     """Replace the theme's download menu (a notebook page's source, the solved notebook, under
     the name of the learner's; no archive) with ours."""
-    group = next((b for b in context.get("header_buttons", [])
-                  if b.get("label") == "download-buttons"), None)
+    group = next((b for b in context.get("header_buttons", []) if b.get("label") == "download-buttons"), None)
     if group is None:
         return
     # A notebook page's source is its notebook; a MyST-markdown notebook has one made for it.
@@ -227,10 +274,14 @@ def _download_menu(app, pagename, templatename, context, doctree) -> None:
     root, learner = _course_root(app), None
     if root and notebook and (root / "notebooks" / Path(notebook).name).is_file():
         learner = f"{SITE_DIR}/notebooks/{Path(notebook).name}"
-    group["buttons"] = download_buttons(context["pathto"], suffix, sourcename, notebook, learner,
-                                        archive=root is not None)
-    group["tooltip"] = ("Download this chapter's notebooks or the course archive" if notebook
-                        else "Download this page or the course archive")
+    group["buttons"] = download_buttons(
+        context["pathto"], suffix, sourcename, notebook, learner, archive=root is not None
+    )
+    group["tooltip"] = (
+        "Download this chapter's notebooks or the course archive"
+        if notebook
+        else "Download this page or the course archive"
+    )
 
 
 def _serve_course(app, exception) -> None:
@@ -248,7 +299,8 @@ def _serve_course(app, exception) -> None:
         write_atomic(site / "notebooks" / notebook.name, notebook.read_bytes())
     archive = pack(site / ARCHIVE_NAME, root)
     logging.getLogger(__name__).info(
-        f"course archive: {archive.relative_to(app.outdir)} ({archive.stat().st_size // 1024} KB)")
+        f"course archive: {archive.relative_to(app.outdir)} ({archive.stat().st_size // 1024} KB)"
+    )
 
 
 def setup(app):
@@ -261,13 +313,17 @@ def setup(app):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m minirlhf.course.archive",
-        description="Pack the course archive: the learner's notebooks, the package, and what"
-                    " `make lab` needs.")
-    parser.add_argument("out", nargs="?", default=ARCHIVE_NAME,
-                        help=f"the zip to write (default: {ARCHIVE_NAME}); a regular file there is replaced, "
-                             "anything else (a folder, a device, a pipe) is refused")
+        description="Pack the course archive: the learner's notebooks, the package, and what `make lab` needs.",
+    )
+    parser.add_argument(
+        "out",
+        nargs="?",
+        default=ARCHIVE_NAME,
+        help=f"the zip to write (default: {ARCHIVE_NAME}); a regular file there is replaced, "
+        "anything else (a folder, a device, a pipe) is refused",
+    )
     args = parser.parse_args(argv)
     problem = file_problem(args.out)  # before packing: never replace what is not a regular file
     if problem:

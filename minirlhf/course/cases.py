@@ -52,8 +52,21 @@ from .report import Report, describe
 from .safe_text import shorten
 from .sandbox import Call, call_safely, loss_gradients, require_grad
 
-__all__ = ["Case", "Raises", "Exercise", "Slip", "known_slip", "CaseResult", "MISTAKES", "NO_GRADIENT",
-           "judge", "raised", "run_case", "run_cases", "not_run"]
+__all__ = [
+    "Case",
+    "Raises",
+    "Exercise",
+    "Slip",
+    "known_slip",
+    "CaseResult",
+    "MISTAKES",
+    "NO_GRADIENT",
+    "judge",
+    "raised",
+    "run_case",
+    "run_cases",
+    "not_run",
+]
 
 
 # The mistakes a failure can carry. The comparators set the general ones; an exercise's slips
@@ -68,12 +81,15 @@ MISTAKES = {
     "not-a-tensor": "a Python or NumPy number where the contract asks for a torch tensor",
     "shape": "an array or tensor of the wrong shape",
     "not-averaged": "one value per item where the contract asks for their mean",
-    "nan": "NaN", "inf": "an infinity",
+    "nan": "NaN",
+    "inf": "an infinity",
     "no-grad": "a loss that carries no gradient",
     "grad": "a loss with the right value and the wrong gradient",
-    "missing-key": "a dict without a key of the contract", "extra-key": "a dict with a key too many",
+    "missing-key": "a dict without a key of the contract",
+    "extra-key": "a dict with a key too many",
     "opaque": "a value the checker cannot read",
-    "mutated": "an input changed in place", "error": "an exception",
+    "mutated": "an input changed in place",
+    "error": "an exception",
     "no-raise": "a value returned where the contract asks for an exception",
     "wrong-error": "an exception of another type than the contract asks for",
     "error-message": "the right exception, with a message that does not name what is wrong",
@@ -210,8 +226,9 @@ def judge(call: Call, case: Case, expect: Expect, reference: Callable | None = N
         return _judge_raise(call, case, case.expected)
     if call.kind != "ok":
         mistake = call.kind if call.kind in ("mutated", "error") else ""
-        return CaseResult(case, False, call.value, call.message, call.printed, call.n_printed, call.kind,
-                          call.seconds, mistake)
+        return CaseResult(
+            case, False, call.value, call.message, call.printed, call.n_printed, call.kind, call.seconds, mistake
+        )
     if isinstance(call.value, Opaque):
         bad = ("opaque", call.value.problem())
     else:
@@ -226,8 +243,7 @@ def judge(call: Call, case: Case, expect: Expect, reference: Callable | None = N
         if bad is None and expect.grad_wrt and reference is not None:
             bad = _grad_problem(call.grads, case, expect, reference)
     mistake, message = bad if bad is not None else ("", "")
-    return CaseResult(case, bad is None, call.value, message, call.printed, call.n_printed, "ok",
-                      call.seconds, mistake)
+    return CaseResult(case, bad is None, call.value, message, call.printed, call.n_printed, "ok", call.seconds, mistake)
 
 
 _RAISED = re.compile(r"raised ([\w.]+): (.*)\Z", re.S)  # the message call_safely writes for an exception
@@ -245,29 +261,51 @@ def raised(message: str) -> tuple[str, str] | None:
 
 def _judge_raise(call: Call, case: Case, want: Raises) -> CaseResult:
     """Judge a call whose case expects it to raise ``want``."""
+
     def result(passed: bool, mistake: str = "", message: str | None = None) -> CaseResult:
-        return CaseResult(case, passed, call.value, call.message if message is None else message,
-                          call.printed, call.n_printed, call.kind, call.seconds, mistake)
+        return CaseResult(
+            case,
+            passed,
+            call.value,
+            call.message if message is None else message,
+            call.printed,
+            call.n_printed,
+            call.kind,
+            call.seconds,
+            mistake,
+        )
 
     error = want.error.__name__
     naming = f" whose message names {want.mentions}" if want.mentions else ""
     if call.kind in ("todo", "timeout"):
         return result(False)
     if call.kind in ("ok", "mutated"):
-        return result(False, "no-raise", f"returned {describe(call.value, 60)}, but on this input the "
-                                         f"contract asks for a {error}{naming}: check the input and raise it")
+        return result(
+            False,
+            "no-raise",
+            f"returned {describe(call.value, 60)}, but on this input the "
+            f"contract asks for a {error}{naming}: check the input and raise it",
+        )
     what = raised(call.message) if call.kind == "error" else None
     if what is None:  # input(), exit(), a KeyboardInterrupt of its own, the reference: not a raise
         return result(False, "error")
     name, text = what
     if not want.accepts(name):
-        return result(False, "wrong-error", f"raised {name} ({shorten(text, 120)}), but on this input the "
-                                            f"contract asks for a {error}{naming}: check the input first and "
-                                            f"raise it yourself")
+        return result(
+            False,
+            "wrong-error",
+            f"raised {name} ({shorten(text, 120)}), but on this input the "
+            f"contract asks for a {error}{naming}: check the input first and "
+            f"raise it yourself",
+        )
     named = call.named if call.named is not None else want.mentions.lower() in text.lower()
     if not named:
-        return result(False, "error-message", f"raised {name} ({shorten(text, 120)}), but its message does "
-                                              f"not name {want.mentions}: say which argument is wrong")
+        return result(
+            False,
+            "error-message",
+            f"raised {name} ({shorten(text, 120)}), but its message does "
+            f"not name {want.mentions}: say which argument is wrong",
+        )
     return result(True, message="")
 
 
@@ -317,8 +355,9 @@ def _grad_gap(got, want) -> tuple | None:
     """None when two gradients agree, else (index, got, expected) at the largest gap. A missing
     gradient (no path to that input) counts as zeros."""
     w = np.asarray(want.detach().double().numpy() if want is not None else 0.0, dtype=float)
-    g = np.asarray(got.detach().double().numpy() if hasattr(got, "detach")
-                   else (got if got is not None else 0.0), dtype=float)
+    g = np.asarray(
+        got.detach().double().numpy() if hasattr(got, "detach") else (got if got is not None else 0.0), dtype=float
+    )
     if w.ndim and g.ndim and w.shape != g.shape:
         return (), math.nan, float(w.ravel()[0]) if w.size else math.nan
     g, w = np.broadcast_arrays(g, w)
@@ -345,8 +384,10 @@ def _grad_problem(grads, case: Case, expect: Expect, reference: Callable) -> tup
         return "no-grad", f"{NO_GRADIENT} (its gradient could not be read)"
     if all(g is None for g in grads.values()) and any(g is not None for g in want.values()):
         names = " and ".join(want)
-        return "no-grad", (f"{NO_GRADIENT} The value is right, but training moves the policy through the "
-                           f"gradient with respect to {names}, and this loss has none.")
+        return "no-grad", (
+            f"{NO_GRADIENT} The value is right, but training moves the policy through the "
+            f"gradient with respect to {names}, and this loss has none."
+        )
     for name in want:
         gap = _grad_gap(grads[name], want[name])
         if gap is None:
@@ -355,11 +396,13 @@ def _grad_problem(grads, case: Case, expect: Expect, reference: Callable) -> tup
         a, b = number_texts_apart(a, b)
         kind, says = _which_grad_slip(expect, grads, want, case)
         at = f" at {index_text(where)}" if where else ""
-        text = (f"the value is right, but the gradient with respect to {name} is not: {a}{at}, expected {b}")
+        text = f"the value is right, but the gradient with respect to {name} is not: {a}{at}, expected {b}"
         if kind or says:
             return kind or "grad", f"{text}; {says}"
-        return "grad", (f"{text}. A term built from a detached tensor (.detach(), .item(), old_logp in place "
-                        f"of new_logp) keeps its value and loses its gradient")
+        return "grad", (
+            f"{text}. A term built from a detached tensor (.detach(), .item(), old_logp in place "
+            f"of new_logp) keeps its value and loses its gradient"
+        )
     return None
 
 
@@ -408,8 +451,9 @@ def run_cases(fn: Callable, exercise: Exercise, cases=None) -> Report:
     """
     report = Report(exercise)
     if not callable(fn):
-        bad = CaseResult(Case({}, None, ""), False, fn,
-                         f"{exercise.name} is a {type(fn).__name__}, not a function", kind="error")
+        bad = CaseResult(
+            Case({}, None, ""), False, fn, f"{exercise.name} is a {type(fn).__name__}, not a function", kind="error"
+        )
         report.results.append(bad)
         return report
     timed_out = False
@@ -421,4 +465,3 @@ def run_cases(fn: Callable, exercise: Exercise, cases=None) -> Report:
         timed_out = result.kind == "timeout"
         report.results.append(result)
     return report
-

@@ -65,8 +65,10 @@ def preflight(name: str, fn: Callable) -> str:
     result = run_case(fn, Case(kwargs, expected, f"a batch of {RUN_BATCH}, the runs' size"), exercise)
     if result.passed:
         return ""
-    return (f"Your {name} is refused before the run: on a batch of {RUN_BATCH}, the runs' size, "
-            f"{shorten(printable(result.message), 400).rstrip('.')}.")
+    return (
+        f"Your {name} is refused before the run: on a batch of {RUN_BATCH}, the runs' size, "
+        f"{shorten(printable(result.message), 400).rstrip('.')}."
+    )
 
 
 def _bad_result(value, loss: bool) -> str:
@@ -97,8 +99,10 @@ def guard(name: str, fn: Callable, loss: bool | None = None) -> Callable:
         if bad:
             sizes = [getattr(a, "shape", None) for a in (*args, *kwargs.values())]
             batch = next((s[0] for s in sizes if s is not None and len(s)), math.nan)
-            raise YourFunctionStopped(f"your {name} {bad} on call {calls['n']} of the run (a batch of {batch}), "
-                                      "so the run is stopped: fix it, run its check, then this cell again")
+            raise YourFunctionStopped(
+                f"your {name} {bad} on call {calls['n']} of the run (a batch of {batch}), "
+                "so the run is stopped: fix it, run its check, then this cell again"
+            )
         return value
 
     return checked

@@ -96,11 +96,12 @@ def _float_problem(got, expected, what: str = "the result") -> tuple[str, str] |
         why = f" ({got.why})" if got.why else ""
         return "opaque", f"{what} is a {got.type_name}, which cannot be graded{why}"
     if isinstance(got, np.generic):
-        return "numpy-scalar", (f"{what} is a NumPy scalar ({type(got).__module__}.{type(got).__name__}); "
-                                "the contract asks for a Python float: wrap it in float(...)")
+        return "numpy-scalar", (
+            f"{what} is a NumPy scalar ({type(got).__module__}.{type(got).__name__}); "
+            "the contract asks for a Python float: wrap it in float(...)"
+        )
     if type(got).__module__.startswith("torch"):
-        return "type", (f"{what} is a torch tensor; the contract asks for a Python float: "
-                        "use float(...) or .item()")
+        return "type", (f"{what} is a torch tensor; the contract asks for a Python float: use float(...) or .item()")
     if got is None:
         return "type", f"{what} is None, expected a Python float{_MISSING_RETURN}"
     if isinstance(got, bool) or not isinstance(got, (int, float)):
@@ -128,8 +129,7 @@ class ExpectFloat2(Expect):
         if abs(got - expected) <= 1e-9:
             return None
         if round(got, 2) != got and abs(round(got, 2) - expected) <= 1e-9:
-            return "not-rounded", (f"{what} is {number_text(got)}, right but not rounded: "
-                                   "return round(value, 2)")
+            return "not-rounded", (f"{what} is {number_text(got)}, right but not rounded: return round(value, 2)")
         if abs(got + expected) <= 1e-9 and expected != 0:
             return "sign", f"{what} has the wrong sign: {number_text(got)}, expected {number_text(expected)}"
         return "value", f"{what} is {number_text(got)}, expected {number_text(expected)}"
@@ -165,16 +165,15 @@ class ExpectDict2(Expect):
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if not isinstance(got, dict):
             missing = _MISSING_RETURN if got is None else ""
-            return "type", (f"the result is {type_phrase(got)}, expected a dict with keys "
-                            f"{list(self.keys)}{missing}")
+            return "type", (f"the result is {type_phrase(got)}, expected a dict with keys {list(self.keys)}{missing}")
         missing = [k for k in self.keys if k not in got]
         if missing:
-            return "missing-key", (f"the dict has no key {missing[0]!r} "
-                                   f"(the contract's keys: {list(self.keys)})")
+            return "missing-key", (f"the dict has no key {missing[0]!r} (the contract's keys: {list(self.keys)})")
         extra = [k for k in got if k not in self.keys]
         if extra:
-            return "extra-key", (f"the dict has a key the contract does not have, {extra[0]!r} "
-                                 f"(its keys: {list(self.keys)})")
+            return "extra-key", (
+                f"the dict has a key the contract does not have, {extra[0]!r} (its keys: {list(self.keys)})"
+            )
         for k in self.keys:
             bad = self._one.diagnose(got[k], expected[k], what=str(k))
             if bad:
@@ -185,8 +184,9 @@ class ExpectDict2(Expect):
 class ExpectArray(Expect):
     """A NumPy array or torch tensor of the expected shape, close to the expected values."""
 
-    def __init__(self, atol: float = 1e-5, kind: str = "any", what: str | None = None,
-                 plural: bool | None = None, slips=()):
+    def __init__(
+        self, atol: float = 1e-5, kind: str = "any", what: str | None = None, plural: bool | None = None, slips=()
+    ):
         self.atol, self.kind = atol, kind  # kind: "numpy", "torch" or "any"
         self._named(what, plural, slips)
 
@@ -204,12 +204,15 @@ class ExpectArray(Expect):
         arr = np.asarray(got.detach().cpu().numpy() if is_torch else got, dtype=float)
         want = np.asarray(expected.detach().numpy() if hasattr(expected, "detach") else expected, dtype=float)
         if arr.shape != want.shape:
-            return "shape", (f"{what} {self._verb('has', 'have')} shape {tuple(arr.shape)}, "
-                             f"expected {tuple(want.shape)}")
+            return "shape", (
+                f"{what} {self._verb('has', 'have')} shape {tuple(arr.shape)}, expected {tuple(want.shape)}"
+            )
         if np.isnan(arr).any():
             where = index_text(np.argwhere(np.isnan(arr))[0]) if arr.ndim else ""
-            return "nan", (f"{what} {self._verb('holds', 'hold')} NaN{' at ' + where if where else ''}: "
-                           "look for a 0/0, a log of 0, or an empty mean")
+            return "nan", (
+                f"{what} {self._verb('holds', 'hold')} NaN{' at ' + where if where else ''}: "
+                "look for a 0/0, a log of 0, or an empty mean"
+            )
         gap = np.abs(arr - want)
         if not (gap <= self.atol).all():
             worst = np.unravel_index(int(np.argmax(np.where(np.isnan(gap), np.inf, gap))), arr.shape)
@@ -217,8 +220,10 @@ class ExpectArray(Expect):
             if not arr.ndim:
                 return "value", f"{what} {is_} {a}, expected {b}"
             off, n = int((~(gap <= self.atol)).sum()), arr.size
-            return "value", (f"{what} {self._verb('differs', 'differ')} in {off} of {n} places; the largest "
-                             f"gap is at {index_text(worst)}: {a}, expected {b}")
+            return "value", (
+                f"{what} {self._verb('differs', 'differ')} in {off} of {n} places; the largest "
+                f"gap is at {index_text(worst)}: {a}, expected {b}"
+            )
         return None
 
 
@@ -234,22 +239,34 @@ class ExpectScalarTensor(ExpectArray):
     from) and, with ``sign_hint``, the objective returned in place of the loss.
     """
 
-    def __init__(self, atol: float = 1e-4, per: str = "position", why_inf: str = "",
-                 sign_hint: str = "", what: str = "the loss", slips=(), grad_wrt=()):
+    def __init__(
+        self,
+        atol: float = 1e-4,
+        per: str = "position",
+        why_inf: str = "",
+        sign_hint: str = "",
+        what: str = "the loss",
+        slips=(),
+        grad_wrt=(),
+    ):
         super().__init__(atol=atol, kind="torch", what=what, plural=False, slips=slips)
         self.per, self.why_inf, self.sign_hint = per, why_inf, sign_hint
         self.grad_wrt = tuple(grad_wrt)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if isinstance(got, (float, int, np.generic)) and not isinstance(got, bool):
-            return "not-a-tensor", (f"the result is {type_phrase(got)}; return {self.what} as a torch tensor "
-                                    "(no .item() or float(): the tensor carries the gradient that training "
-                                    "needs)")
+            return "not-a-tensor", (
+                f"the result is {type_phrase(got)}; return {self.what} as a torch tensor "
+                "(no .item() or float(): the tensor carries the gradient that training "
+                "needs)"
+            )
         if not (type(got).__module__.startswith("torch") and hasattr(got, "detach")):
             return super().diagnose(got, expected)
         if tuple(got.shape) != ():
-            return "not-averaged", (f"{self.what} has shape {tuple(got.shape)}, expected a single number "
-                                    f"(a 0-d tensor): one value per {self.per} still has to be averaged")
+            return "not-averaged", (
+                f"{self.what} has shape {tuple(got.shape)}, expected a single number "
+                f"(a 0-d tensor): one value per {self.per} still has to be averaged"
+            )
         value, want = float(got.detach().double()), float(expected)
         if math.isinf(value):
             return "inf", f"{self.what} is infinite" + (f": {self.why_inf}" if self.why_inf else "")
@@ -260,5 +277,6 @@ class ExpectScalarTensor(ExpectArray):
         a, b = number_texts_apart(value, want)
         if abs(value + want) <= self.atol:
             return "sign", f"{self.what} has the wrong sign: {a}, expected {b}" + (
-                f"; {self.sign_hint}" if self.sign_hint else "")
+                f"; {self.sign_hint}" if self.sign_hint else ""
+            )
         return "value", f"{self.what} is {a}, expected {b} (off by {abs(value - want):.4g})"

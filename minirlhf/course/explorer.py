@@ -62,8 +62,20 @@ import numpy as np
 
 from .frontend import building_book, recording_book_forms
 
-__all__ = ["explore", "explorer_html", "live_explorer", "figure_png", "render", "Rendered", "show_figure",
-           "DPI", "CSS_PPI", "PHONE_MEDIA", "BOOK_KEY", "book_notebook"]
+__all__ = [
+    "explore",
+    "explorer_html",
+    "live_explorer",
+    "figure_png",
+    "render",
+    "Rendered",
+    "show_figure",
+    "DPI",
+    "CSS_PPI",
+    "PHONE_MEDIA",
+    "BOOK_KEY",
+    "book_notebook",
+]
 
 BOOK_KEY = "minirlhf/book"  # an output's metadata key for the form the book shows
 DPI = 200  # pixels per inch of every rendered figure: twice what it is shown at
@@ -101,8 +113,7 @@ def _axes(grids, default, labels, fmt) -> list[_Axis]:
             values = tuple(v.item() if isinstance(v, np.generic) else v for v in values)
         if not values:
             raise ValueError(f"grids: the grid for {name!r} is empty")
-        texts = tuple(v if isinstance(v, str) else fmt.format(v) if isinstance(fmt, str) else fmt(v)
-                      for v in values)
+        texts = tuple(v if isinstance(v, str) else fmt.format(v) if isinstance(fmt, str) else fmt(v) for v in values)
         if len(set(texts)) != len(texts):
             raise ValueError(f"grids: two values of {name!r} print the same with fmt; use a finer fmt")
         start = 0
@@ -147,8 +158,9 @@ def _smallest_font(fig) -> float:
     """Return the smallest font size (points) of the visible, non-empty text of a drawn figure."""
     from matplotlib.text import Text
 
-    sizes = [t.get_fontsize() for t in fig.findobj(Text)
-             if t.get_visible() and t.get_text().strip() and t.get_alpha() != 0]
+    sizes = [
+        t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and t.get_alpha() != 0
+    ]
     return float(min(sizes)) if sizes else float("inf")
 
 
@@ -156,7 +168,6 @@ def render(fig, dpi: int = DPI) -> Rendered:
     """Return ``fig`` rendered (PNG bytes without timestamp or software tag, so reproducible),
     its size in inches and its smallest font, and close the figure."""
     import matplotlib.pyplot as plt
-
     from PIL import Image
 
     buf = io.BytesIO()
@@ -183,8 +194,10 @@ def figure_png(fig, dpi: int = DPI) -> bytes:
 
 def _img_attrs(wide: Rendered, narrow: Rendered | None) -> str:
     """The <img> attributes every figure carries: its CSS size and what the browser test reads."""
-    attrs = (f'width="{wide.css_width}" height="{wide.css_height}" '
-             f'data-width-in="{wide.width_in:g}" data-min-font-pt="{wide.min_font_pt:g}"')
+    attrs = (
+        f'width="{wide.css_width}" height="{wide.css_height}" '
+        f'data-width-in="{wide.width_in:g}" data-min-font-pt="{wide.min_font_pt:g}"'
+    )
     if narrow is not None:
         attrs += f' data-narrow-width-in="{narrow.width_in:g}" data-narrow-min-font-pt="{narrow.min_font_pt:g}"'
     return attrs
@@ -195,11 +208,15 @@ def _picture(uid: str | None, wide: Rendered, narrow: Rendered | None, alt: str)
     ids = (f' id="{uid}-src"', f' id="{uid}-img"') if uid else ("", "")
     source = ""
     if narrow is not None:
-        source = (f'<source{ids[0]} media="{PHONE_MEDIA}" srcset="data:image/png;base64,{narrow.b64()}" '
-                  f'width="{narrow.css_width}" height="{narrow.css_height}">')
-    return (f"<picture>{source}<img{ids[1]} src=\"data:image/png;base64,{wide.b64()}\" "
-            f'alt="{html.escape(alt)}" {_img_attrs(wide, narrow)} '
-            f'style="max-width:100%;height:auto;display:block"></picture>')
+        source = (
+            f'<source{ids[0]} media="{PHONE_MEDIA}" srcset="data:image/png;base64,{narrow.b64()}" '
+            f'width="{narrow.css_width}" height="{narrow.css_height}">'
+        )
+    return (
+        f'<picture>{source}<img{ids[1]} src="data:image/png;base64,{wide.b64()}" '
+        f'alt="{html.escape(alt)}" {_img_attrs(wide, narrow)} '
+        f'style="max-width:100%;height:auto;display:block"></picture>'
+    )
 
 
 def _takes_narrow(draw: Callable) -> bool:
@@ -233,9 +250,18 @@ def _grid_points(axes: list[_Axis]):
         yield flat, params, texts
 
 
-def explorer_html(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping | None = None,
-                  labels: Mapping[str, str] | None = None, fmt="{:g}", alt=None, key: str = "",
-                  dpi: int = DPI, caption: str | None = None) -> str:
+def explorer_html(
+    draw: Callable,
+    grids: Mapping[str, Sequence],
+    *,
+    default: Mapping | None = None,
+    labels: Mapping[str, str] | None = None,
+    fmt="{:g}",
+    alt=None,
+    key: str = "",
+    dpi: int = DPI,
+    caption: str | None = None,
+) -> str:
     """Return the book's self-contained HTML: range sliders, value labels, the default frame
     as an ``<img>`` with alt text, and inline JavaScript that swaps frames (one per grid point)."""
     axes = _axes(grids, default, labels, fmt)
@@ -298,8 +324,9 @@ def explorer_html(draw: Callable, grids: Mapping[str, Sequence], *, default: Map
     narrow_meta = None
     if narrow:
         first_small = narrow_frames[start]
-        narrow_meta = Rendered(first_small.png, first_small.width_in, first_small.height_in,
-                               min(r.min_font_pt for r in narrow_frames))
+        narrow_meta = Rendered(
+            first_small.png, first_small.width_in, first_small.height_in, min(r.min_font_pt for r in narrow_frames)
+        )
     figure = _picture(uid, wide_meta, narrow_meta, alts[start])
     cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
     return (
@@ -321,12 +348,19 @@ class _LiveExplorer:
         self._cache: dict[tuple, Rendered] = {}
         self.sliders = []
         for a in axes:
-            common = {"options": list(zip(a.texts, range(len(a.values)))), "value": a.start,
-                      "description": a.label, "style": {"description_width": "initial"}}
+            common = {
+                "options": list(zip(a.texts, range(len(a.values)))),
+                "value": a.start,
+                "description": a.label,
+                "style": {"description_width": "initial"},
+            }
             self.sliders.append(
-                widgets.ToggleButtons(**common) if all(isinstance(v, str) for v in a.values) else
-                widgets.SelectionSlider(**common, continuous_update=continuous_update,
-                                        layout=widgets.Layout(width="28em")))
+                widgets.ToggleButtons(**common)
+                if all(isinstance(v, str) for v in a.values)
+                else widgets.SelectionSlider(
+                    **common, continuous_update=continuous_update, layout=widgets.Layout(width="28em")
+                )
+            )
         self.status = widgets.Label()
         self.output = widgets.Output()
         self.widget = widgets.VBox([*self.sliders, self.status, self.output])
@@ -347,12 +381,13 @@ class _LiveExplorer:
             self.status.value = ""
         # Set the Output widget's state directly (no display messages): the figure never leaks
         # into the cell's own outputs, whatever front end runs the notebook.
-        self.output.outputs = ({
-            "output_type": "display_data",
-            "data": {"image/png": self._cache[idx].b64(),
-                     "text/plain": _alt_text(self._alt, params, texts)},
-            "metadata": {"image/png": {"width": self._cache[idx].css_width}},
-        },)
+        self.output.outputs = (
+            {
+                "output_type": "display_data",
+                "data": {"image/png": self._cache[idx].b64(), "text/plain": _alt_text(self._alt, params, texts)},
+                "metadata": {"image/png": {"width": self._cache[idx].css_width}},
+            },
+        )
 
     def describe(self) -> str:
         """Return a one-line text form: what the sliders move over (stable, for nbval)."""
@@ -365,9 +400,17 @@ class _LiveExplorer:
         return bundle
 
 
-def live_explorer(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping | None = None,
-                  labels: Mapping[str, str] | None = None, fmt="{:g}", alt=None, dpi: int = DPI,
-                  continuous_update: bool = True) -> _LiveExplorer:
+def live_explorer(
+    draw: Callable,
+    grids: Mapping[str, Sequence],
+    *,
+    default: Mapping | None = None,
+    labels: Mapping[str, str] | None = None,
+    fmt="{:g}",
+    alt=None,
+    dpi: int = DPI,
+    continuous_update: bool = True,
+) -> _LiveExplorer:
     """Return the JupyterLab explorer (display it to show it): one ipywidgets slider per grid
     and the figure, redrawn when a slider moves."""
     return _LiveExplorer(draw, _axes(grids, default, labels, fmt), alt, dpi, continuous_update)
@@ -391,10 +434,20 @@ class _LiveWithBook:
         return self.live._repr_mimebundle_(**kwargs), {BOOK_KEY: self.book._repr_mimebundle_()}
 
 
-def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping | None = None,
-            labels: Mapping[str, str] | None = None, fmt="{:g}", alt=None, key: str = "",
-            dpi: int = DPI, continuous_update: bool = True, caption: str | None = None,
-            book_grids: Mapping[str, Sequence] | None = None) -> None:
+def explore(
+    draw: Callable,
+    grids: Mapping[str, Sequence],
+    *,
+    default: Mapping | None = None,
+    labels: Mapping[str, str] | None = None,
+    fmt="{:g}",
+    alt=None,
+    key: str = "",
+    dpi: int = DPI,
+    continuous_update: bool = True,
+    caption: str | None = None,
+    book_grids: Mapping[str, Sequence] | None = None,
+) -> None:
     """Show ``draw(**params)`` behind one slider per grid (one or two grids); returns None.
 
     Parameters
@@ -432,15 +485,17 @@ def explore(draw: Callable, grids: Mapping[str, Sequence], *, default: Mapping |
     book_grids = grids if book_grids is None else book_grids
 
     def live():
-        return live_explorer(draw, grids, default=default, labels=labels, fmt=fmt, alt=alt, dpi=dpi,
-                             continuous_update=continuous_update)
+        return live_explorer(
+            draw, grids, default=default, labels=labels, fmt=fmt, alt=alt, dpi=dpi, continuous_update=continuous_update
+        )
 
     if not (building_book() or recording_book_forms()):
         display(live())  # a learner's run: the book's frames would never be seen
         return
     axes = _axes(book_grids, default, labels, fmt)
-    page = explorer_html(draw, book_grids, default=default, labels=labels, fmt=fmt, alt=alt, key=key, dpi=dpi,
-                         caption=caption)
+    page = explorer_html(
+        draw, book_grids, default=default, labels=labels, fmt=fmt, alt=alt, key=key, dpi=dpi, caption=caption
+    )
     n = int(np.prod([len(a.values) for a in axes]))
     summary = f"Explorer with {n} precomputed frames over " + ", ".join(a.name for a in axes) + "."
     static = _StaticExplorer(page, summary)
@@ -453,8 +508,10 @@ class _StaticFigure:
 
     def _book(self) -> dict:
         cap = f"<figcaption>{html.escape(self.caption)}</figcaption>" if self.caption else ""
-        page = (f'<figure class="mr-figure" style="margin:0.5em 0 1em 0">'
-                f"{_picture(None, self.wide, self.narrow, self.alt)}{cap}</figure>")
+        page = (
+            f'<figure class="mr-figure" style="margin:0.5em 0 1em 0">'
+            f"{_picture(None, self.wide, self.narrow, self.alt)}{cap}</figure>"
+        )
         return {"text/html": page, "text/plain": self.alt}
 
     def _repr_mimebundle_(self, **kwargs):
@@ -475,8 +532,8 @@ def show_figure(fig, alt: str, caption: str | None = None, dpi: int = DPI, narro
     ``fig`` is a Figure, or a function ``draw(narrow=False) -> Figure``. The book also shows a
     narrow rendering on a phone: ``draw(narrow=True)``, or the Figure given as ``narrow``.
     """
-    from IPython.display import display
     import matplotlib.pyplot as plt
+    from IPython.display import display
 
     small = None
     for_book = building_book() or recording_book_forms()  # only the book shows the narrow one

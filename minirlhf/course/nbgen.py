@@ -41,7 +41,6 @@ code cell changed.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -53,7 +52,7 @@ from pathlib import Path
 
 import nbformat
 
-from .. import paths
+from .. import cli, paths
 from ..paths import ROOT, write_atomic
 from . import answers
 from .frontend import BOOK_BUILD_ENV, RECORDING_ENV
@@ -77,9 +76,15 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 
 def language_info() -> dict:
     """Return the ``language_info`` ipykernel reports for the Python that runs this."""
-    return {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
-            "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
-            "pygments_lexer": "ipython3", "version": platform.python_version()}
+    return {
+        "codemirror_mode": {"name": "ipython", "version": 3},
+        "file_extension": ".py",
+        "mimetype": "text/x-python",
+        "name": "python",
+        "nbconvert_exporter": "python",
+        "pygments_lexer": "ipython3",
+        "version": platform.python_version(),
+    }
 
 
 def parse(text: str, origin: str = "<source>") -> list[dict]:
@@ -96,8 +101,13 @@ def parse(text: str, origin: str = "<source>") -> list[dict]:
                 raise ValueError(f"{origin}:{number}: unknown cell kind [{kind}]")
             tags_match = _TAGS.search(rest)
             tags = json.loads(tags_match.group(1)) if tags_match else []
-            current = {"kind": kind, "lines": [], "tags": tags,
-                       "arg": kind_match["arg"] if kind_match else "", "line": number}
+            current = {
+                "kind": kind,
+                "lines": [],
+                "tags": tags,
+                "arg": kind_match["arg"] if kind_match else "",
+                "line": number,
+            }
             cells.append(current)
         elif current is None:
             if line.strip() and not line.startswith("#"):
@@ -111,7 +121,7 @@ def parse(text: str, origin: str = "<source>") -> list[dict]:
         while lines and not lines[0].strip():
             lines.pop(0)
         if cell["kind"] == "markdown":
-            lines = [_unquote(l, origin, cell["line"]) for l in lines]
+            lines = [_unquote(text, origin, cell["line"]) for text in lines]
         cell["source"] = "\n".join(lines)
     return cells
 
@@ -146,7 +156,7 @@ def strip_solutions(source: str) -> str:
 
 
 def drop_markers(source: str) -> str:
-    return "\n".join(l for l in source.splitlines() if l.strip() not in (_BEGIN, _END))
+    return "\n".join(text for text in source.splitlines() if text.strip() not in (_BEGIN, _END))
 
 
 def hints_markdown(name: str) -> str:
@@ -172,8 +182,13 @@ def _answers_numbers(cells: list[dict], number: int) -> bool:
     notebook such a cell starts with ``%%worked_answer``, which folds its output on "Run all"."""
     cell = cells[number]
     before = cells[number - 1] if number else None
-    return (cell["kind"] == "code" and "hide-input" in cell["tags"] and before is not None
-            and before["kind"] == "markdown" and 'class="answer"' in before["source"])
+    return (
+        cell["kind"] == "code"
+        and "hide-input" in cell["tags"]
+        and before is not None
+        and before["kind"] == "markdown"
+        and 'class="answer"' in before["source"]
+    )
 
 
 def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
@@ -204,8 +219,7 @@ def build(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
                 new.metadata["mystnb"] = dict(SOLUTION_PROMPTS)
         if tags:
             new.metadata["tags"] = tags
-        if (cell["kind"] == "hints" and not learner and nb.cells
-                and "mystnb" in nb.cells[-1].metadata):
+        if cell["kind"] == "hints" and not learner and nb.cells and "mystnb" in nb.cells[-1].metadata:
             # In the book the hints come before the solution's "Show the solution" toggle, so a
             # reader opening the dropdowns in order meets the nudges before the answer.
             nb.cells.insert(len(nb.cells) - 1, new)
@@ -246,8 +260,11 @@ def learner_work(path: Path, blank: nbformat.NotebookNode) -> str:
     if cells_digest(nb) in (recorded, cells_digest(blank)):
         return ""
     mine, new = nb.cells, blank.cells
-    changed = [i + 1 for i in range(max(len(mine), len(new)))
-               if i >= len(mine) or i >= len(new) or mine[i].get("source") != new[i].get("source")]
+    changed = [
+        i + 1
+        for i in range(max(len(mine), len(new)))
+        if i >= len(mine) or i >= len(new) or mine[i].get("source") != new[i].get("source")
+    ]
     shown = ", ".join(map(str, changed[:8])) + (", ..." if len(changed) > 8 else "")
     return f"{len(changed)} of its cells differ from the blank notebook (cell{'s' if len(changed) > 1 else ''} {shown})"
 
@@ -268,8 +285,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbforma
     """Execute ``nb`` in a fresh kernel with ``cwd`` as working directory; raise on error."""
     from nbclient import NotebookClient
 
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}})
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
     # The kernel records each figure's and slider's book form too (frontend.recording_book_forms).
     env = dict(os.environ, **{RECORDING_ENV: "1"})
     env.pop(BOOK_BUILD_ENV, None)
@@ -312,8 +328,9 @@ def keep_outputs(solution: nbformat.NotebookNode, recorded_path: Path) -> nbform
     mine = [c for c in solution.cells if c.cell_type == "code"]
     theirs = [c for c in recorded.cells if c.cell_type == "code"]
     if len(mine) != len(theirs):
-        raise ValueError(f"{recorded_path.name}: {len(mine)} code cells in the source, {len(theirs)} recorded; "
-                         "execute it again")
+        raise ValueError(
+            f"{recorded_path.name}: {len(mine)} code cells in the source, {len(theirs)} recorded; execute it again"
+        )
     for i, (a, b) in enumerate(zip(mine, theirs)):
         if a.source != b.source and not _same_program(a.source, b.source):
             raise ValueError(f"{recorded_path.name}: code cell {i} changed since it was executed; execute it again")
@@ -341,9 +358,11 @@ def generate(source: Path, run: bool = True, prose_only: bool = False, force: bo
             raise paths.NotRegularFile(problem)
     work = learner_work(target, learner)
     if work and not force:
-        said = (f"left {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} as it is: {work}; "
-                f"to replace it by the blank all the same, run `python -m minirlhf.course.nbgen "
-                f"{source.stem[:2]} --force` (a copy of it is kept in {paths.KEPT.name}/ first)")
+        said = (
+            f"left {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} as it is: {work}; "
+            f"to replace it by the blank all the same, run `python -m minirlhf.course.nbgen "
+            f"{source.stem[:2]} --force` (a copy of it is kept in {paths.KEPT.name}/ first)"
+        )
     else:
         if work:
             said = f"replaced {target.name} ({work}); your version is kept in {keep_backup(target)}"
@@ -358,13 +377,19 @@ def generate(source: Path, run: bool = True, prose_only: bool = False, force: bo
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m minirlhf.course.nbgen", description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", help="chapter prefixes such as 01 (default: all)")
     parser.add_argument("--no-execute", action="store_true", help="write the solutions without running them")
-    parser.add_argument("--prose-only", action="store_true",
-                        help="after editing only markdown: keep the recorded outputs (refused when code changed)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a learner notebook that holds edits, after keeping a copy in kept/")
+    parser.add_argument(
+        "--prose-only",
+        action="store_true",
+        help="after editing only markdown: keep the recorded outputs (refused when code changed)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a learner notebook that holds edits, after keeping a copy in kept/",
+    )
     args = parser.parse_args(argv)
     found = sources(args.chapters)
     if not found:

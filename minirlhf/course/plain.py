@@ -29,6 +29,7 @@ __all__ = ["Opaque", "to_plain", "from_plain", "round_trip", "RETURN_CAP", "clas
 RETURN_CAP = 10_000  # numbers (and characters of text) a returned value may hold; no answer needs more
 _MAX_DEPTH = 32  # levels of nesting of a returned value
 
+
 class Opaque:
     """A returned value that is not plain data and so cannot be graded: its type's name, why,
     and a short text for the report. Made from the type alone: no method of the value runs."""
@@ -48,12 +49,37 @@ class Opaque:
         return f"Opaque({self.type_name!r}, why={self.why!r})"
 
 
-_PLAIN_WHY = ("the grader takes numbers, strings, None, lists, tuples, dicts, NumPy arrays and torch "
-              "tensors")
-_NUMPY_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                 "float16", "float32", "float64", "complex64", "complex128"}
-_TORCH_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16", "float32",
-                 "float64", "complex64", "complex128"}
+_PLAIN_WHY = "the grader takes numbers, strings, None, lists, tuples, dicts, NumPy arrays and torch tensors"
+_NUMPY_DTYPES = {
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+}
+_TORCH_DTYPES = {
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+}
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -130,14 +156,16 @@ class _Encoder:
                 pairs.append([self.encode(k, depth + 1), self.encode(v, depth + 1)])
             return {"dict": pairs}
         if issubclass(kind, float) and not issubclass(kind, np.generic):
-            return _opaque_plain(x, "a subclass of float; the contract asks for a plain Python float: "
-                                    "float(...)", text=float.__repr__(x))
+            return _opaque_plain(
+                x, "a subclass of float; the contract asks for a plain Python float: float(...)", text=float.__repr__(x)
+            )
         if issubclass(kind, (int, str, complex)):
             base = next(b for b in (int, str, complex) if issubclass(kind, b))
             return _opaque_plain(x, f"a subclass of {base.__name__}; return a plain {base.__name__}")
         if issubclass(kind, np.generic):
-            return _opaque_plain(x, f"a NumPy scalar of dtype {np.dtype(kind).name}"
-                                    if class_module(kind) == "numpy" else _PLAIN_WHY)
+            return _opaque_plain(
+                x, f"a NumPy scalar of dtype {np.dtype(kind).name}" if class_module(kind) == "numpy" else _PLAIN_WHY
+            )
         torch = sys.modules.get("torch")
         if torch is not None and kind in (torch.Tensor, torch.nn.Parameter):
             return self.tensor(x, torch)
@@ -148,25 +176,28 @@ class _Encoder:
         if dtype not in _NUMPY_DTYPES:
             return _opaque_plain(x, f"a NumPy array of dtype {dtype}")
         self.spend(x.size * (2 if x.dtype.kind == "c" else 1))
-        return {"ndarray": dtype, "shape": list(x.shape),
-                "data": [self.number(v) for v in x.ravel().tolist()]}
+        return {"ndarray": dtype, "shape": list(x.shape), "data": [self.number(v) for v in x.ravel().tolist()]}
 
     def tensor(self, x, torch):
         dtype = str(x.dtype).removeprefix("torch.")
         if dtype not in _TORCH_DTYPES or x.layout != torch.strided or x.is_meta:
-            return _opaque_plain(x, f"a torch tensor of dtype {dtype}, layout "
-                                    f"{str(x.layout).removeprefix('torch.')}, device {x.device}")
+            return _opaque_plain(
+                x, f"a torch tensor of dtype {dtype}, layout {str(x.layout).removeprefix('torch.')}, device {x.device}"
+            )
         self.spend(x.numel() * (2 if x.is_complex() else 1))
         flat = x.detach().cpu().reshape(-1).tolist()
-        return {"tensor": dtype, "shape": list(x.shape), "data": [self.number(v) for v in flat],
-                "requires_grad": bool(x.requires_grad)}
+        return {
+            "tensor": dtype,
+            "shape": list(x.shape),
+            "data": [self.number(v) for v in flat],
+            "requires_grad": bool(x.requires_grad),
+        }
 
 
 def _opaque_plain(x, why: str, text: str = "") -> dict:
     kind = type(x)
     name, module = class_name(kind), class_module(kind)
-    return {"opaque": name, "module": module if type(module) is str else "", "why": why,
-            "text": text or f"<{name}>"}
+    return {"opaque": name, "module": module if type(module) is str else "", "why": why, "text": text or f"<{name}>"}
 
 
 def to_plain(value, cap: int = RETURN_CAP):
@@ -179,8 +210,9 @@ def to_plain(value, cap: int = RETURN_CAP):
     try:
         return _Encoder(cap).encode(value)
     except _TooBig:
-        return _opaque_plain(value, f"it holds more than {cap:,} numbers or characters; the grader takes "
-                                    f"at most {cap:,}")
+        return _opaque_plain(
+            value, f"it holds more than {cap:,} numbers or characters; the grader takes at most {cap:,}"
+        )
     except RecursionError:
         return _opaque_plain(value, f"nested more than {_MAX_DEPTH} levels deep")
     except BaseException as exc:  # a broken array or tensor
@@ -269,19 +301,27 @@ class _Decoder:
             dtype = np.dtype(node["ndarray"])
             data = self.elements(node, _kind_of(dtype.kind))
             return np.array(data, dtype=dtype).reshape(node["shape"])
-        if (tag == "tensor" and fields == {"tensor", "shape", "data", "requires_grad"}
-                and node["tensor"] in _TORCH_DTYPES and type(node["requires_grad"]) is bool):
+        if (
+            tag == "tensor"
+            and fields == {"tensor", "shape", "data", "requires_grad"}
+            and node["tensor"] in _TORCH_DTYPES
+            and type(node["requires_grad"]) is bool
+        ):
             import torch
 
             dtype = getattr(torch, node["tensor"])
             probe = torch.empty((), dtype=dtype)
-            kind = ("b" if dtype == torch.bool else "c" if probe.is_complex()
-                    else "f" if probe.is_floating_point() else "i")
+            kind = (
+                "b" if dtype == torch.bool else "c" if probe.is_complex() else "f" if probe.is_floating_point() else "i"
+            )
             data = self.elements(node, kind)
             tensor = torch.tensor(data, dtype=dtype).reshape(node["shape"])
             return tensor.requires_grad_(True) if node["requires_grad"] and kind in "fc" else tensor
-        if (tag == "opaque" and fields == {"opaque", "module", "why", "text"}
-                and all(type(node[k]) is str for k in fields)):
+        if (
+            tag == "opaque"
+            and fields == {"opaque", "module", "why", "text"}
+            and all(type(node[k]) is str for k in fields)
+        ):
             return Opaque(node["opaque"], node["module"], node["why"], node["text"])
         raise ValueError(f"an unknown or malformed tag {shorten(str(tag), 20)!r}")
 

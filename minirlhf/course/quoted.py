@@ -25,9 +25,11 @@ entry) and when a chapter declares the same number twice.
 from __future__ import annotations
 
 QUOTED: list[tuple[str, str, str]] = [
-    ("08_grpo", "1.155",
-     "exercise 8.1's contract example, worked by hand: the sample standard deviation of the "
-     "rewards (2, 4, 4, 2), sqrt(4/3)"),
-    ("08_grpo", "0.184",
-     "exercise 8.2's contract example, worked by hand: beta 0.5 times k3 = e^-1, about 0.368"),
+    (
+        "08_grpo",
+        "1.155",
+        "exercise 8.1's contract example, worked by hand: the sample standard deviation of the "
+        "rewards (2, 4, 4, 2), sqrt(4/3)",
+    ),
+    ("08_grpo", "0.184", "exercise 8.2's contract example, worked by hand: beta 0.5 times k3 = e^-1, about 0.368"),
 ]

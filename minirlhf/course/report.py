@@ -24,8 +24,7 @@ from .safe_text import printable, shorten
 if TYPE_CHECKING:  # cases.py imports this module
     from .cases import CaseResult, Exercise
 
-__all__ = ["Report", "next_hint", "describe", "describe_kwargs", "failure_lines", "wrap", "STATE_STYLE",
-           "REPORT_WIDTH"]
+__all__ = ["Report", "next_hint", "describe", "describe_kwargs", "failure_lines", "wrap", "STATE_STYLE", "REPORT_WIDTH"]
 
 REPORT_WIDTH = 77  # characters per line of the text report (what a notebook prints)
 
@@ -120,8 +119,14 @@ class Report:
         number, text = self.hint()
         hints = self.exercise.hints
         if text and number == len(hints) > 1 and self.seen < 1:
-            return 0, "", (f"Hint {number} of {number} (nearly the answer) shows here if the check fails "
-                           "the same way again; the hints above open one at a time.")
+            return (
+                0,
+                "",
+                (
+                    f"Hint {number} of {number} (nearly the answer) shows here if the check fails "
+                    "the same way again; the hints above open one at a time."
+                ),
+            )
         return number, text, ""
 
     @property
@@ -129,8 +134,14 @@ class Report:
         """The mistake the hint is about: that of the first failure whose mistake the exercise
         ties to a hint, or "" when no failure's mistake has one."""
         hints, hint_for = self.exercise.hints, self.exercise.hint_for
-        return next((r.mistake for r in self.results if not r.passed and r.mistake
-                     and 1 <= hint_for.get(r.mistake, 0) <= len(hints)), "")
+        return next(
+            (
+                r.mistake
+                for r in self.results
+                if not r.passed and r.mistake and 1 <= hint_for.get(r.mistake, 0) <= len(hints)
+            ),
+            "",
+        )
 
     def _shown_failures(self, at_most: int = 3) -> tuple[list, int, int]:
         """Return (failures to show with their case numbers, failures not shown, cases not run)."""
@@ -183,45 +194,58 @@ class Report:
     def _repr_html_(self) -> str:
         state = self.state
         color, word = STATE_STYLE[state]
-        badge = (f'<span style="background:{color};color:#fff;font-weight:bold;padding:0 0.4em;'
-                 f'border-radius:3px">{word}</span>')
+        badge = (
+            f'<span style="background:{color};color:#fff;font-weight:bold;padding:0 0.4em;'
+            f'border-radius:3px">{word}</span>'
+        )
         head = html.escape(self.summary()).replace(
-            html.escape(self.exercise.name), f"<code>{html.escape(self.exercise.name)}</code>", 1)
-        out = [f'<div class="mr-check mr-{state}" style="border-left:4px solid {color};'
-               f'padding:0.1em 0.8em;margin:0.3em 0">',
-               f'<p style="margin:0.3em 0">{badge} {head}</p>']
+            html.escape(self.exercise.name), f"<code>{html.escape(self.exercise.name)}</code>", 1
+        )
+        out = [
+            f'<div class="mr-check mr-{state}" style="border-left:4px solid {color};'
+            f'padding:0.1em 0.8em;margin:0.3em 0">',
+            f'<p style="margin:0.3em 0">{badge} {head}</p>',
+        ]
         if state == "fail":
             shown, more, not_run = self._shown_failures()
             cell = 'style="text-align:left;vertical-align:top;padding:0.15em 0.6em"'
-            heads = "".join(f"<th {cell}>{h}</th>"
-                            for h in ("case", "input", "expected", "returned", "what is wrong"))
-            out.append(f'<table class="mr-check-table" style="margin:0.3em 0;border-collapse:collapse">'
-                       f"<thead><tr>{heads}</tr></thead><tbody>")
+            heads = "".join(f"<th {cell}>{h}</th>" for h in ("case", "input", "expected", "returned", "what is wrong"))
+            out.append(
+                f'<table class="mr-check-table" style="margin:0.3em 0;border-collapse:collapse">'
+                f"<thead><tr>{heads}</tr></thead><tbody>"
+            )
             for i, r in shown:
                 returned = describe(r.returned) if r.kind in ("ok", "mutated") else "-"
-                why = f'<br><small>{html.escape(r.case.why)}</small>' if r.case.why else ""
-                out.append(f"<tr><td {cell}>{i}{why}</td>"
-                           f"<td {cell}><code>{html.escape(describe_kwargs(r.case.kwargs))}</code></td>"
-                           f"<td {cell}><code>{html.escape(describe(r.case.expected))}</code></td>"
-                           f"<td {cell}><code>{html.escape(returned)}</code></td>"
-                           f"<td {cell}>{html.escape(printable(r.message))}</td></tr>")
+                why = f"<br><small>{html.escape(r.case.why)}</small>" if r.case.why else ""
+                out.append(
+                    f"<tr><td {cell}>{i}{why}</td>"
+                    f"<td {cell}><code>{html.escape(describe_kwargs(r.case.kwargs))}</code></td>"
+                    f"<td {cell}><code>{html.escape(describe(r.case.expected))}</code></td>"
+                    f"<td {cell}><code>{html.escape(returned)}</code></td>"
+                    f"<td {cell}>{html.escape(printable(r.message))}</td></tr>"
+                )
             out.append("</tbody></table>")
             notes = _left_out(more, not_run)
             if notes:
                 out.append(f'<p style="margin:0.3em 0">{html.escape("; ".join(notes))}.</p>')
             number, text, held = self.shown_hint()
             if text:
-                out.append(f'<p style="margin:0.3em 0"><b>Hint {number} of {len(self.exercise.hints)}:</b> '
-                           f"{_inline_code(text)}</p>")
+                out.append(
+                    f'<p style="margin:0.3em 0"><b>Hint {number} of {len(self.exercise.hints)}:</b> '
+                    f"{_inline_code(text)}</p>"
+                )
             if held:
                 out.append(f'<p style="margin:0.3em 0"><small>{html.escape(held)}</small></p>')
         elif state == "pass":
-            rows = "".join(f"<li><code>{html.escape(describe_kwargs(r.case.kwargs))}</code>"
-                           f" &rarr; <code>{html.escape(describe(r.case.expected))}</code>"
-                           + (f": {html.escape(r.case.why)}" if r.case.why else "") + "</li>"
-                           for r in self.results)
+            rows = "".join(
+                f"<li><code>{html.escape(describe_kwargs(r.case.kwargs))}</code>"
+                f" &rarr; <code>{html.escape(describe(r.case.expected))}</code>"
+                + (f": {html.escape(r.case.why)}" if r.case.why else "")
+                + "</li>"
+                for r in self.results
+            )
             cases = "the case" if len(self.results) == 1 else f"the {len(self.results)} cases"
-            out.append(f'<details><summary>{cases}</summary><ol>{rows}</ol></details>')
+            out.append(f"<details><summary>{cases}</summary><ol>{rows}</ol></details>")
         out.append("</div>")
         return "".join(out)
 
@@ -230,8 +254,7 @@ class Report:
 
 
 # Okabe-Ito colors (safe for color blindness); the word says the same thing as the color.
-STATE_STYLE = {"pass": (GREEN, "PASS"), "fail": (ORANGE, "FAIL"), "todo": (DARK_YELLOW, "TODO"),
-               "slow": (BLUE, "SLOW")}
+STATE_STYLE = {"pass": (GREEN, "PASS"), "fail": (ORANGE, "FAIL"), "todo": (DARK_YELLOW, "TODO"), "slow": (BLUE, "SLOW")}
 
 
 def _left_out(more: int, not_run: int) -> list[str]:
@@ -259,8 +282,7 @@ def failure_lines(r: CaseResult) -> list[tuple[str, str]]:
     return lines
 
 
-def wrap(text: str, first: str, rest: str, pieces: list | None = None,
-         width: int = REPORT_WIDTH) -> list[str]:
+def wrap(text: str, first: str, rest: str, pieces: list | None = None, width: int = REPORT_WIDTH) -> list[str]:
     """Return ``text`` as lines of at most ``width`` characters: the first line starts with
     ``first``, the others with ``rest``. Lines break at spaces; ``pieces`` (whose ", "-join
     is ``text``, such as a call's arguments) are kept whole where each fits on a line.
@@ -335,8 +357,14 @@ def _describe(value, whole: bool = False) -> str:
     if isinstance(value, (int, str)):
         return repr(value)
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}={_describe(v)}" if isinstance(k, str) and "=" not in k
-                               else f"{k!r}: {_describe(v)}" for k, v in value.items()) + "}"
+        return (
+            "{"
+            + ", ".join(
+                f"{k}={_describe(v)}" if isinstance(k, str) and "=" not in k else f"{k!r}: {_describe(v)}"
+                for k, v in value.items()
+            )
+            + "}"
+        )
     if isinstance(value, (list, tuple)):
         body = ", ".join(_describe(v, whole) for v in value)
         text = f"[{body}]" if isinstance(value, list) else f"({body})"

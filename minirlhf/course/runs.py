@@ -35,8 +35,20 @@ from ..paths import OUTPUTS, file_problem, kind_of, write_atomic
 from ..store import _open_regular, code_digest, code_fingerprint
 from ..studies.robustness import gain
 
-__all__ = ["MAX_STORED_BYTES", "NOT_THE_RUNS_CODE", "runs_code", "arm_key", "same_curves", "load_or_run", "stored_experiment", "stored_arms", "stored_starts",
-           "weights_digest", "stored_runs", "stored_bug_runs"]
+__all__ = [
+    "MAX_STORED_BYTES",
+    "NOT_THE_RUNS_CODE",
+    "runs_code",
+    "arm_key",
+    "same_curves",
+    "load_or_run",
+    "stored_experiment",
+    "stored_arms",
+    "stored_starts",
+    "weights_digest",
+    "stored_runs",
+    "stored_bug_runs",
+]
 
 
 def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
@@ -49,8 +61,15 @@ def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
 # its resolved definition instead), the figures, colors, statistics, progress bars and command
 # lines. Leaving them out of the fingerprint is what lets a new arm, a figure's fix or a new
 # command option keep every stored run.
-NOT_THE_RUNS_CODE = ("minirlhf.arms", "minirlhf.plots", "minirlhf.palette", "minirlhf.stats", "minirlhf.progress",
-                     "minirlhf.cli", "minirlhf.commands")
+NOT_THE_RUNS_CODE = (
+    "minirlhf.arms",
+    "minirlhf.plots",
+    "minirlhf.palette",
+    "minirlhf.stats",
+    "minirlhf.progress",
+    "minirlhf.cli",
+    "minirlhf.commands",
+)
 
 
 def _estimators_named(value, found: set) -> set:
@@ -113,8 +132,11 @@ def _layout_problem(stored) -> str:
         for name, runs in stored["arms"].items():
             for seed, log in runs.items():
                 for key in _CURVES:
-                    if isinstance(log, dict) and key in log and not (
-                            isinstance(log[key], list) and all(_is_number(x) for x in log[key])):
+                    if (
+                        isinstance(log, dict)
+                        and key in log
+                        and not (isinstance(log[key], list) and all(_is_number(x) for x in log[key]))
+                    ):
                         return f"the {key} of run {name}, {seed} is not a list of numbers"
     return ""
 
@@ -162,7 +184,8 @@ def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, ar
     if stored is not None:
         try:
             if stored["settings"] == settings and all(
-                    same_curves(stored["arms"][arm][key], log, upto=1) for (arm, key), log in starts.items()):
+                same_curves(stored["arms"][arm][key], log, upto=1) for (arm, key), log in starts.items()
+            ):
                 if check is not None:
                     check(stored)
                 stored.pop("digest", None)
@@ -180,14 +203,16 @@ def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, ar
         write_atomic(path, json.dumps(stored, indent=1))
     except OSError as exc:
         if not problem:
-            print(f"stored runs: could not write {path} ({exc.strerror or exc}); the results are used now "
-                  "and run again next time", flush=True)
+            print(
+                f"stored runs: could not write {path} ({exc.strerror or exc}); the results are used now "
+                "and run again next time",
+                flush=True,
+            )
     stored.pop("digest")
     return stored
 
 
-def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = False,
-                      workers: int | None = None) -> dict:
+def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = False, workers: int | None = None) -> dict:
     """Return chapter 5's experiment: both arms for every seed in ``seeds``, with the PPO
     settings ``cfg`` and ``beta`` (``{arm: beta}``), laid out as ``python -m
     minirlhf.experiment`` writes ``outputs/results.json``.
@@ -201,8 +226,9 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
     """
 
     def run():
-        done = experiment.run_experiment(seeds, cfg.iterations, beta["rm"], beta["verifier"], cfg,
-                                         progress=progress, workers=workers)
+        done = experiment.run_experiment(
+            seeds, cfg.iterations, beta["rm"], beta["verifier"], cfg, progress=progress, workers=workers
+        )
         try:
             experiment.write_outputs(done, OUTPUTS)
         except OSError:  # load_or_run has said why; the results are not lost for it
@@ -215,16 +241,19 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
 
 def _every_run(arms, seeds):
     """Return a check for :func:`load_or_run`: every arm of ``arms`` has a log for every seed."""
+
     def check(found):
         for arm in arms:
             for seed in seeds:
                 if not isinstance(found["arms"][arm][str(seed)], dict):
                     raise TypeError(f"run {arm}, seed {seed} is not a log")
+
     return check
 
 
-def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bool = False,
-                workers: int | None = None) -> dict:
+def stored_arms(
+    path, seeds, arms, cfg, starts: dict | None = None, progress: bool = False, workers: int | None = None
+) -> dict:
     """Return the experiment of ``arms`` (names of :data:`minirlhf.experiment.REGISTRY`, each
     at its default beta) over ``seeds``, laid out as ``results.json``: the PPO and GRPO arms
     with the settings ``cfg``, the DPO arms with :class:`~minirlhf.dpo.DPOConfig`'s defaults.
@@ -234,14 +263,14 @@ def stored_arms(path, seeds, arms, cfg, starts: dict | None = None, progress: bo
     same file with the same settings, and keeps its DPO arms in ``dpo.json``.
     """
     arms = tuple(arms)
-    settings = {"seeds": list(seeds), "beta": {arm: experiment.DEFAULT_BETA[arm] for arm in arms},
-                "ppo": asdict(cfg)}
+    settings = {"seeds": list(seeds), "beta": {arm: experiment.DEFAULT_BETA[arm] for arm in arms}, "ppo": asdict(cfg)}
     if any(experiment.REGISTRY[arm].trainer == "dpo" for arm in arms):
         settings["dpo"] = asdict(experiment.DPOConfig())
 
     def run():
-        return experiment.run_experiment(list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress,
-                                         workers=workers)
+        return experiment.run_experiment(
+            list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress, workers=workers
+        )
 
     return load_or_run(Path(path), settings, starts or {}, run, _every_run(arms, seeds), arms=arms)
 
@@ -256,17 +285,26 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int 
     import inspect
 
     from ..dpo import DPOConfig
-    from ..store import code_digest
     from ..ppo import PPOConfig
+    from ..store import code_digest
     from ..studies import silent_bugs
 
     source = code_digest(inspect.getsource(silent_bugs))[:16]
-    settings = {"seeds": [int(s) for s in seeds], "bugs": list(silent_bugs.BUGS), "ppo": asdict(PPOConfig()),
-                "dpo": asdict(DPOConfig()), "study": source}
-    return load_or_run(Path(path), settings, {},
-                       lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress, workers=workers)},
-                       lambda found: found["runs"].items(),
-                       arms={bug.arm for bug in silent_bugs.BUGS.values()})
+    settings = {
+        "seeds": [int(s) for s in seeds],
+        "bugs": list(silent_bugs.BUGS),
+        "ppo": asdict(PPOConfig()),
+        "dpo": asdict(DPOConfig()),
+        "study": source,
+    }
+    return load_or_run(
+        Path(path),
+        settings,
+        {},
+        lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress, workers=workers)},
+        lambda found: found["runs"].items(),
+        arms={bug.arm for bug in silent_bugs.BUGS.values()},
+    )
 
 
 def _gain_from(job, policies, rm, cfg, progress):
@@ -275,8 +313,9 @@ def _gain_from(job, policies, rm, cfg, progress):
     return gain(experiment.run_arm(arm, policies[start], rm, seed, beta, cfg, progress=progress)[1])
 
 
-def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: bool = False,
-                  workers: int | None = None) -> dict:
+def stored_starts(
+    path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: bool = False, workers: int | None = None
+) -> dict:
     """Return ``{sft_seed: {'steps', 'start', arm: [gain per PPO seed]}}`` (keys as text):
     every arm of ``beta`` ({arm: beta}) run from every start of ``starts`` ({sft_seed:
     (policy, metrics)}, as :func:`minirlhf.studies.robustness.partial_start` returns them)
@@ -291,10 +330,19 @@ def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: 
     def run():
         keys = [(seed, arm, s) for seed in starts for arm in beta for s in ppo_seeds]
         policies = {seed: policy for seed, (policy, _) in starts.items()}
-        gains = dict(zip(keys, map_runs(
-            partial(_gain_from, policies=policies, rm=rm, cfg=cfg, progress=progress),
-            [(seed, arm, beta[arm], s) for seed, arm, s in keys], workers, progress=progress,
-            desc="runs from the starts", label=lambda job: f"SFT seed {job[0]}, {job[1]} arm, PPO seed {job[3]}")))
+        gains = dict(
+            zip(
+                keys,
+                map_runs(
+                    partial(_gain_from, policies=policies, rm=rm, cfg=cfg, progress=progress),
+                    [(seed, arm, beta[arm], s) for seed, arm, s in keys],
+                    workers,
+                    progress=progress,
+                    desc="runs from the starts",
+                    label=lambda job: f"SFT seed {job[0]}, {job[1]} arm, PPO seed {job[3]}",
+                ),
+            )
+        )
         out = {}
         for seed, (_, m) in starts.items():
             row = {"steps": m["steps"], "start": m["accuracy"]}
@@ -303,8 +351,14 @@ def stored_starts(path, starts: dict, rm, beta: dict, cfg, ppo_seeds, progress: 
             out[str(seed)] = row
         return {"arms": out}
 
-    settings = {"sft_seeds": list(starts), "ppo_seeds": list(ppo_seeds), "beta": beta,
-                "ppo": asdict(cfg), "steps": {str(s): m["steps"] for s, (_, m) in starts.items()}}
+    settings = {
+        "sft_seeds": list(starts),
+        "ppo_seeds": list(ppo_seeds),
+        "beta": beta,
+        "ppo": asdict(cfg),
+        "steps": {str(s): m["steps"] for s, (_, m) in starts.items()},
+    }
+
     def check(found):
         for seed in starts:
             row = found["arms"][str(seed)]
@@ -330,16 +384,16 @@ def _planned_run(job, policy, rm, evalset, keep, answers, progress):
     from ..ppo import PPOConfig
 
     arm, beta, settings, seed = job
-    trained, log = experiment.run_arm(arm, policy, rm, seed, beta, PPOConfig(**settings), evalset,
-                                      progress=progress)
+    trained, log = experiment.run_arm(arm, policy, rm, seed, beta, PPOConfig(**settings), evalset, progress=progress)
     kept = {key: log[key] for key in (log if keep is None else keep)}
     if answers:
         kept["answers"] = generate(trained, evalset.prompts, greedy=True).tolist()
     return kept
 
 
-def stored_runs(path, plan: dict, policy, rm, keep=None, answers: bool = False,
-                progress: bool = False, workers: int | None = None) -> dict:
+def stored_runs(
+    path, plan: dict, policy, rm, keep=None, answers: bool = False, progress: bool = False, workers: int | None = None
+) -> dict:
     """Return ``{(name, seed): log}``, one PPO run for each entry ``(name, seed): (arm, beta,
     settings)`` of ``plan``: :func:`minirlhf.experiment.run_arm` of ``arm`` from ``policy``
     (the start and the frozen reference), scored by ``rm``, with ``PPOConfig(**settings)``.
@@ -354,20 +408,31 @@ def stored_runs(path, plan: dict, policy, rm, keep=None, answers: bool = False,
     from ..ppo import EvalSet, PPOConfig
 
     def run():
-        logs = map_runs(partial(_planned_run, policy=policy, rm=rm, evalset=EvalSet(), keep=keep,
-                                answers=answers, progress=progress),
-                        [(arm, beta, settings, seed) for (_, seed), (arm, beta, settings) in plan.items()],
-                        workers, progress=progress, desc="runs",
-                        label=lambda job: f"{job[0]} arm, beta {job[1]:g}, seed {job[3]}")
+        logs = map_runs(
+            partial(
+                _planned_run, policy=policy, rm=rm, evalset=EvalSet(), keep=keep, answers=answers, progress=progress
+            ),
+            [(arm, beta, settings, seed) for (_, seed), (arm, beta, settings) in plan.items()],
+            workers,
+            progress=progress,
+            desc="runs",
+            label=lambda job: f"{job[0]} arm, beta {job[1]:g}, seed {job[3]}",
+        )
         arms = {}
         for (name, seed), kept in zip(plan, logs):
             arms.setdefault(str(name), {})[str(seed)] = kept
         return {"arms": arms}
 
-    settings = {"plan": [[name, seed, arm, beta, asdict(PPOConfig(**changes))]
-                         for (name, seed), (arm, beta, changes) in plan.items()],
-                "keep": None if keep is None else list(keep), "answers": answers,
-                "policy": weights_digest(policy), "rm": weights_digest(rm)}
+    settings = {
+        "plan": [
+            [name, seed, arm, beta, asdict(PPOConfig(**changes))] for (name, seed), (arm, beta, changes) in plan.items()
+        ],
+        "keep": None if keep is None else list(keep),
+        "answers": answers,
+        "policy": weights_digest(policy),
+        "rm": weights_digest(rm),
+    }
+
     def check(found):
         for name, seed in plan:
             if not isinstance(found["arms"][str(name)][str(seed)], dict):

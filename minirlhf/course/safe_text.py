@@ -20,6 +20,7 @@ _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 def printable(text: str) -> str:
     """Return ``text`` with every control, line-breaking or bidirectional character written as
     an escape (``\\n``, ``\\x1b``, ``\\u202e``), so that it stays on one line and draws nothing."""
+
     def escape(m) -> str:
         c = m[0]
         return _ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
@@ -30,4 +31,3 @@ def printable(text: str) -> str:
 def shorten(text: str, width: int) -> str:
     """Return ``text``, cut to ``width`` characters with "..." at the end when it is longer."""
     return text if len(text) <= width else text[: width - 3] + "..."
-

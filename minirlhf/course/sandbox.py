@@ -121,9 +121,12 @@ def _noting_interrupts(note: dict):
         signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
-_LIBRARY_DIRS = tuple({os.path.normpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"],
-                                                             sysconfig.get_paths()["purelib"],
-                                                             sysconfig.get_paths()["platlib"])})
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.normpath(p) + os.sep
+        for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
+    }
+)
 
 
 def _raised_by_library(exc: BaseException) -> bool:
@@ -156,8 +159,9 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 
 def _where(exc: BaseException) -> str:
     """Return ' (in f, line N: code)' for the innermost frame outside this package."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)
+    ]
     if not frames:
         return ""
     f = frames[-1]
@@ -213,10 +217,13 @@ def loss_gradients(loss, kwargs: dict, names):
     the inputs ``names`` that require a gradient, or None when ``loss`` is not a 0-d float tensor."""
     import torch
 
-    inputs = [(k, kwargs[k]) for k in names
-              if type(kwargs.get(k)) is torch.Tensor and kwargs[k].requires_grad]
-    if (not inputs or type(loss) not in (torch.Tensor, torch.nn.Parameter) or loss.dim() != 0
-            or not loss.is_floating_point()):
+    inputs = [(k, kwargs[k]) for k in names if type(kwargs.get(k)) is torch.Tensor and kwargs[k].requires_grad]
+    if (
+        not inputs
+        or type(loss) not in (torch.Tensor, torch.nn.Parameter)
+        or loss.dim() != 0
+        or not loss.is_floating_point()
+    ):
         return None
     if loss.grad_fn is None:  # a leaf (torch.tensor(x.item(), requires_grad=True)) or no gradient at all
         return {k: None for k, _ in inputs}
@@ -224,8 +231,9 @@ def loss_gradients(loss, kwargs: dict, names):
     return {k: None if g is None else g.detach().clone() for (k, _), g in zip(inputs, found)}
 
 
-def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None, grad_wrt=(),
-                mentions: str | None = None) -> Call:
+def call_safely(
+    fn: Callable, kwargs: dict, time_limit: float | None = None, grad_wrt=(), mentions: str | None = None
+) -> Call:
     """Return what ``fn(**kwargs)`` did, called on a copy of ``kwargs``; never raises.
 
     Printed output is captured (the first ``PRINT_CAP`` characters kept); ``time_limit``
@@ -248,8 +256,13 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None, gra
         return Call(kind, value, message, out.getvalue(), out.total, time.perf_counter() - start, **extra)
 
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), _time_limit(time_limit), \
-                _noting_interrupts(note), _no_input():
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(out),
+            _time_limit(time_limit),
+            _noting_interrupts(note),
+            _no_input(),
+        ):
             got = fn(**kwargs)
     except NotImplementedError as exc:
         if _raised_by_library(exc):  # torch or Python saying it cannot do something, not a blank exercise
@@ -257,16 +270,23 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None, gra
             return done("error", message=f"raised NotImplementedError: {shorten(text, 200)}{_where(exc)}")
         return done("todo", message="not implemented yet")
     except _InputCalled as exc:
-        return done("error", message=f"called input(){_where(exc)}, which waits for someone to type: "
-                                     "the function must take everything it needs from its arguments")
+        return done(
+            "error",
+            message=f"called input(){_where(exc)}, which waits for someone to type: "
+            "the function must take everything it needs from its arguments",
+        )
     except _TimeLimit:
         return done("timeout", message=f"took longer than {time_limit:g} s: is there a loop that never ends?")
     except KeyboardInterrupt as exc:
         if not note["signal"]:  # raised by the function itself, not by an interrupt
-            return done("error", message=f"raised KeyboardInterrupt{_where(exc)}, which stops the program: "
-                                         "return the answer instead")
-        return done("timeout", message=f"interrupted after {time.perf_counter() - start:.1f} s: "
-                                       "is there a loop that never ends?")
+            return done(
+                "error",
+                message=f"raised KeyboardInterrupt{_where(exc)}, which stops the program: return the answer instead",
+            )
+        return done(
+            "timeout",
+            message=f"interrupted after {time.perf_counter() - start:.1f} s: is there a loop that never ends?",
+        )
     except RecursionError:
         return done("error", message="raised RecursionError: the function calls itself without end")
     except SystemExit:
@@ -289,8 +309,12 @@ def call_safely(fn: Callable, kwargs: dict, time_limit: float | None = None, gra
 def _grads_safely(loss, kwargs: dict, names, time_limit: float | None):
     """:func:`loss_gradients` of the learner's loss, or a sentence saying why there is none."""
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                _time_limit(time_limit), _no_input():
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+            _time_limit(time_limit),
+            _no_input(),
+        ):
             return loss_gradients(loss, kwargs, names)
     except _TimeLimit:
         return f"its gradient took longer than {time_limit:g} s to compute"

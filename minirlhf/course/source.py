@@ -51,8 +51,11 @@ def shown_in(chapter) -> list:
     exec(compile(ast.Module(body=imports, type_ignores=[]), str(chapter), "exec"), namespace)
     shown = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Source"
-                and len(node.args) == 1):
-            shown.append((node.lineno, eval(compile(ast.Expression(node.args[0]), str(chapter), "eval"),
-                                            namespace)))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "Source"
+            and len(node.args) == 1
+        ):
+            shown.append((node.lineno, eval(compile(ast.Expression(node.args[0]), str(chapter), "eval"), namespace)))
     return [obj for _, obj in sorted(shown, key=lambda item: item[0])]

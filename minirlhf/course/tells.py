@@ -49,8 +49,10 @@ class Tell:
 
     def __str__(self) -> str:
         # What a failing case shows as "expected": the question, never its answer.
-        return (f"a metric that separates {self.run} from the correct run (or None), and the number "
-                "of the changed line's mechanism")
+        return (
+            f"a metric that separates {self.run} from the correct run (or None), and the number "
+            "of the changed line's mechanism"
+        )
 
 
 def _is_number(x) -> bool:
@@ -69,53 +71,82 @@ class ExpectTell(Expect):
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if not isinstance(got, (tuple, list)) or len(got) not in (2, 3):
-            return "type", (f"the answer is {type_phrase(got)}, expected (metric, mechanism) or "
-                            "(metric, mechanism, note)" + (_MISSING_RETURN if got is None else ""))
+            return "type", (
+                f"the answer is {type_phrase(got)}, expected (metric, mechanism) or "
+                "(metric, mechanism, note)" + (_MISSING_RETURN if got is None else "")
+            )
         metric, mechanism = got[0], got[1]
         if not isinstance(expected, Tell):  # another answer (the reference's): the same metric and mechanism
-            return None if (metric, mechanism) == tuple(expected[:2]) else (
-                "value", f"the answer is {(metric, mechanism)!r}, expected {tuple(expected[:2])!r}")
+            return (
+                None
+                if (metric, mechanism) == tuple(expected[:2])
+                else ("value", f"the answer is {(metric, mechanism)!r}, expected {tuple(expected[:2])!r}")
+            )
         numbers = [n for n, _ in expected.mechanisms]
         if len(got) == 3 and not (got[2] is None or isinstance(got[2], str)):
-            return "type", (f"the note is {type_phrase(got[2])}: write it as a string (it is not graded), "
-                            "or leave it out")
+            return "type", (
+                f"the note is {type_phrase(got[2])}: write it as a string (it is not graded), or leave it out"
+            )
         if not (metric is None or isinstance(metric, str)):
-            return "type", (f"the metric is {type_phrase(metric)}: write a panel's title as a string, "
-                            "or None when no panel separates the runs")
+            return "type", (
+                f"the metric is {type_phrase(metric)}: write a panel's title as a string, "
+                "or None when no panel separates the runs"
+            )
         if isinstance(metric, str) and metric.strip() not in expected.shown:
-            return "unknown-metric", (f"{metric!r} is not a panel of the dashboard: write one of "
-                                      f"{', '.join(expected.shown)}, or None when no panel separates the runs")
+            return "unknown-metric", (
+                f"{metric!r} is not a panel of the dashboard: write one of "
+                f"{', '.join(expected.shown)}, or None when no panel separates the runs"
+            )
         if not _is_number(mechanism):
-            said = (f"{mechanism!r} is text: give the number of a line of the list ({numbers[0]} to {numbers[-1]})"
-                    if isinstance(mechanism, str) else
-                    f"the mechanism is {type_phrase(mechanism)}: give the number of a "
-                    f"line of the list ({numbers[0]} to {numbers[-1]})")
+            said = (
+                f"{mechanism!r} is text: give the number of a line of the list ({numbers[0]} to {numbers[-1]})"
+                if isinstance(mechanism, str)
+                else f"the mechanism is {type_phrase(mechanism)}: give the number of a "
+                f"line of the list ({numbers[0]} to {numbers[-1]})"
+            )
             return "type", said
         if mechanism not in numbers:
-            return "unknown-mechanism", (f"there is no mechanism {mechanism} in the list: pick one of "
-                                         f"{numbers[0]} to {numbers[-1]}")
+            return "unknown-mechanism", (
+                f"there is no mechanism {mechanism} in the list: pick one of {numbers[0]} to {numbers[-1]}"
+            )
         metric = None if metric is None else metric.strip()
         problems = []
         if metric is None and expected.separating:
-            problems.append(("no-metric", f"None says that no panel separates {expected.run} from the correct "
-                                          "run, but one does: over the whole run, its paired difference (seed "
-                                          "by seed, buggy minus correct) has a 95% interval that excludes 0"))
+            problems.append(
+                (
+                    "no-metric",
+                    f"None says that no panel separates {expected.run} from the correct "
+                    "run, but one does: over the whole run, its paired difference (seed "
+                    "by seed, buggy minus correct) has a 95% interval that excludes 0",
+                )
+            )
         elif metric is not None and metric not in expected.separating:
-            problems.append(("wrong-metric", f"{metric} does not separate {expected.run} from the correct run: "
-                                             "over the whole run, its paired difference (seed by seed, buggy "
-                                             "minus correct) has a 95% interval that holds 0; answer a panel "
-                                             "whose interval excludes 0, or None if no panel's does"))
+            problems.append(
+                (
+                    "wrong-metric",
+                    f"{metric} does not separate {expected.run} from the correct run: "
+                    "over the whole run, its paired difference (seed by seed, buggy "
+                    "minus correct) has a 95% interval that holds 0; answer a panel "
+                    "whose interval excludes 0, or None if no panel's does",
+                )
+            )
         if mechanism != expected.mechanism:
             text = dict(expected.mechanisms)[mechanism].rstrip(".")
             text = text if text[:2].isupper() else text[:1].lower() + text[1:]
             seen = dict(expected.earlier).get(mechanism)
-            why = (f"it is {seen}'s bug (its answer is above), and each run has a bug of its own" if seen else
-                   f"ask of each mechanism whether it would move {expected.run}'s panels the way they moved, and "
-                   "leave the others where they are")
+            why = (
+                f"it is {seen}'s bug (its answer is above), and each run has a bug of its own"
+                if seen
+                else f"ask of each mechanism whether it would move {expected.run}'s panels the way they moved, and "
+                "leave the others where they are"
+            )
             said = f"mechanism {mechanism} ({text}) is not what the changed line of {expected.run} does: {why}"
             if not problems:
-                right = (f"None is right: no panel separates {expected.run} from the correct run" if metric is None
-                         else f"the metric is right: {metric} separates {expected.run} from the correct run")
+                right = (
+                    f"None is right: no panel separates {expected.run} from the correct run"
+                    if metric is None
+                    else f"the metric is right: {metric} separates {expected.run} from the correct run"
+                )
                 return "mechanism", f"{right}. But {said}"
             problems.append(("mechanism", said))
         if not problems:

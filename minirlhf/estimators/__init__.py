@@ -53,11 +53,15 @@ class Estimator:
     def check(self, cfg) -> None:
         """Raise ValueError when the settings ``cfg`` (a PPOConfig) cannot run this estimator."""
         if cfg.group_size < self.min_group:
-            raise ValueError(f"advantages={self.name!r} needs group_size >= {self.min_group}: a group of "
-                             "one has only itself as a baseline, so every advantage would be 0")
+            raise ValueError(
+                f"advantages={self.name!r} needs group_size >= {self.min_group}: a group of "
+                "one has only itself as a baseline, so every advantage would be 0"
+            )
         if cfg.kl_placement == "reward" and not self.leash_in_advantages:
-            raise ValueError(f"advantages={self.name!r} puts no leash in the advantages: use "
-                             f"kl_placement='loss' (GRPO's k3 loss term), got kl_placement={cfg.kl_placement!r}")
+            raise ValueError(
+                f"advantages={self.name!r} puts no leash in the advantages: use "
+                f"kl_placement='loss' (GRPO's k3 loss term), got kl_placement={cfg.kl_placement!r}"
+            )
 
 
 def copied_to_tokens(fn, batch, rewards, reward_fn, beta, cfg) -> torch.Tensor:
@@ -65,8 +69,10 @@ def copied_to_tokens(fn, batch, rewards, reward_fn, beta, cfg) -> torch.Tensor:
     completion (B,), copied to each of its kept tokens (0 on the tokens past its end)."""
     a = fn(rewards, cfg.group_size, cfg.adv_eps)  # (B,)
     if getattr(a, "shape", None) != rewards.shape:
-        raise ValueError(f"group advantages must be (B,) = {tuple(rewards.shape)}, got "
-                         f"{tuple(getattr(a, 'shape', ()))} (estimator {cfg.advantages!r})")
+        raise ValueError(
+            f"group advantages must be (B,) = {tuple(rewards.shape)}, got "
+            f"{tuple(getattr(a, 'shape', ()))} (estimator {cfg.advantages!r})"
+        )
     return a[:, None] * batch.mask  # (B, T)
 
 

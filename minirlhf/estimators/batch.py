@@ -7,6 +7,7 @@ from . import Estimator
 # ---------------------------------------------------- SHOWN VERBATIM IN CHAPTER 5
 # Chapter 5 shows this function as it is: lines within 77 columns, and `make notebooks 05`
 # after an edit (see the same banner in minirlhf/ppo.py).
+# fmt: off
 
 
 def leashed_advantages(fn, batch, rewards, reward_fn, beta, cfg):
@@ -22,9 +23,13 @@ def leashed_advantages(fn, batch, rewards, reward_fn, beta, cfg):
     return fn(z, batch.old_logp, batch.ref_logp, batch.mask, leash,
               cfg.kl_clamp)  # (B, T)
 
+# fmt: on
+
 
 ESTIMATOR = Estimator(
-    "batch", kl_shaped_advantages, leashed_advantages,
+    "batch",
+    kl_shaped_advantages,
+    leashed_advantages,
     "chapter 5: the standardized score against the batch mean of each position, the leash inside",
     leash_in_advantages=True,
 )

@@ -5,7 +5,10 @@ from ..ppo import group_advantages
 from . import Estimator, copied_to_tokens
 
 ESTIMATOR = Estimator(
-    "group", group_advantages, copied_to_tokens,
+    "group",
+    group_advantages,
+    copied_to_tokens,
     "GRPO: (r - the group's mean) / (the group's std + eps)",
-    min_group=2, trl={"scale_rewards": "group"},
+    min_group=2,
+    trl={"scale_rewards": "group"},
 )

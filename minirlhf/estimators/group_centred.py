@@ -5,7 +5,10 @@ from ..ppo import group_centred_advantages
 from . import Estimator, copied_to_tokens
 
 ESTIMATOR = Estimator(
-    "group-centred", group_centred_advantages, copied_to_tokens,
+    "group-centred",
+    group_centred_advantages,
+    copied_to_tokens,
     "half of Dr. GRPO: r minus the group's mean, no division by its std",
-    min_group=2, trl={"scale_rewards": "none"},
+    min_group=2,
+    trl={"scale_rewards": "none"},
 )

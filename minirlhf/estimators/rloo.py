@@ -5,7 +5,9 @@ from ..ppo import rloo_advantages
 from . import Estimator, copied_to_tokens
 
 ESTIMATOR = Estimator(
-    "rloo", rloo_advantages, copied_to_tokens,
+    "rloo",
+    rloo_advantages,
+    copied_to_tokens,
     "RLOO: r minus the mean of the other G - 1 rewards of the group",
     min_group=2,
 )

@@ -38,11 +38,16 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["VERSIONS", "SHOWN", "objectives", "divergences", "gradients", "cosine", "update",
-           "study", "format_study"]
+__all__ = ["VERSIONS", "SHOWN", "objectives", "divergences", "gradients", "cosine", "update", "study", "format_study"]
 
-VERSIONS = ("kl in reward", "kl fixed at rollout", "kl in reward, 2 beta", "counted twice",
-            "k3 loss term", "kl in reward + k3")
+VERSIONS = (
+    "kl in reward",
+    "kl fixed at rollout",
+    "kl in reward, 2 beta",
+    "counted twice",
+    "k3 loss term",
+    "kl in reward + k3",
+)
 SHOWN = tuple(v for v in VERSIONS if v != "kl fixed at rollout")  # the versions study reports
 
 
@@ -76,8 +81,7 @@ def objectives(theta, theta_old, logits_ref, reward, beta, epsilon=0.2) -> dict:
     return {
         "true": (p * reward).sum() - beta * (p * kl).sum(),
         "kl in reward": in_reward,
-        "kl fixed at rollout": expect(_clipped(ratio, reward - beta * (logp_old - logp_ref),
-                                               epsilon)),
+        "kl fixed at rollout": expect(_clipped(ratio, reward - beta * (logp_old - logp_ref), epsilon)),
         "kl in reward, 2 beta": expect(_clipped(ratio, reward - 2 * beta * kl, epsilon)),
         "counted twice": in_reward - beta * expect(kl),
         "k3 loss term": expect(_clipped(ratio, reward, epsilon)) - beta * expect(k3),
@@ -100,8 +104,7 @@ def divergences(theta, theta_old, logits_ref) -> dict:
 
 def gradients(quantities: dict, theta: torch.Tensor) -> dict:
     """Return {name: d quantity / d theta} for a dict of 0-d tensors built from ``theta``."""
-    return {name: torch.autograd.grad(q, theta, retain_graph=True)[0].detach()
-            for name, q in quantities.items()}
+    return {name: torch.autograd.grad(q, theta, retain_graph=True)[0].detach() for name, q in quantities.items()}
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -137,13 +140,18 @@ def study(logits_ref, theta_old, reward, beta, lr, epsilon=0.2) -> dict:
     """
     theta_new = update(theta_old, logits_ref, reward, beta, lr, epsilon)
     ratios = theta_new.softmax(-1) / _as_tensor(theta_old).softmax(-1)
-    out = {"ratios": (float(ratios.min()), float(ratios.max())), "leash": {}, "extra": {},
-           "k3": {}}
+    out = {"ratios": (float(ratios.min()), float(ratios.max())), "leash": {}, "extra": {}, "k3": {}}
     for step, point in (("first step", _as_tensor(theta_old)), ("after one update", theta_new)):
         theta = point.clone().requires_grad_(True)
         reward_part = (theta.softmax(-1) * _as_tensor(reward)).sum()
-        g = gradients({**objectives(theta, theta_old, logits_ref, reward, beta, epsilon),
-                       **divergences(theta, theta_old, logits_ref), "reward": reward_part}, theta)
+        g = gradients(
+            {
+                **objectives(theta, theta_old, logits_ref, reward, beta, epsilon),
+                **divergences(theta, theta_old, logits_ref),
+                "reward": reward_part,
+            },
+            theta,
+        )
         unit = float(beta * g["KL(pi || ref)"].norm())
         toward_ref = -g["KL(pi || ref)"]
 
@@ -152,26 +160,30 @@ def study(logits_ref, theta_old, reward, beta, lr, epsilon=0.2) -> dict:
                 return 0.0, float("nan")
             return float(v.norm()) / scale, cosine(v, direction)
 
-        out["leash"][step] = {name: size_and_cos(g[name] - g["reward"], toward_ref)
-                              for name in ("true",) + SHOWN}
+        out["leash"][step] = {name: size_and_cos(g[name] - g["reward"], toward_ref) for name in ("true",) + SHOWN}
         extra = g["counted twice"] - g["kl in reward"]
         size, away = size_and_cos(extra, g["KL(old || pi)"])
         out["extra"][step] = (size, away, size_and_cos(extra, toward_ref)[1])
         reverse = -beta * g["KL(ref || pi)"]
-        out["k3"][step] = size_and_cos(g["k3 loss term"] - g["reward"], reverse,
-                                       float(reverse.norm()))
+        out["k3"][step] = size_and_cos(g["k3 loss term"] - g["reward"], reverse, float(reverse.norm()))
     return out
 
 
-LABELS = {"true": "true: E[r] - beta KL", "kl in reward": "1. KL in the reward",
-          "kl in reward, 2 beta": "1. with 2 * beta", "counted twice": "3. both (the bug)",
-          "k3 loss term": "2. k3 loss term", "kl in reward + k3": "1 and a k3 loss term"}
+LABELS = {
+    "true": "true: E[r] - beta KL",
+    "kl in reward": "1. KL in the reward",
+    "kl in reward, 2 beta": "1. with 2 * beta",
+    "counted twice": "3. both (the bug)",
+    "k3 loss term": "2. k3 loss term",
+    "kl in reward + k3": "1 and a k3 loss term",
+}
 
 
 def format_study(result: dict) -> str:
     """Return the study as text: the leash of every version (size and cosine), the ratios
     after the update, then the bug's extra term and the k3 term; numbers to 2 decimals, '-'
     for the cosine of a zero vector."""
+
     def num(x):
         return f"{'-':>9}" if x != x else f"{x:>+9.2f}"
 
@@ -179,9 +191,10 @@ def format_study(result: dict) -> str:
     head = f"{'':<22}" + "".join(f"{s:>18}" for s in steps)
     lines = [head, f"{'leash of':<22}" + f"{'size':>9}{'cos':>9}" * len(steps), "-" * len(head)]
     for name, label in LABELS.items():
-        lines.append(f"{label:<22}" + "".join(
-            f"{result['leash'][s][name][0]:>9.2f}{num(result['leash'][s][name][1])}"
-            for s in steps))
+        lines.append(
+            f"{label:<22}"
+            + "".join(f"{result['leash'][s][name][0]:>9.2f}{num(result['leash'][s][name][1])}" for s in steps)
+        )
     lo, hi = result["ratios"]
     lines += [f"ratios pi_new / pi_old after the update: {lo:.2f} to {hi:.2f}", "", head]
     extra, k3 = result["extra"], result["k3"]

@@ -29,17 +29,30 @@ import math
 
 import numpy as np
 
-__all__ = ["k1", "k2", "k3", "ESTIMATORS", "gaussian_logps", "true_kl", "closed_form",
-           "std_crossover", "monte_carlo", "paired_difference", "PUBLISHED", "study",
-           "format_study"]
+__all__ = [
+    "k1",
+    "k2",
+    "k3",
+    "ESTIMATORS",
+    "gaussian_logps",
+    "true_kl",
+    "closed_form",
+    "std_crossover",
+    "monte_carlo",
+    "paired_difference",
+    "PUBLISHED",
+    "study",
+    "format_study",
+]
 
 
 def _kl(logp_policy, logp_reference) -> np.ndarray:
     logp_policy = np.asarray(logp_policy, dtype=float)
     logp_reference = np.asarray(logp_reference, dtype=float)
     if logp_policy.shape != logp_reference.shape:
-        raise ValueError(f"logp_reference has shape {logp_reference.shape} but logp_policy has "
-                         f"shape {logp_policy.shape}")
+        raise ValueError(
+            f"logp_reference has shape {logp_reference.shape} but logp_policy has shape {logp_policy.shape}"
+        )
     return logp_policy - logp_reference
 
 
@@ -148,18 +161,26 @@ def study(mus=(0.1, 1.0), n: int = 10_000_000, seed: int = 0) -> list[dict]:
     for mu in mus:
         mc, exact, paper = monte_carlo(mu, n, seed), closed_form(mu), PUBLISHED.get(mu, {})
         for name in ESTIMATORS:
-            rows.append({
-                "mu": mu, "true_kl": true_kl(mu), "estimator": name,
-                "mc_bias": mc[name][0], "mc_bias_se": mc[name][2], "exact_bias": exact[name][0],
-                "paper_bias": paper.get(name, (None, None))[0],
-                "mc_std": mc[name][1], "exact_std": exact[name][1],
-                "paper_std": paper.get(name, (None, None))[1],
-            })
+            rows.append(
+                {
+                    "mu": mu,
+                    "true_kl": true_kl(mu),
+                    "estimator": name,
+                    "mc_bias": mc[name][0],
+                    "mc_bias_se": mc[name][2],
+                    "exact_bias": exact[name][0],
+                    "paper_bias": paper.get(name, (None, None))[0],
+                    "mc_std": mc[name][1],
+                    "exact_std": exact[name][1],
+                    "paper_std": paper.get(name, (None, None))[1],
+                }
+            )
     return rows
 
 
-def paired_difference(mu: float, a: str = "k2", b: str = "k3", n: int = 10_000_000, seed: int = 0,
-                      chunk: int = 1_000_000) -> tuple[float, float]:
+def paired_difference(
+    mu: float, a: str = "k2", b: str = "k3", n: int = 10_000_000, seed: int = 0, chunk: int = 1_000_000
+) -> tuple[float, float]:
     """Return (mean of a - b, its standard error), both divided by the true KL, on the samples
     of :func:`monte_carlo`. With b unbiased, this is a low-noise estimate of a's bias ratio."""
     if n % chunk:
@@ -180,13 +201,13 @@ def paired_difference(mu: float, a: str = "k2", b: str = "k3", n: int = 10_000_0
 def format_study(rows: list[dict]) -> str:
     """Return the study as a fixed-width text table: biases to 4 decimals, standard deviations
     to 3, the published values as printed in the note ("-" where it has none)."""
+
     def paper(x, width):
         return f"{'-':>{width}}" if x is None else f"{x:>{width}g}"
 
     lines = [
         f"{'':<14}{'bias / KL':^32}  {'std / KL':^22}".rstrip(),
-        f"{'mu':<4}{'KL':<6}{'est':<4}{'MC':>16}{'exact':>9}{'paper':>7}"
-        f"  {'MC':>7}{'exact':>8}{'paper':>7}",
+        f"{'mu':<4}{'KL':<6}{'est':<4}{'MC':>16}{'exact':>9}{'paper':>7}  {'MC':>7}{'exact':>8}{'paper':>7}",
     ]
     lines.append("-" * len(lines[1]))
     for r in rows:

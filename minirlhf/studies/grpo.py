@@ -24,8 +24,9 @@ def verifier_group(group_size: int, n_right: int, estimator: str = "group") -> t
     gives each completion one advantage from its group's rewards). A side
     with no member (``n_right`` 0 or ``group_size``) gets NaN.
     """
-    grouped = tuple(name for name in estimators.names()
-                    if estimators.get(name).advantages is estimators.copied_to_tokens)
+    grouped = tuple(
+        name for name in estimators.names() if estimators.get(name).advantages is estimators.copied_to_tokens
+    )
     if estimator not in grouped:
         raise ValueError(f"estimator must be one of {grouped}, got {estimator!r}")
     if not 0 <= n_right <= group_size:
@@ -44,7 +45,7 @@ def all_equal_chance(p_right, group_size: int) -> np.ndarray:
     p = np.asarray(p_right, dtype=float)
     if np.any((p < 0) | (p > 1)):
         raise ValueError("p_right must lie in [0, 1]")
-    return p ** group_size + (1 - p) ** group_size
+    return p**group_size + (1 - p) ** group_size
 
 
 def token_weights(mask: torch.Tensor) -> dict:
@@ -67,6 +68,5 @@ def token_weights(mask: torch.Tensor) -> dict:
     B, n_tokens = mask.shape[0], float(mask.sum())
     out = {}
     for n in sorted(set(lengths.tolist())):
-        out[n] = {"count": int((lengths == n).sum()), "token": 1.0 / n_tokens,
-                  "completion": 1.0 / (B * n)}
+        out[n] = {"count": int((lengths == n).sum()), "token": 1.0 / n_tokens, "completion": 1.0 / (B * n)}
     return out

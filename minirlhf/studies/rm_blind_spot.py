@@ -24,8 +24,18 @@ from .. import task
 from ..model import reward_scores
 from ..reward_model import pair_margins
 
-__all__ = ["NEAR_MISS_CLASSES", "ROWS", "LABELS", "digits_changed", "near_miss_class",
-           "every_near_miss", "composition", "prompt_bootstrap", "blind_spot_table", "format_table"]
+__all__ = [
+    "NEAR_MISS_CLASSES",
+    "ROWS",
+    "LABELS",
+    "digits_changed",
+    "near_miss_class",
+    "every_near_miss",
+    "composition",
+    "prompt_bootstrap",
+    "blind_spot_table",
+    "format_table",
+]
 
 NEAR_MISS_CLASSES = ("ones_digit", "tens_digit", "several_digits")
 FAR_KINDS = ("random", "wrong_length")  # one pair per prompt, drawn by reward_model.pair_margins
@@ -121,9 +131,16 @@ def blind_spot_table(rm, pairs: torch.Tensor | None = None, n_boot: int = 2000, 
     for row in ROWS:
         margins, prompt = found[row]
         low, high = prompt_bootstrap(margins > 0, prompt, n_boot, seed)
-        table[row] = {"margins": margins, "prompt": prompt, "pairs": len(margins),
-                      "prompts": len(np.unique(prompt)), "accuracy": float((margins > 0).mean()),
-                      "low": low, "high": high, "margin": float(margins.mean())}
+        table[row] = {
+            "margins": margins,
+            "prompt": prompt,
+            "pairs": len(margins),
+            "prompts": len(np.unique(prompt)),
+            "accuracy": float((margins > 0).mean()),
+            "low": low,
+            "high": high,
+            "margin": float(margins.mean()),
+        }
     return table
 
 
@@ -132,6 +149,7 @@ def format_table(table: dict) -> str:
     lines = [f"{'rejected answer':<28}{'pairs':>6}  {'ranked right [95% interval]':>28}  {'mean margin':>11}"]
     for row, t in table.items():
         interval = f"{t['accuracy']:.3f} [{t['low']:.3f}, {t['high']:.3f}]"
-        lines.append(f"{LABELS.get(row, row):<28}{t['pairs']:>6}  {interval:>28}  "
-                     f"{round(t['margin'], 2) + 0.0:>+11.2f}")
+        lines.append(
+            f"{LABELS.get(row, row):<28}{t['pairs']:>6}  {interval:>28}  {round(t['margin'], 2) + 0.0:>+11.2f}"
+        )
     return "\n".join(lines)

@@ -37,8 +37,9 @@ def first_reaching(steps, accuracy, target: float) -> int:
     raise ValueError(f"no step of the curve (up to {max(steps)}) reaches accuracy {target:g}")
 
 
-def partial_start(seed: int, target: float = 1 / 3, every: int = 5, max_steps: int = 300,
-                  progress: bool = True) -> tuple[TinyGPT, dict]:
+def partial_start(
+    seed: int, target: float = 1 / 3, every: int = 5, max_steps: int = 300, progress: bool = True
+) -> tuple[TinyGPT, dict]:
     """Return (policy, metrics): a partial-SFT policy made with SFT seed ``seed`` and the
     book's other SFT settings, stopped at the first multiple of ``every`` steps whose greedy
     eval accuracy reaches ``target``; ``metrics`` holds ``steps`` and ``accuracy``.
@@ -46,22 +47,34 @@ def partial_start(seed: int, target: float = 1 / 3, every: int = 5, max_steps: i
     Stored in the models' folder as ``partial_sft-seed{seed}.pt`` and read back while the
     settings and the code are the same.
     """
-    settings = {"seed": seed, "target": target, "every": every, "max_steps": max_steps,
-                "code": store.code_fingerprint(sys.modules[__name__])}
+    settings = {
+        "seed": seed,
+        "target": target,
+        "every": every,
+        "max_steps": max_steps,
+        "code": store.code_fingerprint(sys.modules[__name__]),
+    }
 
     def train():
         # Stopped at the first measurement that reaches the target: SFT is deterministic at a
         # constant learning rate, so this is the model that a run of that many steps makes.
-        model, curve = sft.train_sft(sft.SFTConfig(seed=seed, steps=max_steps), eval_every=every,
-                                     progress=progress, stop_at=target)
+        model, curve = sft.train_sft(
+            sft.SFTConfig(seed=seed, steps=max_steps), eval_every=every, progress=progress, stop_at=target
+        )
         steps = first_reaching(curve["steps"], curve["accuracy"], target)
         return model, {"steps": steps, "accuracy": sft.greedy_accuracy(model)}
 
     return store.load_or_train(f"partial_sft-seed{seed}", settings, train, progress=progress)
 
 
-def partial_starts(seeds, target: float = 1 / 3, every: int = 5, max_steps: int = 300,
-                   progress: bool = True, workers: int | None = None) -> dict:
+def partial_starts(
+    seeds,
+    target: float = 1 / 3,
+    every: int = 5,
+    max_steps: int = 300,
+    progress: bool = True,
+    workers: int | None = None,
+) -> dict:
     """Return ``{seed: (policy, metrics)}``, :func:`partial_start` of each SFT seed in ``seeds``,
     the starts not stored yet trained by ``workers`` worker processes (None: one per core;
     :func:`minirlhf.parallel.map_runs`)."""
@@ -70,8 +83,14 @@ def partial_starts(seeds, target: float = 1 / 3, every: int = 5, max_steps: int 
     from ..parallel import map_runs
 
     seeds = list(seeds)
-    made = map_runs(partial(partial_start, target=target, every=every, max_steps=max_steps, progress=progress),
-                    seeds, workers, progress=progress, desc="partial-SFT starts", label=lambda s: f"SFT seed {s}")
+    made = map_runs(
+        partial(partial_start, target=target, every=every, max_steps=max_steps, progress=progress),
+        seeds,
+        workers,
+        progress=progress,
+        desc="partial-SFT starts",
+        label=lambda s: f"SFT seed {s}",
+    )
     return dict(zip(seeds, made))
 
 

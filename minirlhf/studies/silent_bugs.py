@@ -41,11 +41,34 @@ from ..experiment import mean_ci95, run_arm
 from ..ppo import PPOConfig, ppo_token_loss
 from ..task import SEMI
 
-__all__ = ["Bug", "BUGS", "planted", "one_line_diff", "run_bug", "tell_value", "paired_difference", "separating",
-           "tell_table", "CHECKS",
-           "run_checks", "check_mask", "check_logprobs", "check_ratio", "check_leash_gradient",
-           "check_dpo_gradient", "DASHBOARD", "KEPT", "X_LABEL", "curve_x", "study", "plot_dashboard",
-           "band_check", "point_differences", "first_departure", "what_it_writes"]
+__all__ = [
+    "Bug",
+    "BUGS",
+    "planted",
+    "one_line_diff",
+    "run_bug",
+    "tell_value",
+    "paired_difference",
+    "separating",
+    "tell_table",
+    "CHECKS",
+    "run_checks",
+    "check_mask",
+    "check_logprobs",
+    "check_ratio",
+    "check_leash_gradient",
+    "check_dpo_gradient",
+    "DASHBOARD",
+    "KEPT",
+    "X_LABEL",
+    "curve_x",
+    "study",
+    "plot_dashboard",
+    "band_check",
+    "point_differences",
+    "first_departure",
+    "what_it_writes",
+]
 
 
 # ----------------------------------------------------------------------------- the copies
@@ -53,14 +76,16 @@ __all__ = ["Bug", "BUGS", "planted", "one_line_diff", "run_bug", "tell_value", "
 # whole, with one line changed. Docstrings and comments are left out of the comparison.
 
 
-def k3_loss_term_no_grad(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
-                         kl_clamp: float = 10.0) -> torch.Tensor:
+def k3_loss_term_no_grad(
+    new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, kl_clamp: float = 10.0
+) -> torch.Tensor:
     d = (ref_logp - new_logp.detach()).clamp(-kl_clamp, kl_clamp)
     return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
 
 
-def k3_loss_term_k1(new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
-                    kl_clamp: float = 10.0) -> torch.Tensor:
+def k3_loss_term_k1(
+    new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, kl_clamp: float = 10.0
+) -> torch.Tensor:
     d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)
     return ((new_logp - ref_logp) * mask).sum() / mask.sum()
 
@@ -77,33 +102,52 @@ def completion_mask_pad_is_end(completions: torch.Tensor) -> torch.Tensor:
     return (completions != SEMI).float()
 
 
-def grpo_token_loss_ratio_to_reference(new_logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
-                                       advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2,
-                                       beta: float = 0.04, kl_clamp: float = 10.0) -> torch.Tensor:
+def grpo_token_loss_ratio_to_reference(
+    new_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon: float = 0.2,
+    beta: float = 0.04,
+    kl_clamp: float = 10.0,
+) -> torch.Tensor:
     from ..ppo import k3_loss_term
 
-    return (ppo_token_loss(new_logp, ref_logp, advantages, mask, epsilon)
-            + beta * k3_loss_term(new_logp, ref_logp, mask, kl_clamp))
+    return ppo_token_loss(new_logp, ref_logp, advantages, mask, epsilon) + beta * k3_loss_term(
+        new_logp, ref_logp, mask, kl_clamp
+    )
 
 
-def logprobs_from_logits_no_temperature(logits: torch.Tensor, tokens: torch.Tensor,
-                                        temperature: float = 1.0) -> torch.Tensor:
+def logprobs_from_logits_no_temperature(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     logp = F.log_softmax(logits, dim=-1)
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
-def dpo_loss_rejected_flipped(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
-                              ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
-                              beta: float) -> torch.Tensor:
-    named = {"policy_chosen_logps": policy_chosen_logps, "policy_rejected_logps": policy_rejected_logps,
-             "ref_chosen_logps": ref_chosen_logps, "ref_rejected_logps": ref_rejected_logps}
+def dpo_loss_rejected_flipped(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
+    named = {
+        "policy_chosen_logps": policy_chosen_logps,
+        "policy_rejected_logps": policy_rejected_logps,
+        "ref_chosen_logps": ref_chosen_logps,
+        "ref_rejected_logps": ref_rejected_logps,
+    }
     for name, x in named.items():
         if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.numel() < 1:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"{name} must be a non-empty 1-D tensor (B,) of sequence log-probs, got {shape}")
         if x.shape != policy_chosen_logps.shape:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}, policy_chosen_logps "
-                             f"{tuple(policy_chosen_logps.shape)}: one number per pair in each")
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)}, policy_chosen_logps "
+                f"{tuple(policy_chosen_logps.shape)}: one number per pair in each"
+            )
     if not (isinstance(beta, (int, float)) and beta > 0):
         raise ValueError(f"beta must be a number > 0, got {beta!r}")
     chosen_logratios = policy_chosen_logps - ref_chosen_logps
@@ -129,39 +173,76 @@ class Bug:
 
 BUGS = {
     "kl-no-grad": Bug(
-        "the KL term carries no gradient", "the policy's log-probs are detached inside GRPO's k3 "
+        "the KL term carries no gradient",
+        "the policy's log-probs are detached inside GRPO's k3 "
         "term, as if it were computed under no_grad: the loss shows the leash, the gradient never feels it",
-        "minirlhf.ppo", "k3_loss_term", k3_loss_term_no_grad, "grpo-verifier", ("kl", "objective/kl")),
+        "minirlhf.ppo",
+        "k3_loss_term",
+        k3_loss_term_no_grad,
+        "grpo-verifier",
+        ("kl", "objective/kl"),
+    ),
     "k1-loss": Bug(
-        "k1 as the loss term", "GRPO's leash is the mean of k1 = log pi - log ref over sampled tokens; "
+        "k1 as the loss term",
+        "GRPO's leash is the mean of k1 = log pi - log ref over sampled tokens; "
         "over the policy's own samples its expected gradient is zero, so the leash pulls nowhere on "
         "average, and over an older policy's samples it pushes away from that policy",
-        "minirlhf.ppo", "k3_loss_term", k3_loss_term_k1, "grpo-verifier", ("kl",)),
+        "minirlhf.ppo",
+        "k3_loss_term",
+        k3_loss_term_k1,
+        "grpo-verifier",
+        ("kl",),
+    ),
     "no-mask": Bug(
-        "the completion mask is missing", "every one of the 4 tokens is trained and counted, also those "
-        "after the answer's end mark",
-        "minirlhf.ppo", "completion_mask", completion_mask_missing, "verifier",
-        ("val/completion_length", "objective/entropy")),
+        "the completion mask is missing",
+        "every one of the 4 tokens is trained and counted, also those after the answer's end mark",
+        "minirlhf.ppo",
+        "completion_mask",
+        completion_mask_missing,
+        "verifier",
+        ("val/completion_length", "objective/entropy"),
+    ),
     "pad-is-end": Bug(
-        "the end mark is taken for padding", "the mask is `token != pad` with pad equal to the end mark `;`: "
+        "the end mark is taken for padding",
+        "the mask is `token != pad` with pad equal to the end mark `;`: "
         "the end mark itself is never trained, and tokens after it are",
-        "minirlhf.ppo", "completion_mask", completion_mask_pad_is_end, "verifier",
-        ("val/completion_length", "objective/kl")),
+        "minirlhf.ppo",
+        "completion_mask",
+        completion_mask_pad_is_end,
+        "verifier",
+        ("val/completion_length", "objective/kl"),
+    ),
     "ratio-to-reference": Bug(
-        "the ratio is taken against the reference", "the clipped ratio compares the policy with the frozen "
+        "the ratio is taken against the reference",
+        "the clipped ratio compares the policy with the frozen "
         "reference instead of the policy that sampled the batch, so the clip stops every token that has "
         "moved 20% from the start",
-        "minirlhf.ppo", "grpo_token_loss", grpo_token_loss_ratio_to_reference, "grpo-verifier",
-        ("kl", "accuracy")),
+        "minirlhf.ppo",
+        "grpo_token_loss",
+        grpo_token_loss_ratio_to_reference,
+        "grpo-verifier",
+        ("kl", "accuracy"),
+    ),
     "no-temperature": Bug(
-        "the log-probs leave out the temperature", "completions are sampled at temperature 0.7, but the "
+        "the log-probs leave out the temperature",
+        "completions are sampled at temperature 0.7, but the "
         "ratio, the leash and the logged KL use log-probs at temperature 1",
-        "minirlhf.ppo", "logprobs_from_logits", logprobs_from_logits_no_temperature, "verifier",
-        ("objective/kl",)),
+        "minirlhf.ppo",
+        "logprobs_from_logits",
+        logprobs_from_logits_no_temperature,
+        "verifier",
+        ("objective/kl",),
+    ),
     "dpo-rejected-flipped": Bug(
-        "DPO's rejected log-ratio is the wrong way round", "ref - policy instead of policy - ref for the "
+        "DPO's rejected log-ratio is the wrong way round",
+        "ref - policy instead of policy - ref for the "
         "rejected answer: the loss now rewards raising the rejected answer too",
-        "minirlhf.dpo", "dpo_loss", dpo_loss_rejected_flipped, "dpo", ("logps/rejected", "rewards/accuracies")),
+        "minirlhf.dpo",
+        "dpo_loss",
+        dpo_loss_rejected_flipped,
+        "dpo",
+        ("logps/rejected", "rewards/accuracies"),
+    ),
 }
 
 
@@ -207,8 +288,9 @@ def one_line_diff(bug: Bug) -> tuple[str, str]:
 # ----------------------------------------------------------------------------- runs
 
 
-def run_bug(bug: Bug | None, arm: str, policy, rm, seed: int, evalset=None, progress: bool = False,
-            config=None) -> dict:
+def run_bug(
+    bug: Bug | None, arm: str, policy, rm, seed: int, evalset=None, progress: bool = False, config=None
+) -> dict:
     """Return the log of one run of ``arm`` from ``policy`` with ``bug`` planted (None: the correct
     run). ``config`` (default: the recipe) is a PPOConfig, or a DPOConfig for a DPO arm."""
     cfg = config or PPOConfig()
@@ -237,8 +319,12 @@ def paired_difference(runs: dict, name: str, metric: str) -> dict:
     good = [tell_value(runs["correct"][bug.arm][s], metric) for s in seeds]
     bad = [tell_value(runs[name][s], metric) for s in seeds]
     diff = mean_ci95([b - g for b, g in zip(bad, good)])
-    return {"correct": mean_ci95(good), "buggy": mean_ci95(bad), "difference": diff,
-            "separates": bool(abs(diff[0]) > diff[1])}
+    return {
+        "correct": mean_ci95(good),
+        "buggy": mean_ci95(bad),
+        "difference": diff,
+        "separates": bool(abs(diff[0]) > diff[1]),
+    }
 
 
 def separating(runs: dict, name: str) -> tuple:
@@ -382,8 +468,10 @@ def check_leash_gradient(policy, temperature: float = 0.7) -> tuple[bool, str]:
         return False, "the leash term has no gradient"
     cosine = (a @ b / (a.norm() * b.norm())).item()
     size = (a.norm() / b.norm()).item()
-    return cosine > 0.99 and 0.5 < size < 2.0, \
-        f"cosine with the exact KL's gradient {cosine:+.3f}, size {size:.3g} times its size"
+    return (
+        cosine > 0.99 and 0.5 < size < 2.0,
+        f"cosine with the exact KL's gradient {cosine:+.3f}, size {size:.3g} times its size",
+    )
 
 
 def check_dpo_gradient() -> tuple[bool, str]:
@@ -396,8 +484,11 @@ def check_dpo_gradient() -> tuple[bool, str]:
     loss.backward()
     down_chosen, down_rejected = logps.grad.tolist()  # a step goes against the gradient
     ok = abs(loss.item() - float(np.log(2))) < 1e-6 and down_chosen < 0 < down_rejected
-    return ok, f"loss {loss.item():.4f} (log 2 = 0.6931); d loss / d chosen {down_chosen:+.3f}, " \
-               f"d loss / d rejected {down_rejected:+.3f}"
+    return (
+        ok,
+        f"loss {loss.item():.4f} (log 2 = 0.6931); d loss / d chosen {down_chosen:+.3f}, "
+        f"d loss / d rejected {down_rejected:+.3f}",
+    )
 
 
 CHECKS = {
@@ -423,10 +514,26 @@ def run_checks(policy, bug: Bug | None = None) -> dict:
 # The metrics a run's dashboard shows (TRL's names; "kl" and "accuracy" are the evaluation's),
 # by the trainer of the arm.
 DASHBOARD = {
-    "ppo": ("accuracy", "kl", "objective/kl", "objective/entropy", "policy/clipfrac_avg",
-            "policy/approxkl_avg", "val/completion_length", "objective/scores"),
-    "dpo": ("accuracy", "kl", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected",
-            "rewards/chosen", "rewards/rejected"),
+    "ppo": (
+        "accuracy",
+        "kl",
+        "objective/kl",
+        "objective/entropy",
+        "policy/clipfrac_avg",
+        "policy/approxkl_avg",
+        "val/completion_length",
+        "objective/scores",
+    ),
+    "dpo": (
+        "accuracy",
+        "kl",
+        "rewards/accuracies",
+        "rewards/margins",
+        "logps/chosen",
+        "logps/rejected",
+        "rewards/chosen",
+        "rewards/rejected",
+    ),
 }
 
 
@@ -435,8 +542,10 @@ DASHBOARD = {
 # evaluation (``kinds``: right, near-miss, other wrong, malformed) and the held-out log-probs of
 # the right answer and of two kinds of wrong one (minirlhf.dpo.HELDOUT_LOGPS), which say what a
 # DPO run learns to write.
-KEPT = {"ppo": (), "dpo": ("steps", "kinds", "heldout/logps_correct", "heldout/logps_random",
-                           "heldout/logps_near_miss")}
+KEPT = {
+    "ppo": (),
+    "dpo": ("steps", "kinds", "heldout/logps_correct", "heldout/logps_random", "heldout/logps_near_miss"),
+}
 
 # The x axis of a dashboard, by trainer: what one point of a curve is.
 X_LABEL = {"ppo": "iteration", "dpo": "DPO step"}
@@ -483,8 +592,9 @@ def _dashboard_run(job, policy, rm, evalset, progress) -> dict:
     return {k: log[k] for k in (*DASHBOARD[trainer], *KEPT[trainer]) if k in log}
 
 
-def study(seeds=(0, 1, 2), bugs=None, progress: bool = False, evalset=None, policy=None, rm=None,
-          workers: int | None = None) -> dict:
+def study(
+    seeds=(0, 1, 2), bugs=None, progress: bool = False, evalset=None, policy=None, rm=None, workers: int | None = None
+) -> dict:
     """Return ``{"correct": {arm: {seed: log}}, bug: {seed: log}}``: every bug's run and the
     correct run of its arm, for each seed, from the partial-SFT policy (or ``policy``), keeping
     the :data:`DASHBOARD` metrics of each log. ``workers`` worker processes make the runs
@@ -497,17 +607,23 @@ def study(seeds=(0, 1, 2), bugs=None, progress: bool = False, evalset=None, poli
     names = list(bugs or BUGS)
     arms = sorted({BUGS[name].arm for name in names})
     jobs = [(who, seed) for seed in seeds for who in [*arms, *names]]
-    logs = map_runs(partial(_dashboard_run, policy=policy, rm=rm, evalset=evalset, progress=progress), jobs,
-                    workers, progress=progress, desc="silent bugs",
-                    label=lambda job: f"{job[0] if job[0] in BUGS else 'correct ' + job[0]} run, seed {job[1]}")
+    logs = map_runs(
+        partial(_dashboard_run, policy=policy, rm=rm, evalset=evalset, progress=progress),
+        jobs,
+        workers,
+        progress=progress,
+        desc="silent bugs",
+        label=lambda job: f"{job[0] if job[0] in BUGS else 'correct ' + job[0]} run, seed {job[1]}",
+    )
     out = {"correct": {arm: {} for arm in arms}, **{name: {} for name in names}}
     for (who, seed), log in zip(jobs, logs):
         (out[who] if who in BUGS else out["correct"][who])[str(seed)] = log
     return out
 
 
-def plot_dashboard(runs: dict, name: str, metrics=None, axes=None, label: str | None = None,
-                   narrow: bool = False, bold: bool = True):
+def plot_dashboard(
+    runs: dict, name: str, metrics=None, axes=None, label: str | None = None, narrow: bool = False, bold: bool = True
+):
     """Draw a bug's run beside the correct one, one panel per metric (default: the arm's
     :data:`DASHBOARD`), mean over seeds with a 95% band; with ``bold``, its tells are titled
     in bold. Every panel has the same x axis, the iteration or the DPO step (:func:`curve_x`),
@@ -543,7 +659,7 @@ def plot_dashboard(runs: dict, name: str, metrics=None, axes=None, label: str | 
             ax.set_xlabel(X_LABEL[trainer], fontsize=8)
         ax.tick_params(labelsize=7 if narrow else 8)
         ax.grid(alpha=0.3)
-    for ax in axes[len(metrics):]:
+    for ax in axes[len(metrics) :]:
         ax.set_visible(False)
     axes[0].legend(frameon=False, fontsize=8)
     return axes
@@ -556,9 +672,17 @@ def _kept_curve(log: dict, key: str) -> np.ndarray:
     return np.asarray(log[key], dtype=float)
 
 
-def what_it_writes(runs: dict, name: str, keys=("heldout/logps_correct", "heldout/logps_random",
-                                                 "heldout/logps_near_miss", "kinds/correct",
-                                                 "kinds/near_miss")) -> dict:
+def what_it_writes(
+    runs: dict,
+    name: str,
+    keys=(
+        "heldout/logps_correct",
+        "heldout/logps_random",
+        "heldout/logps_near_miss",
+        "kinds/correct",
+        "kinds/near_miss",
+    ),
+) -> dict:
     """Return, for a DPO bug's run and the correct DPO run, what each learns to write: per key
     (a held-out log-prob of :data:`minirlhf.dpo.HELDOUT_LOGPS`, or ``kinds/<kind>``, the share
     of the greedy answers of that kind), its value at the start (the same for both runs: the
@@ -573,10 +697,12 @@ def what_it_writes(runs: dict, name: str, keys=("heldout/logps_correct", "heldou
     for key in keys:
         good = [_kept_curve(runs["correct"][bug.arm][s], key) for s in seeds]
         bad = [_kept_curve(runs[name][s], key) for s in seeds]
-        out[key] = {"start": float(good[0][0]),
-                    "correct": mean_ci95([g[-1] - g[0] for g in good]),
-                    "buggy": mean_ci95([b[-1] - b[0] for b in bad]),
-                    "difference": mean_ci95([(b[-1] - b[0]) - (g[-1] - g[0]) for g, b in zip(good, bad)])}
+        out[key] = {
+            "start": float(good[0][0]),
+            "correct": mean_ci95([g[-1] - g[0] for g in good]),
+            "buggy": mean_ci95([b[-1] - b[0] for b in bad]),
+            "difference": mean_ci95([(b[-1] - b[0]) - (g[-1] - g[0]) for g, b in zip(good, bad)]),
+        }
     return out
 
 
@@ -584,8 +710,16 @@ def _fixed_run(seed, bug, policy, rm, evalset, progress) -> dict:
     return run_bug(bug, bug.arm, policy, rm, seed, evalset, progress=progress)
 
 
-def band_check(name: str, fn: Callable, runs: dict, progress: bool = False, policy=None, rm=None,
-               evalset=None, workers: int | None = None) -> dict:
+def band_check(
+    name: str,
+    fn: Callable,
+    runs: dict,
+    progress: bool = False,
+    policy=None,
+    rm=None,
+    evalset=None,
+    workers: int | None = None,
+) -> dict:
     """Run a learner's fix of bug ``name`` in the engine and say whether it lands in the band.
 
     ``fn`` replaces the engine's function as the bug's copy did, for each seed of the stored
@@ -604,10 +738,19 @@ def band_check(name: str, fn: Callable, runs: dict, progress: bool = False, poli
     policy = policy if policy is not None else load_sft(progress=progress)[0]
     rm = rm if rm is not None else load_rm(progress=progress)[0]
     correct = runs["correct"][bug.arm]
-    fixed = dict(zip(correct, map_runs(
-        partial(_fixed_run, bug=fixed_bug, policy=policy, rm=rm, evalset=evalset, progress=progress),
-        [int(seed) for seed in correct], workers, progress=progress, desc=f"your fix of {name}",
-        label=lambda seed: f"{bug.arm} run, seed {seed}")))
+    fixed = dict(
+        zip(
+            correct,
+            map_runs(
+                partial(_fixed_run, bug=fixed_bug, policy=policy, rm=rm, evalset=evalset, progress=progress),
+                [int(seed) for seed in correct],
+                workers,
+                progress=progress,
+                desc=f"your fix of {name}",
+                label=lambda seed: f"{bug.arm} run, seed {seed}",
+            ),
+        )
+    )
     out = {}
     for metric in bug.tells:
         band = mean_ci95([tell_value(correct[s], metric) for s in correct])
@@ -663,6 +806,6 @@ def first_departure(runs: dict, name: str, metric: str, k: int = 3) -> int | Non
     x, mean, half = point_differences(runs, name, metric)
     apart = np.isfinite(half) & (side * mean > half)
     for i in range(len(apart) - k + 1):
-        if apart[i:i + k].all():
+        if apart[i : i + k].all():
             return int(x[i])
     return None

@@ -63,8 +63,9 @@ def closed_form(T: int, p: float = 0.3, lam: float = 0.95, batch_size: int = 64)
     }
 
 
-def measure(T: int, p: float = 0.3, lam: float = 0.95, batch_size: int = 64, n_batches: int = 64,
-            seed: int = 0) -> dict:
+def measure(
+    T: int, p: float = 0.3, lam: float = 0.95, batch_size: int = 64, n_batches: int = 64, seed: int = 0
+) -> dict:
     """Return ``{method: Var(g_t) / E[g_t]^2 averaged over positions}``, from
     ``n_batches * batch_size`` sampled completions of ``T`` tokens."""
     _check(T, p, lam, batch_size)
@@ -90,8 +91,14 @@ def measure(T: int, p: float = 0.3, lam: float = 0.95, batch_size: int = 64, n_b
     return out
 
 
-def study(lengths=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), p: float = 0.3, lam: float = 0.95,
-          batch_size: int = 64, n_batches: int = 64, seed: int = 0) -> dict:
+def study(
+    lengths=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    p: float = 0.3,
+    lam: float = 0.95,
+    batch_size: int = 64,
+    n_batches: int = 64,
+    seed: int = 0,
+) -> dict:
     """Return ``{'T': lengths, 'measured': {method: [...]}, 'exact': {method: [...]}}``."""
     measured = {m: [] for m in METHODS}
     exact = {m: [] for m in METHODS}
@@ -101,5 +108,9 @@ def study(lengths=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), p: float = 0.3, lam: 
         for m in METHODS:
             measured[m].append(got[m])
             exact[m].append(want[m])
-    return {"T": list(lengths), "measured": measured, "exact": exact,
-            "settings": {"p": p, "lam": lam, "batch_size": batch_size, "n_batches": n_batches, "seed": seed}}
+    return {
+        "T": list(lengths),
+        "measured": measured,
+        "exact": exact,
+        "settings": {"p": p, "lam": lam, "batch_size": batch_size, "n_batches": n_batches, "seed": seed},
+    }

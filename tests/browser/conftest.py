@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from pagecheck import CHROMIUM, HTML, SHOTS, chromium, serve
 
 HERE = Path(__file__).resolve().parent
@@ -75,8 +74,11 @@ def report_page(request):
 
     def send(index: int, report) -> None:
         request.node.user_properties.append(
-            (PAGE_REPORT, {"index": index, "line": report.summary(), "requests": report.requests,
-                           "checks": report.checks}))
+            (
+                PAGE_REPORT,
+                {"index": index, "line": report.summary(), "requests": report.requests, "checks": report.checks},
+            )
+        )
 
     return send
 
@@ -122,7 +124,9 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(line)
     terminalreporter.write_line(
         f"{len(found)} pages, {sum(r['requests'] for r in found)} requests,"
-        f" {sum(r['checks'] for r in found)} checks passed; screenshots in {SHOTS}")
+        f" {sum(r['checks'] for r in found)} checks passed; screenshots in {SHOTS}"
+    )
     if SHOTS.is_dir():
         (SHOTS / "summary.txt").write_text(
-            time.strftime("%Y-%m-%d %H:%M\n") + "\n".join(lines) + "\n", encoding="utf-8")
+            time.strftime("%Y-%m-%d %H:%M\n") + "\n".join(lines) + "\n", encoding="utf-8"
+        )

@@ -28,9 +28,16 @@ HTML = Path(os.environ.get("MINIRLHF_HTML", ROOT / "_build" / "html"))
 SHOTS = Path(os.environ.get("MINIRLHF_SCREENSHOTS", ROOT / "_build" / "screenshots"))
 CHROMIUM = "/usr/bin/chromium"
 # No sandbox (CI runs as root), no GPU, and nothing Chromium would fetch on its own account.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 TIMEOUT_MS = 15_000
@@ -41,6 +48,7 @@ IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
 # ---------------------------------------------------------------------------------------------
 # The pages: _toc.yml in reading order
 # ---------------------------------------------------------------------------------------------
+
 
 def toc_pages(toc_file: Path) -> list[str]:
     """Return the docnames of a Jupyter Book ``_toc.yml`` in reading order, root first."""
@@ -54,9 +62,11 @@ def toc_pages(toc_file: Path) -> list[str]:
                 if "file" in entry:
                     pages.append(_docname(entry["file"]))
                 elif "glob" in entry:
-                    found = {p.relative_to(source).with_suffix("").as_posix()
-                             for suffix in SOURCE_SUFFIXES
-                             for p in source.glob(entry["glob"] + suffix)}
+                    found = {
+                        p.relative_to(source).with_suffix("").as_posix()
+                        for suffix in SOURCE_SUFFIXES
+                        for p in source.glob(entry["glob"] + suffix)
+                    }
                     pages.extend(sorted(found))
                 walk(entry)  # a part holds chapters, a chapter may hold sections
 
@@ -75,6 +85,7 @@ def _docname(path: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # A local server and a fresh browser
 # ---------------------------------------------------------------------------------------------
+
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):  # one line per request would drown the summary
@@ -101,8 +112,13 @@ def chromium(playwright):
     """Yield a browser context of the system Chromium with a fresh, throw-away profile."""
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport=DESKTOP, service_workers="block")
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport=DESKTOP,
+            service_workers="block",
+        )
         context.set_default_timeout(TIMEOUT_MS)
         try:
             yield context
@@ -113,6 +129,7 @@ def chromium(playwright):
 # ---------------------------------------------------------------------------------------------
 # One page
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class PageReport:
@@ -137,12 +154,15 @@ class PageReport:
         """Return one line: page, requests, checks passed, problems, what was found."""
         found = ", ".join(f"{n} {what}" for what, n in self.counts.items() if n)
         status = "ok" if not self.problems else f"{len(self.problems)} PROBLEMS"
-        return (f"{self.page:<34} {self.seconds:5.1f} s {self.requests:>4} requests"
-                f" {self.checks:>4} checks passed  {status}  ({found or 'nothing to open'})")
+        return (
+            f"{self.page:<34} {self.seconds:5.1f} s {self.requests:>4} requests"
+            f" {self.checks:>4} checks passed  {status}  ({found or 'nothing to open'})"
+        )
 
 
-def check_page(context, base_url: str, page_name: str, next_page: str | None = None,
-               shots: Path | None = None) -> PageReport:
+def check_page(
+    context, base_url: str, page_name: str, next_page: str | None = None, shots: Path | None = None
+) -> PageReport:
     """Open ``page_name`` (a docname) in ``context``, run every check, return the report."""
     report = PageReport(page_name)
     start = time.perf_counter()
@@ -161,16 +181,16 @@ def check_page(context, base_url: str, page_name: str, next_page: str | None = N
     page.set_viewport_size(DESKTOP)
     page.route("**/*", route)
     page.on("request", lambda r: requests.append(r.url))
-    page.on("requestfailed", lambda r: r.url not in remote and failed.append(
-        f"{r.url} ({r.failure})"))
+    page.on("requestfailed", lambda r: r.url not in remote and failed.append(f"{r.url} ({r.failure})"))
     page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.url} (HTTP {r.status})"))
     page.on("console", lambda m: m.type == "error" and console.append(m.text))
     page.on("pageerror", lambda e: console.append(f"uncaught {e}"))
     try:
         response = page.goto(url, wait_until="load")
-        if not report.check(response is not None and response.ok,
-                            f"the page {url} did not load"
-                            f" (HTTP {response.status if response else 'none'})"):
+        if not report.check(
+            response is not None and response.ok,
+            f"the page {url} did not load (HTTP {response.status if response else 'none'})",
+        ):
             return report
         with contextlib.suppress(Exception):  # a page that keeps polling still gets checked
             page.wait_for_load_state("networkidle", timeout=5_000)
@@ -222,11 +242,15 @@ def _short(text: str | None, limit: int = 70) -> str:
 # The checks
 # ---------------------------------------------------------------------------------------------
 
+
 def _check_no_dead_widgets(page, report: PageReport) -> None:
     """A saved ipywidgets view shows as an empty box in a page without a kernel."""
     n = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
-    report.check(n == 0, f"{n} ipywidgets output(s) that need a kernel: in the book an explorer"
-                         " must be a client-side slider over precomputed frames")
+    report.check(
+        n == 0,
+        f"{n} ipywidgets output(s) that need a kernel: in the book an explorer"
+        " must be a client-side slider over precomputed frames",
+    )
 
 
 _REMOTE_REFERENCES_JS = """() => {
@@ -268,11 +292,13 @@ def _check_math(page, report: PageReport) -> None:
     report.counts["math"] = math["count"]
     if not math["count"]:
         return
-    if not report.check(math["loaded"], f"the page has {math['count']} formulas but MathJax did"
-                                        " not load or did not finish"):
+    if not report.check(
+        math["loaded"], f"the page has {math['count']} formulas but MathJax did not load or did not finish"
+    ):
         return
-    report.check(not math["unrendered"], f"{len(math['unrendered'])} formula(s) not rendered: "
-                 + _list(math["unrendered"]))
+    report.check(
+        not math["unrendered"], f"{len(math['unrendered'])} formula(s) not rendered: " + _list(math["unrendered"])
+    )
     report.check(not math["errors"], "MathJax could not typeset: " + _list(math["errors"]))
 
 
@@ -299,9 +325,10 @@ def _check_images(page, report: PageReport) -> None:
         report.check(img["width"] > 0, f"{name} did not load (natural width 0)")
         alt = (img["alt"] or "").strip()
         if report.check(bool(alt), f"{name} has no alt text"):
-            report.check(not _is_file_name(alt, img["src"]),
-                         f"{name}: its alt text is only the file name ({_short(alt, 40)});"
-                         " describe what the figure shows")
+            report.check(
+                not _is_file_name(alt, img["src"]),
+                f"{name}: its alt text is only the file name ({_short(alt, 40)}); describe what the figure shows",
+            )
 
 
 def _is_file_name(alt: str, src: str) -> bool:
@@ -332,8 +359,7 @@ def _check_togglebuttons(page, report: PageReport) -> None:
         page.wait_for_timeout(50)
         opened = not item.evaluate("el => el.classList.contains('toggle-hidden')")
         if report.check(opened, f"{label} does not open on click"):
-            report.check(item.evaluate(_CONTENT_SHOWN_JS, ".admonition-title"),
-                         f"{label} opens but shows nothing")
+            report.check(item.evaluate(_CONTENT_SHOWN_JS, ".admonition-title"), f"{label} opens but shows nothing")
 
 
 _DETAILS_KIND_JS = """d => d.classList.contains('hint') ? 'hints'
@@ -358,8 +384,7 @@ def _check_details(page, report: PageReport) -> None:
         if not d.evaluate("d => d.open"):
             summary.click()
         if report.check(d.evaluate("d => d.open"), f"{label} does not open on click"):
-            report.check(d.evaluate(_CONTENT_SHOWN_JS, "summary"),
-                         f"{label} opens but shows nothing")
+            report.check(d.evaluate(_CONTENT_SHOWN_JS, "summary"), f"{label} opens but shows nothing")
 
 
 _EXPLORER_JS = """input => {
@@ -393,9 +418,10 @@ def _check_sliders(page, report: PageReport) -> None:
         page.keyboard.press("Home" if at_max else "End")
         try:
             page.wait_for_function(
-                "([input, value]) => input.value !== value", arg=[slider.element_handle(),
-                                                                  before["value"]],
-                timeout=2_000)
+                "([input, value]) => input.value !== value",
+                arg=[slider.element_handle(), before["value"]],
+                timeout=2_000,
+            )
         except Exception:
             report.check(False, f"{label} does not move with the keyboard")
             continue
@@ -407,19 +433,23 @@ def _check_sliders(page, report: PageReport) -> None:
         else:
             changed = after["html"] != before["html"]
             what = "what the explorer shows"
-        report.check(changed, f"{label} moved from {before['value']} to {after['value']} but"
-                              f" {what} did not change")
+        report.check(changed, f"{label} moved from {before['value']} to {after['value']} but {what} did not change")
         report.check(after["loaded"], f"{label}: the figure at {after['value']} did not load")
         # Back to the start: the explorer must show its first frame again.
-        slider.evaluate("""(input, value) => {
+        slider.evaluate(
+            """(input, value) => {
             input.value = value;
             input.dispatchEvent(new Event('input', {bubbles: true}));
             input.dispatchEvent(new Event('change', {bubbles: true}));
-        }""", before["value"])
+        }""",
+            before["value"],
+        )
         page.wait_for_timeout(150)
         back = slider.evaluate(_EXPLORER_JS)
-        report.check(back["images"] == before["images"] and back["html"] == before["html"],
-                     f"{label} set back to {before['value']} does not show its first view again")
+        report.check(
+            back["images"] == before["images"] and back["html"] == before["html"],
+            f"{label} set back to {before['value']} does not show its first view again",
+        )
 
 
 _OVERFLOW_JS = """() => {
@@ -469,16 +499,18 @@ def _screenshots(page, report: PageReport, shots: Path, page_name: str, suffix: 
     state = "as loaded" if not suffix else "with every dropdown open"
     # A focused slider or skip link would be drawn highlighted; the sticky header is drawn
     # wherever the page was scrolled to.
-    page.evaluate("() => { document.activeElement && document.activeElement.blur();"
-                  " window.scrollTo(0, 0); }")
+    page.evaluate("() => { document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0); }")
     for name, size in (("desktop", DESKTOP), ("phone", PHONE)):
         page.set_viewport_size(size)
         page.wait_for_timeout(400)  # the theme animates its side drawers for 0.2 s
         result = page.evaluate(_OVERFLOW_JS)
-        report.check(not result["scroll"] and not result["offenders"],
-                     f"at {size['width']} px ({state}) content is wider than the screen"
-                     + (f" (page {result['scroll']} px wide)" if result["scroll"] else "")
-                     + ": " + _list(result["offenders"] or ["(no single element found)"]))
+        report.check(
+            not result["scroll"] and not result["offenders"],
+            f"at {size['width']} px ({state}) content is wider than the screen"
+            + (f" (page {result['scroll']} px wide)" if result["scroll"] else "")
+            + ": "
+            + _list(result["offenders"] or ["(no single element found)"]),
+        )
         page.screenshot(path=str(shots / f"{slug}.{name}{suffix}.png"), full_page=True)
     page.set_viewport_size(DESKTOP)
     page.wait_for_timeout(100)
@@ -490,16 +522,14 @@ def _check_next(page, report: PageReport, base_url: str, next_page: str | None) 
         return
     expected = urllib.parse.urljoin(base_url, next_page + ".html")
     link = page.locator("a.right-next")
-    if not report.check(link.count() == 1, f"no 'next' link at the bottom (expected one to"
-                                           f" {next_page})"):
+    if not report.check(link.count() == 1, f"no 'next' link at the bottom (expected one to {next_page})"):
         return
     href = link.evaluate("a => a.href").split("#")[0]
     if not report.check(href == expected, f"the 'next' link goes to {href}, expected {expected}"):
         return
     link.click()
     page.wait_for_load_state("load")
-    report.check(page.url.split("#")[0] == expected,
-                 f"clicking 'next' ended at {page.url}, expected {expected}")
+    report.check(page.url.split("#")[0] == expected, f"clicking 'next' ended at {page.url}, expected {expected}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,8 +540,9 @@ MIN_FONT_PX = 8.9  # "about 9 CSS px": the smallest text a figure may show a rea
 # Where a phone may scroll sideways on purpose, inside a block that scrolls on its own: a wide
 # table in its wrapper, a long formula, a check report, a code cell or a printed output (whose
 # lines must keep their indentation and columns; at 1280 px they must fit, see _WIDE_BLOCKS_JS).
-PHONE_SCROLLERS = (".pst-scrollable-table-container, .table-wrapper, mjx-container, .mr-check, "
-                   "div.highlight, div.cell_output pre")
+PHONE_SCROLLERS = (
+    ".pst-scrollable-table-container, .table-wrapper, mjx-container, .mr-check, div.highlight, div.cell_output pre"
+)
 
 _FIGURES_JS = """() => {
   const out = [];
@@ -573,8 +604,8 @@ _PHONE_OVERFLOW_JS = """(scrollers) => {
 
 
 def check_layout(page, report: PageReport) -> None:
-    """At 1280 px: no code or output block, and no displayed formula, wider than its column. At both widths: every figure
-    has a caption, is sharp at a device-pixel ratio of 2 (natural width at least twice the
+    """At 1280 px: no code or output block, and no displayed formula, wider than its column. At both widths:
+    every figure has a caption, is sharp at a device-pixel ratio of 2 (natural width at least twice the
     shown width, or SVG) and shows no text smaller than MIN_FONT_PX. At 390 px: nothing is
     wider than the screen except inside a scrolling table wrapper or a long formula."""
     for name, size in (("desktop", DESKTOP), ("phone", PHONE)):
@@ -583,23 +614,27 @@ def check_layout(page, report: PageReport) -> None:
         figures = page.evaluate(_FIGURES_JS)
         report.counts[f"figures at {size['width']} px"] = len(figures)
         for f in figures:
-            label = f"at {size['width']} px the figure \"{f['alt']}\" in #{f['where']}"
+            label = f'at {size["width"]} px the figure "{f["alt"]}" in #{f["where"]}'
             report.check(f["caption"] > 0, f"{label} has no caption")
-            report.check(f["svg"] or f["natural"] >= 2 * f["shown"] - 1,
-                         f"{label} is blurry on a 2x screen ({f['natural']} px drawn, "
-                         f"{f['shown']:.0f} px shown)")
-            report.check(f["fontPx"] is None or f["fontPx"] >= MIN_FONT_PX,
-                         f"{label} shows text at {f['fontPx'] or 0:.1f} px"
-                         f"{' (its narrow variant)' if f['narrow'] else ''}; at least {MIN_FONT_PX} px")
-            report.check(f["fontPx"] is not None or f["svg"],
-                         f"{label} does not say its drawn width and smallest font")
+            report.check(
+                f["svg"] or f["natural"] >= 2 * f["shown"] - 1,
+                f"{label} is blurry on a 2x screen ({f['natural']} px drawn, {f['shown']:.0f} px shown)",
+            )
+            report.check(
+                f["fontPx"] is None or f["fontPx"] >= MIN_FONT_PX,
+                f"{label} shows text at {f['fontPx'] or 0:.1f} px"
+                f"{' (its narrow variant)' if f['narrow'] else ''}; at least {MIN_FONT_PX} px",
+            )
+            report.check(f["fontPx"] is not None or f["svg"], f"{label} does not say its drawn width and smallest font")
         if name == "desktop":
             wide = page.evaluate(_WIDE_BLOCKS_JS, "main pre")
-            report.check(not wide, "at 1280 px a code or output block is wider than its column: "
-                         + _list(wide))
+            report.check(not wide, "at 1280 px a code or output block is wider than its column: " + _list(wide))
             wide_math = page.evaluate(_WIDE_BLOCKS_JS, 'main mjx-container[display="true"]')
-            report.check(not wide_math, "at 1280 px a displayed formula is wider than its column (break it "
-                         "into aligned lines): " + _list(wide_math))
+            report.check(
+                not wide_math,
+                "at 1280 px a displayed formula is wider than its column (break it "
+                "into aligned lines): " + _list(wide_math),
+            )
         else:
             over = page.evaluate(_PHONE_OVERFLOW_JS, PHONE_SCROLLERS)
             report.check(not over, "at 390 px an element is wider than the screen: " + _list(over))

@@ -57,10 +57,8 @@ def watched_page(context, base_url: str):
     page.set_viewport_size(DESKTOP)
     page.route("**/*", route)
     page.on("request", lambda r: traffic.requests.append(r.url))
-    page.on("requestfailed", lambda r: r.url not in traffic.remote and traffic.failed.append(
-        f"{r.url} ({r.failure})"))
-    page.on("response", lambda r: r.status >= 400 and traffic.failed.append(
-        f"{r.url} (HTTP {r.status})"))
+    page.on("requestfailed", lambda r: r.url not in traffic.remote and traffic.failed.append(f"{r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and traffic.failed.append(f"{r.url} (HTTP {r.status})"))
     page.on("console", lambda m: m.type == "error" and traffic.errors.append(m.text))
     page.on("pageerror", lambda e: traffic.errors.append(f"uncaught {e}"))
     try:
@@ -119,7 +117,9 @@ def wait_until_spoken(page) -> bool:
         page.wait_for_function(
             f"() => {{ const s = ({_MATH_STATE_JS})(); return s.formulas > 0 &&"
             " s.rendered === s.formulas && s.spoken === s.formulas; }",
-            timeout=EXPLORER_TIMEOUT_MS, polling=250)
+            timeout=EXPLORER_TIMEOUT_MS,
+            polling=250,
+        )
         return True
     except Exception:
         return False
@@ -141,14 +141,18 @@ def explore_first_formula(page) -> str:
 # The download menu, search boxes, the favicon
 # ---------------------------------------------------------------------------------------------
 
+
 def download_menu(page) -> dict[str, dict]:
     """Return the entries of the page's download menu by their button class:
     {label: {text, href (absolute), download}}."""
-    return {entry["label"]: entry for entry in page.evaluate("""() =>
+    return {
+        entry["label"]: entry
+        for entry in page.evaluate("""() =>
         [...document.querySelectorAll('.dropdown-download-buttons .dropdown-item')].map(el => ({
           label: [...el.classList].find(c => c.startsWith('btn-download-')) || '',
           text: el.textContent.trim(), href: el.href || null,
-          download: el.getAttribute('download')}))""")}
+          download: el.getAttribute('download')}))""")
+    }
 
 
 def download(page, label: str, folder):
@@ -182,8 +186,7 @@ def search_boxes(page) -> dict[int, list[str]]:
 
 def favicon(page) -> tuple[str | None, int, str]:
     """Return the page's icon URL, and the HTTP status and content type it is served with."""
-    href = page.evaluate("() => { const l = document.querySelector('link[rel~=\"icon\"]');"
-                         " return l ? l.href : null; }")
+    href = page.evaluate("() => { const l = document.querySelector('link[rel~=\"icon\"]'); return l ? l.href : null; }")
     if not href:
         return None, 0, ""
     response = page.request.get(href)
@@ -200,10 +203,12 @@ def search_snippets(page, base_url: str, query: str) -> list[str]:
     page.wait_for_function(
         "() => /finished/i.test((document.querySelector('#search-results .search-summary')"
         " || document.querySelector('.search-summary') || {}).textContent || '')",
-        timeout=30_000)
+        timeout=30_000,
+    )
     # Each snippet is read from its result's page, and may arrive after that line.
-    page.wait_for_function("() => { const items = document.querySelectorAll('#search-results li');"
-                           " return [...items].every(li => li.querySelector('p.context')); }",
-                           timeout=15_000)
-    return page.evaluate("() => [...document.querySelectorAll('#search-results li p.context')]"
-                         ".map(p => p.textContent)")
+    page.wait_for_function(
+        "() => { const items = document.querySelectorAll('#search-results li');"
+        " return [...items].every(li => li.querySelector('p.context')); }",
+        timeout=15_000,
+    )
+    return page.evaluate("() => [...document.querySelectorAll('#search-results li p.context')].map(p => p.textContent)")

@@ -8,14 +8,12 @@ smaller bundle would fetch from the network) without any request leaving the fol
 from __future__ import annotations
 
 import shutil
-
 from pathlib import Path
 
 import pytest
 import sphinx_togglebutton
-from PIL import Image
-
 from pagecheck import ROOT, check_page, serve
+from PIL import Image
 
 SOUND = r"""<!doctype html>
 <html><head><meta charset="utf-8"><title>sound</title>
@@ -72,8 +70,10 @@ BROKEN = r"""<!doctype html>
 """
 
 # A sound page but for one displayed formula too wide for its column at 1280 px.
-WIDE_MATH = SOUND.replace("<section id=\"all\">", "<section id=\"all\" style=\"max-width: 320px\">").replace(
-    r"\[\boldsymbol{J} =", r"\[a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7 + a_8 + a_9 + a_{10} + a_{11} + a_{12} = \boldsymbol{J} =")
+WIDE_MATH = SOUND.replace('<section id="all">', '<section id="all" style="max-width: 320px">').replace(
+    r"\[\boldsymbol{J} =",
+    r"\[a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7 + a_8 + a_9 + a_{10} + a_{11} + a_{12} = \boldsymbol{J} =",
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +83,9 @@ def site(tmp_path_factory):
         Image.new("RGB", (40, 40), color).save(folder / f"{name}.png")
     (folder / "sound.html").write_text(SOUND, encoding="utf-8")
     (folder / "broken.html").write_text(BROKEN, encoding="utf-8")
-    (folder / "widemath.html").write_text(WIDE_MATH.replace('href="broken.html"', 'href="sound.html"'),
-                                          encoding="utf-8")
+    (folder / "widemath.html").write_text(
+        WIDE_MATH.replace('href="broken.html"', 'href="sound.html"'), encoding="utf-8"
+    )
     shutil.copytree(ROOT / "_vendor" / "mathjax", folder / "mathjax")
     togglebutton = Path(sphinx_togglebutton.__file__).parent / "_static"
     for name in ("togglebutton.js", "togglebutton.css"):
@@ -99,8 +100,13 @@ def test_a_sound_page_passes(site, chromium_context):
     assert report.problems == []
     assert report.counts["math"] == 2
     assert report.counts["images"] == 2
-    assert (report.counts["hints"], report.counts["answers"], report.counts["code toggles"],
-            report.counts["toggle admonitions"], report.counts["sliders"]) == (1, 1, 1, 1, 1)
+    assert (
+        report.counts["hints"],
+        report.counts["answers"],
+        report.counts["code toggles"],
+        report.counts["toggle admonitions"],
+        report.counts["sliders"],
+    ) == (1, 1, 1, 1, 1)
     assert report.counts["remote requests"] == 0
     assert (folder / "shots" / "sound.phone.png").exists()
 
@@ -123,15 +129,18 @@ def test_a_broken_page_is_caught_fault_by_fault(site, chromium_context):
         "table in #all overflows the page",
         "at 390 px an element is wider than the screen: table in #all",
         "at 1280 px a code or output block is wider than its column",
-        ("the figure \"A figure that is not there\"", "has no caption"),
-        ("the figure \"a figure no slider moves\"", "is blurry on a 2x screen"),
-        ("the figure \"a figure no slider moves\"", "does not say its drawn width"),
+        ('the figure "A figure that is not there"', "has no caption"),
+        ('the figure "a figure no slider moves"', "is blurry on a 2x screen"),
+        ('the figure "a figure no slider moves"', "does not say its drawn width"),
         ("the console shows an error: ", "boom"),
         "a request failed: " + url + "missing.png (HTTP 404)",
         "the 'next' link goes to " + url + "sound.html, expected " + url + "third.html",
     ]
+
     # An entry is a piece of one problem's sentence, or a tuple of pieces of the same one.
-    found = lambda parts: any(all(p in problem for p in parts) for problem in report.problems)
+    def found(parts):
+        return any(all(p in problem for p in parts) for problem in report.problems)
+
     missed = [e for e in expected if not found((e,) if isinstance(e, str) else e)]
     assert not missed, f"not reported: {missed}\nreported: {report.problems}"
 
@@ -139,7 +148,6 @@ def test_a_broken_page_is_caught_fault_by_fault(site, chromium_context):
 def test_a_formula_wider_than_its_column_is_caught(site, chromium_context):
     url, folder = site
     report = check_page(chromium_context, url, "widemath", "sound", folder / "shots")
-    assert any("at 1280 px a displayed formula is wider than its column" in p for p in report.problems), \
-        report.problems
+    assert any("at 1280 px a displayed formula is wider than its column" in p for p in report.problems), report.problems
     # (this bare page lacks the book's style, which lets a formula scroll on a phone, so the
     # phone checks complain too; only the desktop check matters here)

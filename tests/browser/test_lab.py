@@ -17,10 +17,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
-
 from pagecheck import ROOT
 
 NOTEBOOK = "01_kl_penalty.ipynb"
@@ -54,11 +52,25 @@ def lab(tmp_path_factory):
     port = _free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", JUPYTER_CONFIG_DIR=str(work / ".config"))
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
-         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={work}",
-         f"--LabApp.user_settings_dir={work / '.settings'}", "--LabApp.news_url=",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            f"--ServerApp.root_dir={work}",
+            f"--LabApp.user_settings_dir={work / '.settings'}",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
@@ -82,8 +94,9 @@ def _wait_idle(page, timeout_s: float) -> None:
     """Wait until the kernel status reads Idle and no cell shows [*]."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        busy = page.evaluate("() => [...document.querySelectorAll('.jp-InputPrompt')]"
-                             ".some(p => p.textContent.includes('*'))")
+        busy = page.evaluate(
+            "() => [...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'))"
+        )
         idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
         if idle and not busy:
             return
@@ -105,13 +118,13 @@ def test_chapter_1_worked_in_jupyterlab(lab, chromium_context):
         except Exception:
             pass  # the assertion below says what is missing
 
-        assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, \
+        assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, (
             "the notebook shows unsaved changes as soon as it opens"
+        )
         # jupyterlab-myst renders markdown cells as MyST: the admonition is an <aside>.
         tip = page.locator("aside.myst-admonition-tip", has_text="What you need")
         assert tip.count() == 1, "the MyST admonition of the chapter's opening did not render"
-        assert page.locator(".jp-MarkdownCell .myst", has_text=":class:").count() == 0, \
-            "MyST markup shows as raw text"
+        assert page.locator(".jp-MarkdownCell .myst", has_text=":class:").count() == 0, "MyST markup shows as raw text"
 
         page.get_by_text("Kernel", exact=True).click()
         page.get_by_text("Restart Kernel and Run All Cells…").click()

@@ -11,7 +11,6 @@ desktop and phone width go to _build/screenshots/.
 from __future__ import annotations
 
 import pytest
-
 from pagecheck import HTML, ROOT, check_page, toc_pages
 
 PAGES = toc_pages(ROOT / "_toc.yml")
@@ -26,8 +25,7 @@ def test_page(index, book_url, chromium_context, shots, report_page):
 
     report = check_page(chromium_context, book_url, page, next_page, shots)
     report_page(index, report)
-    assert not report.problems, (f"{page}: {len(report.problems)} problem(s):\n  - "
-                                 + "\n  - ".join(report.problems))
+    assert not report.problems, f"{page}: {len(report.problems)} problem(s):\n  - " + "\n  - ".join(report.problems)
 
 
 def test_the_front_door_leads_to_the_first_page(book_url, chromium_context):

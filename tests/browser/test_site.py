@@ -25,16 +25,16 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
-
 import sitecheck
+import yaml
 from pagecheck import ROOT, toc_pages
 
 PAGES = toc_pages(ROOT / "_toc.yml")
 CHAPTERS = [page for page in PAGES if (ROOT / f"{page}.ipynb").exists()]
 PLACEHOLDER = 'raise NotImplementedError("your code here")'
-REPOSITORY = ((yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-               .get("repository") or {}).get("url") or "").strip()
+REPOSITORY = (
+    (yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8")).get("repository") or {}).get("url") or ""
+).strip()
 
 
 def _url(book_url: str, page: str) -> str:
@@ -67,8 +67,7 @@ def test_page_tools(page_name, book_url, chromium_context):
                 problems.append(f"download '{entry['text']}': {entry['href']} gives HTTP {code}")
         buttons = page.locator(".btn-source-repository-button").count()
         if bool(buttons) != bool(REPOSITORY):
-            problems.append(f"{buttons} repository button(s) while _config.yml's repository.url"
-                            f" is {REPOSITORY!r}")
+            problems.append(f"{buttons} repository button(s) while _config.yml's repository.url is {REPOSITORY!r}")
 
         sitecheck.wait_for_mathjax(page)
         before = sitecheck.math_state(page)
@@ -78,9 +77,11 @@ def test_page_tools(page_name, book_url, chromium_context):
             spoken = sitecheck.wait_until_spoken(page)
             after = sitecheck.math_state(page)
             if not spoken:
-                problems.append(f"explorer on: of {after['formulas']} formulas {after['rendered']}"
-                                f" typeset and {after['spoken']} with speech (before:"
-                                f" {before['rendered']} typeset)")
+                problems.append(
+                    f"explorer on: of {after['formulas']} formulas {after['rendered']}"
+                    f" typeset and {after['spoken']} with speech (before:"
+                    f" {before['rendered']} typeset)"
+                )
             elif not sitecheck.explore_first_formula(page):
                 problems.append("explorer on: stepping into a formula says nothing")
             if after["errors"]:
@@ -88,8 +89,11 @@ def test_page_tools(page_name, book_url, chromium_context):
             new = traffic.since(mark)
             if not any("/mathjax/a11y/explorer.js" in r for r in new["requests"]):
                 problems.append("explorer on: the explorer was never loaded")
-            for kind, what in (("remote", "requested another host"), ("failed", "a request failed"),
-                               ("errors", "the console shows an error")):
+            for kind, what in (
+                ("remote", "requested another host"),
+                ("failed", "a request failed"),
+                ("errors", "the console shows an error"),
+            ):
                 if new[kind]:
                     problems.append(f"explorer on: {what}: {'; '.join(new[kind][:5])}")
         if traffic.remote:
@@ -107,18 +111,23 @@ def _run_notebook(notebook: Path, folder: Path) -> str:
         "nb.cells.append(nbformat.v4.new_code_cell('import minirlhf; print(minirlhf.__file__)'))\n"
         "NotebookClient(nb, timeout=600, kernel_name='python3',\n"
         "               resources={'metadata': {'path': sys.argv[2]}}).execute()\n"
-        "print(nb.cells[-1].outputs[0]['text'].strip())\n")
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("MINIRLHF_BUILDING_BOOK", "MINIRLHF_OUTPUTS")}
+        "print(nb.cells[-1].outputs[0]['text'].strip())\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key not in ("MINIRLHF_BUILDING_BOOK", "MINIRLHF_OUTPUTS")}
     env.update(PYTHONPATH=str(folder), OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, "-c", script, str(notebook), str(notebook.parent)],
-                          cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(notebook), str(notebook.parent)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, f"{notebook.name} did not run:\n{done.stderr[-3000:]}"
     return done.stdout.strip().splitlines()[-1]
 
 
-def test_the_course_archive_downloads_and_its_notebook_runs(book_url, chromium_context,
-                                                            tmp_path):
+def test_the_course_archive_downloads_and_its_notebook_runs(book_url, chromium_context, tmp_path):
     with sitecheck.watched_page(chromium_context, book_url) as (page, traffic):
         sitecheck.open_page(page, _url(book_url, "book/how-to-use"))
         saved = sitecheck.download(page, "btn-download-course-archive-button", tmp_path)
@@ -132,19 +141,25 @@ def test_the_course_archive_downloads_and_its_notebook_runs(book_url, chromium_c
         names = archive.namelist()
         archive.extractall(tmp_path)
     folder = tmp_path / "minirlhf-course"
-    for needed in ("README.md", "Makefile", "requirements.txt", "pyproject.toml",
-                   "minirlhf/__init__.py", "minirlhf/course/grader/__main__.py"):
+    for needed in (
+        "README.md",
+        "Makefile",
+        "requirements.txt",
+        "pyproject.toml",
+        "minirlhf/__init__.py",
+        "minirlhf/course/grader/__main__.py",
+    ):
         assert f"minirlhf-course/{needed}" in names, f"the archive has no {needed}"
     notebooks = sorted(p.name for p in (folder / "notebooks").glob("*.ipynb"))
     assert notebooks == [Path(c).name + ".ipynb" for c in CHAPTERS], notebooks
     imported = _run_notebook(folder / "notebooks" / notebooks[0], folder)
     assert Path(imported).resolve() == (folder / "minirlhf" / "__init__.py").resolve(), (
-        f"the notebook imported minirlhf from {imported}, not from the archive")
+        f"the notebook imported minirlhf from {imported}, not from the archive"
+    )
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_a_chapter_page_gives_both_of_its_notebooks(chapter, book_url, chromium_context,
-                                                    tmp_path):
+def test_a_chapter_page_gives_both_of_its_notebooks(chapter, book_url, chromium_context, tmp_path):
     with sitecheck.watched_page(chromium_context, book_url) as (page, traffic):
         sitecheck.open_page(page, _url(book_url, chapter))
         learner = sitecheck.download(page, "btn-download-learner-notebook-button", tmp_path)
@@ -175,28 +190,26 @@ def test_search_snippets_show_math_as_text(book_url, chromium_context):
     assert any("ε" in s for s in snippets), f"no snippet shows ε: {snippets}"
 
 
-def test_the_landing_table_names_each_chapter_as_the_navigation_does(book_url,
-                                                                     chromium_context):
+def test_the_landing_table_names_each_chapter_as_the_navigation_does(book_url, chromium_context):
     with sitecheck.watched_page(chromium_context, book_url) as (page, traffic):
         sitecheck.open_page(page, _url(book_url, PAGES[0]))
         table = page.evaluate("""() => [...document.querySelectorAll('article table a')]
             .map(a => [a.href, a.textContent.trim()])""")
-        navigation = dict(page.evaluate("""() => [...document.querySelectorAll('nav.bd-links a')]
-            .map(a => [a.href, a.textContent.trim()])"""))
+        navigation = dict(
+            page.evaluate("""() => [...document.querySelectorAll('nav.bd-links a')]
+            .map(a => [a.href, a.textContent.trim()])""")
+        )
     assert len(table) == len(CHAPTERS), table
     for href, title in table:
         shown = navigation.get(href, "")
-        assert shown.split(". ", 1)[-1] == title, (
-            f"the landing table calls {href} {title!r}, the navigation {shown!r}")
+        assert shown.split(". ", 1)[-1] == title, f"the landing table calls {href} {title!r}, the navigation {shown!r}"
 
 
 TEX_CASES = {
     r"\(\epsilon\)": "ε",
     r"\(\beta\,\mathrm{KL}(\pi_\theta \,\|\, \pi_{\mathrm{ref}})\)": "β KL(π_θ ‖ π_ref)",
-    r"\(-\min\big(\rho A, \mathrm{clip}(\rho, 1 - \epsilon, 1 + \epsilon) A\big)\)":
-        "-min(ρ A, clip(ρ, 1 - ε, 1 + ε) A)",
-    r"\(z = \mathrm{clip}\big((s - \bar s)/(\sigma_s + 10^{-4}), -3, 3\big)\)":
-        "z = clip((s - s̄)/(σ_s + 10⁻⁴), -3, 3)",
+    r"\(-\min\big(\rho A, \mathrm{clip}(\rho, 1 - \epsilon, 1 + \epsilon) A\big)\)": "-min(ρ A, clip(ρ, 1 - ε, 1 + ε) A)",  # noqa: E501
+    r"\(z = \mathrm{clip}\big((s - \bar s)/(\sigma_s + 10^{-4}), -3, 3\big)\)": "z = clip((s - s̄)/(σ_s + 10⁻⁴), -3, 3)",
     r"\(\texttt{new\_logp}_i\)": "new_logp_i",
     r"\(\frac{1}{T}\sum_t \mathrm{kl}_t\)": "1/T Σ_t kl_t",
     r"\(\mathbb{E}_{x \sim q}[\log q(x)]\)": "E_(x ~ q)[log q(x)]",
@@ -226,7 +239,9 @@ def test_every_reference_links_to_its_paper(book_url, chromium_context):
             .map(c => [c.textContent.trim().slice(0, 70),
                        [...c.querySelectorAll('a.reference.external')].map(a => a.href)])""")
     assert entries, "no bibliography entries"
-    unlinked = [text for text, links in entries
-                if not any(link.startswith(("https://doi.org/", "https://arxiv.org/abs/", "http"))
-                           for link in links)]
+    unlinked = [
+        text
+        for text, links in entries
+        if not any(link.startswith(("https://doi.org/", "https://arxiv.org/abs/", "http")) for link in links)
+    ]
     assert not unlinked, f"entries without a link: {unlinked}"

@@ -4,13 +4,12 @@ import math
 
 import numpy as np
 import torch
-
 import torch.nn.functional as F
 
-from ._inputs import batch_size
+from ...reward_model import bradley_terry_loss
 from ..cases import Case, Exercise, Slip, known_slip
 from ..expect import ExpectScalarTensor
-from ...reward_model import bradley_terry_loss
+from ._inputs import batch_size
 from .ch03 import STAY_IN_LOG_SPACE
 
 
@@ -20,8 +19,14 @@ def _softplus(x: float) -> float:
 
 
 def _case(chosen, rejected, expected, why) -> Case:
-    return Case({"r_chosen": torch.tensor(chosen, dtype=torch.float32),
-                 "r_rejected": torch.tensor(rejected, dtype=torch.float32)}, expected, why)
+    return Case(
+        {
+            "r_chosen": torch.tensor(chosen, dtype=torch.float32),
+            "r_rejected": torch.tensor(rejected, dtype=torch.float32),
+        },
+        expected,
+        why,
+    )
 
 
 def _random_kwargs(rng: np.random.Generator) -> dict:
@@ -41,7 +46,8 @@ def _slip(kind: str):
         if kind == "two-sigmoids":
             return (-F.logsigmoid(r_chosen) - F.logsigmoid(-r_rejected)).mean()
         margin = {"swapped": r_rejected - r_chosen, "abs-margin": (r_chosen - r_rejected).abs()}.get(
-            kind, r_chosen - r_rejected)
+            kind, r_chosen - r_rejected
+        )
         terms = -F.logsigmoid(margin)
         return terms.sum() if kind == "sum" else terms.mean()
 
@@ -49,11 +55,15 @@ def _slip(kind: str):
 
 
 SLIPS = (
-    Slip("margin-sign", _slip("swapped"), "that is the loss with chosen and rejected swapped: the margin is "
-                                      "r_chosen - r_rejected"),
+    Slip(
+        "margin-sign",
+        _slip("swapped"),
+        "that is the loss with chosen and rejected swapped: the margin is r_chosen - r_rejected",
+    ),
     Slip("margin-sign", _slip("abs-margin"), "that is the loss of abs(margin): the sign of the margin matters"),
-    Slip("two-sigmoids", _slip("two-sigmoids"), "that scores each answer on its own: the loss depends on "
-                                                "the margin only"),
+    Slip(
+        "two-sigmoids", _slip("two-sigmoids"), "that scores each answer on its own: the loss depends on the margin only"
+    ),
     Slip("sum", _slip("sum"), "that is a sum over the pairs: take the mean"),
 )
 
@@ -62,20 +72,27 @@ BRADLEY_TERRY_LOSS = Exercise(
     name="bradley_terry_loss",
     chapter=4,
     title="The Bradley-Terry loss",
-    expect=ExpectScalarTensor(atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS,
-                              grad_wrt=("r_chosen", "r_rejected")),
+    expect=ExpectScalarTensor(
+        atol=1e-4, per="pair", why_inf=STAY_IN_LOG_SPACE, slips=SLIPS, grad_wrt=("r_chosen", "r_rejected")
+    ),
     cases=(
         _case([0.0], [0.0], math.log(2), "equal scores: the model is unsure, -log(1/2) = log 2"),
         _case([2.0], [0.0], _softplus(-2.0), "margin +2: log(1 + e^-2)"),
         _case([0.0], [2.0], _softplus(2.0), "margin -2, the wrong order: log(1 + e^2), much larger"),
-        _case([105.0], [103.0], _softplus(-2.0),
-              "only the margin counts: the same +2 margin, shifted by 103"),
-        _case([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], (_softplus(-1.0) + _softplus(-2.0) + _softplus(-3.0)) / 3,
-              "a batch of three pairs: the mean of their losses"),
-        _case([2.0, 0.0], [0.0, 2.0], (_softplus(-2.0) + _softplus(2.0)) / 2,
-              "one pair right, one wrong: the sign of the margin matters, no abs()"),
-        _case([-60.0], [40.0], 100.0,
-              "margin -100: the loss is 100, and it must stay finite"),
+        _case([105.0], [103.0], _softplus(-2.0), "only the margin counts: the same +2 margin, shifted by 103"),
+        _case(
+            [1.0, 2.0, 3.0],
+            [0.0, 0.0, 0.0],
+            (_softplus(-1.0) + _softplus(-2.0) + _softplus(-3.0)) / 3,
+            "a batch of three pairs: the mean of their losses",
+        ),
+        _case(
+            [2.0, 0.0],
+            [0.0, 2.0],
+            (_softplus(-2.0) + _softplus(2.0)) / 2,
+            "one pair right, one wrong: the sign of the margin matters, no abs()",
+        ),
+        _case([-60.0], [40.0], 100.0, "margin -100: the loss is 100, and it must stay finite"),
         _case([30.0], [-30.0], _softplus(-60.0), "margin +60: a confident right order costs almost nothing"),
     ),
     hints=(
@@ -89,8 +106,18 @@ BRADLEY_TERRY_LOSS = Exercise(
     reference=bradley_terry_loss,
     random_kwargs=_random_kwargs,
     # the margin, its sigmoid and the mean (1), staying in log space (2), the tensor (3)
-    hint_for={"margin-sign": 1, "two-sigmoids": 1, "sum": 1, "not-averaged": 1, "sign": 1,
-              "inf": 2, "nan": 2, "not-a-tensor": 3, "no-grad": 3, "grad": 3},
+    hint_for={
+        "margin-sign": 1,
+        "two-sigmoids": 1,
+        "sum": 1,
+        "not-averaged": 1,
+        "sign": 1,
+        "inf": 2,
+        "nan": 2,
+        "not-a-tensor": 3,
+        "no-grad": 3,
+        "grad": 3,
+    },
 )
 
 IN_THIS_CHAPTER = (BRADLEY_TERRY_LOSS,)

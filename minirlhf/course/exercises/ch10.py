@@ -18,22 +18,29 @@ import textwrap
 import numpy as np
 import torch
 
-from ..cases import Case, Exercise, Slip, run_cases
-from ..expect import ExpectArray
-from ..sandbox import _where
-from ..tells import ExpectTell, Tell
 from ...model import completion_mask
 from ...ppo import k3_loss_term, logprobs_from_logits
 from ...studies import silent_bugs as sb
 from ...task import encode
+from ..cases import Case, Exercise, Slip, run_cases
+from ..expect import ExpectArray
+from ..sandbox import _where
+from ..tells import ExpectTell, Tell
 from . import ch08, ch09
 from .ch02 import ExpectLoss
 
 # ----------------------------------------------------------------------------- the runs
 
 # The bug of each run, in the chapter's order: run A is the first.
-RUNS = {"A": "no-mask", "B": "pad-is-end", "C": "kl-no-grad", "D": "k1-loss", "E": "ratio-to-reference",
-        "F": "no-temperature", "G": "dpo-rejected-flipped"}
+RUNS = {
+    "A": "no-mask",
+    "B": "pad-is-end",
+    "C": "kl-no-grad",
+    "D": "k1-loss",
+    "E": "ratio-to-reference",
+    "F": "no-temperature",
+    "G": "dpo-rejected-flipped",
+}
 # The exercise whose fix each run's bug is planted back with: B breaks A's function, D breaks C's.
 FIX_OF = {"A": "A", "B": "A", "C": "C", "D": "C", "E": "E", "F": "F", "G": "G"}
 
@@ -50,37 +57,64 @@ def bug_of(letter: str) -> str:
 # What a changed line can do, numbered as the chapter lists them: every run's bug, in no
 # particular order, and three that no run has.
 MECHANISMS = (
-    (1, "The leash term is k1, the mean of log pi - log pi_ref over the sampled tokens, whose gradient "
-        "is zero on average over the policy's own samples."),
+    (
+        1,
+        "The leash term is k1, the mean of log pi - log pi_ref over the sampled tokens, whose gradient "
+        "is zero on average over the policy's own samples.",
+    ),
     (2, "The completion mask drops every `;`, the end mark included, as if it were padding."),
     (3, "The advantages have the wrong sign: the loss makes the answers that scored well less likely."),
-    (4, "The clipped ratio compares the policy with the frozen reference, not with the policy that "
-        "sampled the batch."),
+    (4, "The clipped ratio compares the policy with the frozen reference, not with the policy that sampled the batch."),
     (5, "DPO's loss leaves out the rejected answer's log-ratio, so it only raises the chosen answer."),
     (6, "The completion mask keeps every token, also those after the answer's end mark."),
     (7, "The leash term keeps its value but carries no gradient: the policy's log-probs are detached in it."),
     (8, "The reference model shares the policy's weights, so the leash measures the policy against itself."),
-    (9, "The log-probs in the loss are taken at temperature 1, not at the temperature the answers were "
-        "sampled at."),
+    (9, "The log-probs in the loss are taken at temperature 1, not at the temperature the answers were sampled at."),
     (10, "DPO's rejected log-ratio is the wrong way round: reference minus policy, not policy minus reference."),
 )
-MECHANISM_OF = {"no-mask": 6, "pad-is-end": 2, "kl-no-grad": 7, "k1-loss": 1, "ratio-to-reference": 4,
-                "no-temperature": 9, "dpo-rejected-flipped": 10}
+MECHANISM_OF = {
+    "no-mask": 6,
+    "pad-is-end": 2,
+    "kl-no-grad": 7,
+    "k1-loss": 1,
+    "ratio-to-reference": 4,
+    "no-temperature": 9,
+    "dpo-rejected-flipped": 10,
+}
 
 # The metrics that separate each run from the correct one by the whole-run paired test
 # (silent_bugs.separating), over seeds 0-2 of the stored runs, as chapter 10's table prints
 # them; a test holds the two together. No panel separates run C.
 SEPARATING = {
-    "no-mask": ("kl", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "policy/approxkl_avg",
-                "val/completion_length"),
-    "pad-is-end": ("kl", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "policy/approxkl_avg",
-                   "val/completion_length"),
+    "no-mask": (
+        "kl",
+        "objective/kl",
+        "objective/entropy",
+        "policy/clipfrac_avg",
+        "policy/approxkl_avg",
+        "val/completion_length",
+    ),
+    "pad-is-end": (
+        "kl",
+        "objective/kl",
+        "objective/entropy",
+        "policy/clipfrac_avg",
+        "policy/approxkl_avg",
+        "val/completion_length",
+    ),
     "kl-no-grad": (),
     "k1-loss": ("accuracy",),
     "ratio-to-reference": ("objective/kl",),
     "no-temperature": ("accuracy", "objective/kl", "policy/clipfrac_avg", "policy/approxkl_avg"),
-    "dpo-rejected-flipped": ("accuracy", "rewards/accuracies", "rewards/margins", "logps/chosen",
-                             "logps/rejected", "rewards/chosen", "rewards/rejected"),
+    "dpo-rejected-flipped": (
+        "accuracy",
+        "rewards/accuracies",
+        "rewards/margins",
+        "logps/chosen",
+        "logps/rejected",
+        "rewards/chosen",
+        "rewards/rejected",
+    ),
 }
 
 
@@ -116,52 +150,73 @@ def tell_run_g():
 
 # Per run, the hints: where to look, how to pick the mechanism, nearly the answer.
 TELL_HINTS = {
-    "A": ("Start with the panel that is exactly flat. `compare(\"A\")` prints every panel's whole-run paired "
-          "difference from the correct run, and whether it separates the two.",
-          "`val/completion_length` is 4 tokens, every token of every answer, from the first batch: the mask's "
-          "sum is the length. Which mechanism makes the mask count every token?",
-          "`val/completion_length` (or another panel that separates), and mechanism 6: the mask keeps every "
-          "token, also those after the end mark."),
-    "B": ("Look at the length first, as in run A, and at `compare(\"B\")`.",
-          "`val/completion_length` is about one token below the correct run's from the first batch: one token "
-          "of almost every answer is no longer counted. Which token, and which mechanism drops it?",
-          "`val/completion_length` (or another panel that separates), and mechanism 2: the end mark is taken "
-          "for padding and dropped from the mask."),
-    "C": ("Test every panel with `compare(\"C\")`. When no panel's interval excludes 0, the metric to answer "
-          "is None: over three seeds, the dashboard does not show this bug.",
-          "The means still lean: both KL panels sit above the correct run's, and no other panel moves much. Two "
-          "mechanisms of the list make a leash that does not hold: one takes its pull away entirely, the other "
-          "pulls nowhere only on average and still pushes the sampled tokens in each batch. Which fits a run in "
-          "which only the KL leans?",
-          "None, and mechanism 7: the leash term's log-probs are detached, so it carries no gradient."),
-    "D": ("Test every panel with `compare(\"D\")`: one separates, and it is not a KL.",
-          "The KL panels lean above the correct run's, as in run C, but here accuracy is lower over the run "
-          "too: a leash that does not hold, and something more. Run C's bug took the leash's pull away "
-          "entirely; which mechanism leaves a leash that pulls nowhere on average, and still pushes in each "
-          "batch?",
-          "`accuracy`, and mechanism 1: the leash term is k1, whose gradient is zero on average."),
-    "E": ("Test every panel with `compare(\"E\")`: one separates, just.",
-          "`objective/kl` is lower than the correct run's over the run, and the exact `kl` leans the same way, "
-          "while accuracy does not move: the policy stays nearer the reference. What in GRPO's loss could stop "
-          "a token that has moved far enough from where the run started?",
-          "`objective/kl`, and mechanism 4: the clipped ratio is taken against the reference, so the clip stops "
-          "every token that has moved 20% from the start."),
-    "F": ("Test every panel with `compare(\"F\")`: four separate. Look at the two panels of PPO's own update, "
-          "`policy/clipfrac_avg` and `policy/approxkl_avg`.",
-          "`policy/approxkl_avg` is about half the correct run's over the run: the log-ratios of each update "
-          "come out smaller than they are, as if the log-probs were those of a flatter distribution than the "
-          "one the answers were sampled from. Which setting of the sampler could they leave out?",
-          "`policy/approxkl_avg` (or another panel that separates), and mechanism 9: the log-probs leave out "
-          "the sampling temperature."),
-    "G": ("Almost every panel separates here (`compare(\"G\")`): which of DPO's logs are the wrong way up?",
-          "`rewards/accuracies` falls to near 0 and `logps/rejected` rises, while `rewards/chosen` stays near "
-          "0: the rejected answers become far more likely, and the chosen ones hardly move. Of the two DPO "
-          "mechanisms of the list, which could make the loss ask for a rejected answer to rise?",
-          "`logps/rejected` (or another panel that separates), and mechanism 10: the rejected log-ratio has the "
-          "wrong sign, so the loss raises the rejected answer too."),
+    "A": (
+        'Start with the panel that is exactly flat. `compare("A")` prints every panel\'s whole-run paired '
+        "difference from the correct run, and whether it separates the two.",
+        "`val/completion_length` is 4 tokens, every token of every answer, from the first batch: the mask's "
+        "sum is the length. Which mechanism makes the mask count every token?",
+        "`val/completion_length` (or another panel that separates), and mechanism 6: the mask keeps every "
+        "token, also those after the end mark.",
+    ),
+    "B": (
+        'Look at the length first, as in run A, and at `compare("B")`.',
+        "`val/completion_length` is about one token below the correct run's from the first batch: one token "
+        "of almost every answer is no longer counted. Which token, and which mechanism drops it?",
+        "`val/completion_length` (or another panel that separates), and mechanism 2: the end mark is taken "
+        "for padding and dropped from the mask.",
+    ),
+    "C": (
+        'Test every panel with `compare("C")`. When no panel\'s interval excludes 0, the metric to answer '
+        "is None: over three seeds, the dashboard does not show this bug.",
+        "The means still lean: both KL panels sit above the correct run's, and no other panel moves much. Two "
+        "mechanisms of the list make a leash that does not hold: one takes its pull away entirely, the other "
+        "pulls nowhere only on average and still pushes the sampled tokens in each batch. Which fits a run in "
+        "which only the KL leans?",
+        "None, and mechanism 7: the leash term's log-probs are detached, so it carries no gradient.",
+    ),
+    "D": (
+        'Test every panel with `compare("D")`: one separates, and it is not a KL.',
+        "The KL panels lean above the correct run's, as in run C, but here accuracy is lower over the run "
+        "too: a leash that does not hold, and something more. Run C's bug took the leash's pull away "
+        "entirely; which mechanism leaves a leash that pulls nowhere on average, and still pushes in each "
+        "batch?",
+        "`accuracy`, and mechanism 1: the leash term is k1, whose gradient is zero on average.",
+    ),
+    "E": (
+        'Test every panel with `compare("E")`: one separates, just.',
+        "`objective/kl` is lower than the correct run's over the run, and the exact `kl` leans the same way, "
+        "while accuracy does not move: the policy stays nearer the reference. What in GRPO's loss could stop "
+        "a token that has moved far enough from where the run started?",
+        "`objective/kl`, and mechanism 4: the clipped ratio is taken against the reference, so the clip stops "
+        "every token that has moved 20% from the start.",
+    ),
+    "F": (
+        'Test every panel with `compare("F")`: four separate. Look at the two panels of PPO\'s own update, '
+        "`policy/clipfrac_avg` and `policy/approxkl_avg`.",
+        "`policy/approxkl_avg` is about half the correct run's over the run: the log-ratios of each update "
+        "come out smaller than they are, as if the log-probs were those of a flatter distribution than the "
+        "one the answers were sampled from. Which setting of the sampler could they leave out?",
+        "`policy/approxkl_avg` (or another panel that separates), and mechanism 9: the log-probs leave out "
+        "the sampling temperature.",
+    ),
+    "G": (
+        'Almost every panel separates here (`compare("G")`): which of DPO\'s logs are the wrong way up?',
+        "`rewards/accuracies` falls to near 0 and `logps/rejected` rises, while `rewards/chosen` stays near "
+        "0: the rejected answers become far more likely, and the chosen ones hardly move. Of the two DPO "
+        "mechanisms of the list, which could make the loss ask for a rejected answer to rise?",
+        "`logps/rejected` (or another panel that separates), and mechanism 10: the rejected log-ratio has the "
+        "wrong sign, so the loss raises the rejected answer too.",
+    ),
 }
-_TELL_REFERENCES = {"A": tell_run_a, "B": tell_run_b, "C": tell_run_c, "D": tell_run_d, "E": tell_run_e,
-                    "F": tell_run_f, "G": tell_run_g}
+_TELL_REFERENCES = {
+    "A": tell_run_a,
+    "B": tell_run_b,
+    "C": tell_run_c,
+    "D": tell_run_d,
+    "E": tell_run_e,
+    "F": tell_run_f,
+    "G": tell_run_g,
+}
 
 
 def tell_name(letter: str) -> str:
@@ -178,9 +233,14 @@ def tell(letter: str) -> Tell:
     """Return the expected answer of run ``letter``'s "name the tell"."""
     bug = sb.BUGS[bug_of(letter)]
     before = list(RUNS)[: list(RUNS).index(letter)]
-    return Tell(run=f"run {letter}", separating=SEPARATING[bug_of(letter)], mechanism=MECHANISM_OF[bug_of(letter)],
-                mechanisms=MECHANISMS, shown=tuple(sb.DASHBOARD[sb._trainer(bug.arm)]),
-                earlier=tuple((MECHANISM_OF[RUNS[b]], f"run {b}") for b in before))
+    return Tell(
+        run=f"run {letter}",
+        separating=SEPARATING[bug_of(letter)],
+        mechanism=MECHANISM_OF[bug_of(letter)],
+        mechanisms=MECHANISMS,
+        shown=tuple(sb.DASHBOARD[sb._trainer(bug.arm)]),
+        earlier=tuple((MECHANISM_OF[RUNS[b]], f"run {b}") for b in before),
+    )
 
 
 def _no_inputs(rng) -> dict:
@@ -191,13 +251,26 @@ def _no_inputs(rng) -> dict:
 
 def _tell_exercise(letter: str) -> Exercise:
     arm = sb.BUGS[bug_of(letter)].arm
-    hint_for = {"type": 1, "unknown-metric": 1, "wrong-metric": 1, "no-metric": 1, "unknown-mechanism": 2,
-                "mechanism": 2}
+    hint_for = {
+        "type": 1,
+        "unknown-metric": 1,
+        "wrong-metric": 1,
+        "no-metric": 1,
+        "unknown-mechanism": 2,
+        "mechanism": 2,
+    }
     return Exercise(
-        name=tell_name(letter), chapter=10, title=f"Name the tell of run {letter}", expect=ExpectTell(),
+        name=tell_name(letter),
+        chapter=10,
+        title=f"Name the tell of run {letter}",
+        expect=ExpectTell(),
         cases=(Case({}, tell(letter), f"run {letter}'s dashboard beside the correct run ({arm} arm, seeds 0-2)"),),
-        hints=TELL_HINTS[letter], reference=_TELL_REFERENCES[letter], random_kwargs=_no_inputs, n_random=0,
-        hint_for=hint_for)
+        hints=TELL_HINTS[letter],
+        reference=_TELL_REFERENCES[letter],
+        random_kwargs=_no_inputs,
+        n_random=0,
+        hint_for=hint_for,
+    )
 
 
 def compare(letter: str, runs: dict, metric: str | None = None) -> str:
@@ -207,14 +280,20 @@ def compare(letter: str, runs: dict, metric: str | None = None) -> str:
     bug = bug_of(letter)
     shown = sb.DASHBOARD[sb._trainer(sb.BUGS[bug].arm)]
     if metric is not None and metric not in shown:
-        return textwrap.fill(f"{metric!r} is not a panel of run {letter}'s dashboard: its panels are "
-                             f"{', '.join(shown)}", 77, subsequent_indent="  ")
-    lines = [f"run {letter} minus the correct run, each metric's mean over the run, seed by seed:",
-             "  mean difference ± 95% half-width: separates when the interval excludes 0"]
+        return textwrap.fill(
+            f"{metric!r} is not a panel of run {letter}'s dashboard: its panels are {', '.join(shown)}",
+            77,
+            subsequent_indent="  ",
+        )
+    lines = [
+        f"run {letter} minus the correct run, each metric's mean over the run, seed by seed:",
+        "  mean difference ± 95% half-width: separates when the interval excludes 0",
+    ]
     for m in [metric] if metric else shown:
         row = sb.paired_difference(runs, bug, m)
-        lines.append(f"  {m:<22} {interval_text(*row['difference'])}  "
-                     f"{'separates' if row['separates'] else 'does not separate'}")
+        lines.append(
+            f"  {m:<22} {interval_text(*row['difference'])}  {'separates' if row['separates'] else 'does not separate'}"
+        )
     return "\n".join(lines)
 
 
@@ -236,18 +315,31 @@ def _lp(values) -> torch.Tensor:
 def _k3_cases() -> tuple:
     rows = (
         ([-1.0, -2.0], [-1.0, -2.0], [1.0, 1.0], "the policy is the reference: every log-ratio 0, the leash 0"),
-        ([-1.0, -2.0], [-1.5, -1.0], [1.0, 1.0],
-         "d = ref - new = -0.5 and +1: k3 = e^d - d - 1 = 0.1065 and 0.7183, mean 0.4124"),
+        (
+            [-1.0, -2.0],
+            [-1.5, -1.0],
+            [1.0, 1.0],
+            "d = ref - new = -0.5 and +1: k3 = e^d - d - 1 = 0.1065 and 0.7183, mean 0.4124",
+        ),
         ([-1.0, -2.0], [-1.5, -1.0], [1.0, 0.0], "the second token masked out: 0.1065"),
         ([-20.0, -1.0], [-1.0, -1.0], [1.0, 1.0], "d = +19 is clamped to 10: (e^10 - 11 + 0) / 2 = 11007.7"),
-        ([[-0.2, -3.0, -1.0], [-2.0, -0.1, -4.0]], [[-0.5, -2.0, -1.0], [-1.0, -0.4, -6.0]],
-         [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]], "two answers, one shorter: the mean over the five kept tokens"),
+        (
+            [[-0.2, -3.0, -1.0], [-2.0, -0.1, -4.0]],
+            [[-0.5, -2.0, -1.0], [-1.0, -0.4, -6.0]],
+            [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]],
+            "two answers, one shorter: the mean over the five kept tokens",
+        ),
     )
     cases = []
     for new, ref, mask, why in rows:
         kwargs = {"new_logp": _lp(new), "ref_logp": torch.tensor(ref), "mask": torch.tensor(mask), "kl_clamp": 10.0}
-        cases.append(Case(kwargs, float(k3_loss_term(**{k: (v.detach() if hasattr(v, "detach") else v)
-                                                         for k, v in kwargs.items()})), why))
+        cases.append(
+            Case(
+                kwargs,
+                float(k3_loss_term(**{k: (v.detach() if hasattr(v, "detach") else v) for k, v in kwargs.items()})),
+                why,
+            )
+        )
     return tuple(cases)
 
 
@@ -257,14 +349,27 @@ def _k3_random_kwargs(rng) -> dict:
     new = np.minimum(ref + rng.normal(0.0, float(rng.choice([0.1, 1.0, 15.0])), (B, T)), -1e-3)
     mask = (rng.random((B, T)) < 0.8).astype(float)
     mask[:, 0] = 1.0  # every answer keeps its first token
-    return {"new_logp": _lp(new.tolist()), "ref_logp": torch.tensor(ref, dtype=torch.float32),
-            "mask": torch.tensor(mask, dtype=torch.float32), "kl_clamp": float(rng.choice([10.0, 3.0]))}
+    return {
+        "new_logp": _lp(new.tolist()),
+        "ref_logp": torch.tensor(ref, dtype=torch.float32),
+        "mask": torch.tensor(mask, dtype=torch.float32),
+        "kl_clamp": float(rng.choice([10.0, 3.0])),
+    }
 
 
 def _k3_expect() -> ExpectLoss:
-    return ExpectLoss(atol=1e-4, what="the leash term", slips=(
-        Slip("k1", sb.k3_loss_term_k1, "that is the mean of k1, log pi - log ref: the leash is k3, "
-                                       "exp(d) - d - 1 with d = ref_logp - new_logp"),))
+    return ExpectLoss(
+        atol=1e-4,
+        what="the leash term",
+        slips=(
+            Slip(
+                "k1",
+                sb.k3_loss_term_k1,
+                "that is the mean of k1, log pi - log ref: the leash is k3, "
+                "exp(d) - d - 1 with d = ref_logp - new_logp",
+            ),
+        ),
+    )
 
 
 _COMPLETIONS = ("68;;", "7;;;", "198;", "1987", ";;;;", "12;7", "0;12")
@@ -274,9 +379,14 @@ def _mask_cases() -> tuple:
     out = []
     for text in _COMPLETIONS:
         c = torch.tensor([encode(text)])
-        out.append(Case({"completions": c}, completion_mask(c),
-                        f"{text!r}: keep every token up to and including the first ';' "
-                        f"(none in '1987': all four), nothing after it"))
+        out.append(
+            Case(
+                {"completions": c},
+                completion_mask(c),
+                f"{text!r}: keep every token up to and including the first ';' "
+                f"(none in '1987': all four), nothing after it",
+            )
+        )
     both = torch.tensor([encode(t) for t in _COMPLETIONS])
     out.append(Case({"completions": both}, completion_mask(both), "all of them in one batch, one row each"))
     return tuple(out)
@@ -290,25 +400,37 @@ def _mask_random_kwargs(rng) -> dict:
 
 
 def _mask_expect() -> ExpectArray:
-    return ExpectArray(atol=0.0, kind="torch", what="the mask", slips=(
-        Slip("no-mask", sb.completion_mask_missing, "that keeps every token: the mask stops after the first ';'"),
-        Slip("pad-is-end", sb.completion_mask_pad_is_end,
-             "that drops every ';' and keeps what follows one: the end mark is a real token, kept, and "
-             "everything after the first ';' is dropped")))
+    return ExpectArray(
+        atol=0.0,
+        kind="torch",
+        what="the mask",
+        slips=(
+            Slip("no-mask", sb.completion_mask_missing, "that keeps every token: the mask stops after the first ';'"),
+            Slip(
+                "pad-is-end",
+                sb.completion_mask_pad_is_end,
+                "that drops every ';' and keeps what follows one: the end mark is a real token, kept, and "
+                "everything after the first ';' is dropped",
+            ),
+        ),
+    )
 
 
 def _logprob_cases() -> tuple:
     g = torch.Generator().manual_seed(10)
     out = []
     # a vocabulary of 4 here, so that every input fits the report (the engine's is 13)
-    for shape, t, why in (((1, 2, 4), 0.7, "one answer of two tokens at the book's temperature 0.7"),
-                          ((2, 2, 4), 0.7, "two answers at 0.7"),
-                          ((1, 2, 4), 1.0, "at temperature 1 the bug and the fix agree"),
-                          ((1, 2, 4), 0.3, "a colder sampler")):
+    for shape, t, why in (
+        ((1, 2, 4), 0.7, "one answer of two tokens at the book's temperature 0.7"),
+        ((2, 2, 4), 0.7, "two answers at 0.7"),
+        ((1, 2, 4), 1.0, "at temperature 1 the bug and the fix agree"),
+        ((1, 2, 4), 0.3, "a colder sampler"),
+    ):
         logits = torch.round(3.0 * torch.randn(shape, generator=g), decimals=1)
         tokens = torch.randint(0, shape[2], shape[:2], generator=g)
-        out.append(Case({"logits": logits, "tokens": tokens, "temperature": t},
-                        logprobs_from_logits(logits, tokens, t), why))
+        out.append(
+            Case({"logits": logits, "tokens": tokens, "temperature": t}, logprobs_from_logits(logits, tokens, t), why)
+        )
     return tuple(out)
 
 
@@ -318,43 +440,57 @@ FIX_HINTS = {
         "Chapter 3's mask keeps each answer up to and including its first `;`, and nothing after it.",
         "`ends_before` counts the `;` strictly before each token: it is 0 up to and including the first "
         "`;`, and 1 or more after it.",
-        "Return a float tensor that is 1 where `ends_before` is 0, and 0 elsewhere."),
+        "Return a float tensor that is 1 where `ends_before` is 0, and 0 elsewhere.",
+    ),
     "C": (
         "Chapter 8's leash: the masked mean of k3 = exp(d) - d - 1, with d = ref_logp - new_logp clamped to "
         "plus or minus `kl_clamp`.",
         "Its value is not enough: training needs its gradient with respect to `new_logp`. Which call would "
         "cut a tensor off from the graph?",
         "Compute `d` from `ref_logp` and `new_logp` themselves, nothing detached, clamped with "
-        "`.clamp(-kl_clamp, kl_clamp)`; then divide the sum of `(torch.exp(d) - d - 1) * mask` by `mask.sum()`."),
+        "`.clamp(-kl_clamp, kl_clamp)`; then divide the sum of `(torch.exp(d) - d - 1) * mask` by `mask.sum()`.",
+    ),
     "E": (
         "PPO's ratio compares the policy now with the policy that sampled the batch (chapter 5).",
         "Of the three log-probs, `old_logp` is the sampler's; the reference's belong in the leash only.",
         "The policy loss is `ppo.ppo_token_loss` of `new_logp` and `old_logp`, with the advantages, the "
-        "mask and epsilon."),
+        "mask and epsilon.",
+    ),
     "F": (
-        "The answers were sampled from softmax(logits / temperature); the log-probs must be of that "
-        "distribution.",
+        "The answers were sampled from softmax(logits / temperature); the log-probs must be of that distribution.",
         "At temperature 1 the buggy line and the right one agree: what changes at the book's temperature?",
-        "Divide the logits by `temperature` inside `F.log_softmax(..., dim=-1)`."),
+        "Divide the logits by `temperature` inside `F.log_softmax(..., dim=-1)`.",
+    ),
     "G": (
         "Both log-ratios are policy minus reference (chapter 9).",
-        "The chosen log-ratio above is right; the rejected one is built the same way from the rejected "
-        "log-probs.",
-        "The rejected log-ratio is `policy_rejected_logps` minus `ref_rejected_logps`."),
+        "The chosen log-ratio above is right; the rejected one is built the same way from the rejected log-probs.",
+        "The rejected log-ratio is `policy_rejected_logps` minus `ref_rejected_logps`.",
+    ),
 }
 
 
 def _logprob_random_kwargs(rng) -> dict:
     B, T = int(rng.integers(1, 9)), int(rng.integers(1, 5))
-    return {"logits": torch.tensor(rng.normal(0.0, 3.0, (B, T, 13)), dtype=torch.float32),
-            "tokens": torch.tensor(rng.integers(0, 13, (B, T)), dtype=torch.long),
-            "temperature": float(rng.choice([0.3, 0.7, 1.0, 1.5]))}
+    return {
+        "logits": torch.tensor(rng.normal(0.0, 3.0, (B, T, 13)), dtype=torch.float32),
+        "tokens": torch.tensor(rng.integers(0, 13, (B, T)), dtype=torch.long),
+        "temperature": float(rng.choice([0.3, 0.7, 1.0, 1.5])),
+    }
 
 
 def _fix(letter: str, reference, cases, expect, random_kwargs, n_random: int = 50, hint_for=None) -> Exercise:
-    return Exercise(name=fix_name(letter), chapter=10, title=f"Fix run {letter}'s function", expect=expect,
-                    cases=cases, hints=FIX_HINTS[letter], reference=reference, random_kwargs=random_kwargs,
-                    n_random=n_random, hint_for={s.kind: 2 for s in expect.slips} | {"value": 1} | (hint_for or {}))
+    return Exercise(
+        name=fix_name(letter),
+        chapter=10,
+        title=f"Fix run {letter}'s function",
+        expect=expect,
+        cases=cases,
+        hints=FIX_HINTS[letter],
+        reference=reference,
+        random_kwargs=random_kwargs,
+        n_random=n_random,
+        hint_for={s.kind: 2 for s in expect.slips} | {"value": 1} | (hint_for or {}),
+    )
 
 
 def _from(exercise: Exercise, letter: str, slip: Slip) -> Exercise:
@@ -362,10 +498,17 @@ def _from(exercise: Exercise, letter: str, slip: Slip) -> Exercise:
     # place of the earlier slip of the same kind, which would give the same answers).
     expect = copy.copy(exercise.expect)
     expect.slips = (slip,) + tuple(s for s in exercise.expect.slips if s.kind != slip.kind)
-    return dataclasses.replace(exercise, name=fix_name(letter), chapter=10, title=f"Fix run {letter}'s function",
-                               expect=expect, hints=FIX_HINTS[letter], n_random=50,
-                               hint_for={s.kind: 2 for s in expect.slips} | {slip.kind: 3, "value": 1, "sign": 1,
-                                                                               "not-a-tensor": 3, "inf": 3, "nan": 3})
+    return dataclasses.replace(
+        exercise,
+        name=fix_name(letter),
+        chapter=10,
+        title=f"Fix run {letter}'s function",
+        expect=expect,
+        hints=FIX_HINTS[letter],
+        n_random=50,
+        hint_for={s.kind: 2 for s in expect.slips}
+        | {slip.kind: 3, "value": 1, "sign": 1, "not-a-tensor": 3, "inf": 3, "nan": 3},
+    )
 
 
 IN_THIS_CHAPTER = (
@@ -376,20 +519,46 @@ IN_THIS_CHAPTER = (
     _fix("C", k3_loss_term, _k3_cases(), _k3_expect(), _k3_random_kwargs, hint_for={"k1": 1, "no-grad": 2}),
     _tell_exercise("D"),
     _tell_exercise("E"),
-    _from(ch08.GRPO_TOKEN_LOSS, "E",
-          Slip("ratio-to-reference", sb.grpo_token_loss_ratio_to_reference,
-               "that takes the ratio against the reference: PPO's ratio is against old_logp, the policy that "
-               "sampled the batch")),
+    _from(
+        ch08.GRPO_TOKEN_LOSS,
+        "E",
+        Slip(
+            "ratio-to-reference",
+            sb.grpo_token_loss_ratio_to_reference,
+            "that takes the ratio against the reference: PPO's ratio is against old_logp, the policy that "
+            "sampled the batch",
+        ),
+    ),
     _tell_exercise("F"),
-    _fix("F", logprobs_from_logits, _logprob_cases(), ExpectArray(
-        atol=1e-5, kind="torch", what="the log-probs", plural=True, slips=(
-            Slip("no-temperature", sb.logprobs_from_logits_no_temperature,
-                 "that leaves the temperature out: the answers were sampled from softmax(logits / "
-                 "temperature)"),)), _logprob_random_kwargs),
+    _fix(
+        "F",
+        logprobs_from_logits,
+        _logprob_cases(),
+        ExpectArray(
+            atol=1e-5,
+            kind="torch",
+            what="the log-probs",
+            plural=True,
+            slips=(
+                Slip(
+                    "no-temperature",
+                    sb.logprobs_from_logits_no_temperature,
+                    "that leaves the temperature out: the answers were sampled from softmax(logits / temperature)",
+                ),
+            ),
+        ),
+        _logprob_random_kwargs,
+    ),
     _tell_exercise("G"),
-    _from(ch09.DPO_LOSS, "G",
-          Slip("one-term", sb.dpo_loss_rejected_flipped,
-               "that turns the rejected log-ratio upside down: both are policy minus reference")),
+    _from(
+        ch09.DPO_LOSS,
+        "G",
+        Slip(
+            "one-term",
+            sb.dpo_loss_rejected_flipped,
+            "that turns the rejected log-ratio upside down: both are policy minus reference",
+        ),
+    ),
 )
 
 
@@ -407,23 +576,32 @@ def band_report(letter: str, fn, runs: dict, progress: bool = False) -> str:
     bug = sb.BUGS[bug_of(letter)]
     report = run_cases(fn, get(fix_name(letter)))
     if not report.passed:
-        return (f"{fix_name(letter)}: the check above does not pass yet "
-                f"({report.n_passed} of {len(report.results)} cases), so the run is not made.")
+        return (
+            f"{fix_name(letter)}: the check above does not pass yet "
+            f"({report.n_passed} of {len(report.results)} cases), so the run is not made."
+        )
     try:
         result = sb.band_check(bug_of(letter), fn, runs, progress=progress)
     except Exception as exc:  # the learner's function, called on the run's own batches
-        return (f"{fix_name(letter)} passes its check, but raised during run {letter}: {type(exc).__name__}: "
-                f"{exc}{_where(exc)}. The run calls it on every batch, with shapes the check's cases may not "
-                "have: look at the inputs it gets there.")
+        return (
+            f"{fix_name(letter)} passes its check, but raised during run {letter}: {type(exc).__name__}: "
+            f"{exc}{_where(exc)}. The run calls it on every batch, with shapes the check's cases may not "
+            "have: look at the inputs it gets there."
+        )
     seeds = len(runs["correct"][bug.arm])
-    lines = [f"your fix, planted in run {letter} ({bug.arm} arm), seeds 0-{seeds - 1}: each tell,",
-             "  then the correct run's band (mean ± 95% half-width)"]
+    lines = [
+        f"your fix, planted in run {letter} ({bug.arm} arm), seeds 0-{seeds - 1}: each tell,",
+        "  then the correct run's band (mean ± 95% half-width)",
+    ]
     for metric, row in result.items():
         if metric == "passed":
             continue
         mean, half = row["band"]
-        lines.append(f"  {metric:<20} {row['fixed']:9.4f} vs {mean:9.4f} ± {half:.4f}: "
-                     f"{'inside' if row['inside'] else 'OUTSIDE'}")
-    lines.append("PASS: the run is healthy again" if result["passed"] else
-                 "not yet: the run still differs from the correct one")
+        lines.append(
+            f"  {metric:<20} {row['fixed']:9.4f} vs {mean:9.4f} ± {half:.4f}: "
+            f"{'inside' if row['inside'] else 'OUTSIDE'}"
+        )
+    lines.append(
+        "PASS: the run is healthy again" if result["passed"] else "not yet: the run still differs from the correct one"
+    )
     return "\n".join(lines)

@@ -71,18 +71,35 @@ it in the module that uses it.
 
 from ..sandbox import Call
 from .cli import exit_status, main
-from .grading import BUDGET, CELL_TIMEOUT, ExerciseGrade, NotebookGrade, grade_notebook
-from .notebook_file import is_kept_copy
-from .render import render, summary_line, use_color
-from .runner import SLICE, WARM_UP, WARM_UP_TIMEOUT, CellProblem
 
 # Internals the tests reach through the package (read or called, never patched here).
-from .grading import _after_last_exercise, _reference_name, _where_in_lab
-from .kernel import (_BLOCKED, _NoFreshCopy, _ReferenceNotAvailable, _block_reference,
-                     _call_record, _unblock_references)
-from .notebook_file import _check_file, _read_notebook
+from .grading import (
+    BUDGET,
+    CELL_TIMEOUT,
+    ExerciseGrade,
+    NotebookGrade,
+    _after_last_exercise,
+    _reference_name,
+    _where_in_lab,
+    grade_notebook,
+)
+from .kernel import _BLOCKED, _block_reference, _call_record, _NoFreshCopy, _ReferenceNotAvailable, _unblock_references
+from .notebook_file import _check_file, _read_notebook, is_kept_copy
 from .records import _RECORD_CAP, _judge_record, _parse_record, _read_records
-from .runner import _Runner, _call_in_kernel, _error_text
+from .render import render, summary_line, use_color
+from .runner import SLICE, WARM_UP, WARM_UP_TIMEOUT, CellProblem, _call_in_kernel, _error_text, _Runner
 
-__all__ = ["grade_notebook", "NotebookGrade", "ExerciseGrade", "CellProblem", "render", "main",
-           "BUDGET", "CELL_TIMEOUT", "exit_status", "is_kept_copy", "summary_line", "use_color"]
+__all__ = [
+    "grade_notebook",
+    "NotebookGrade",
+    "ExerciseGrade",
+    "CellProblem",
+    "render",
+    "main",
+    "BUDGET",
+    "CELL_TIMEOUT",
+    "exit_status",
+    "is_kept_copy",
+    "summary_line",
+    "use_color",
+]

@@ -110,7 +110,7 @@ def _where_in_lab(nb, index: int) -> tuple[int, str]:
     by in JupyterLab, which numbers no cells."""
     if not 0 <= index < len(nb.cells):
         raise ValueError(f"index must name one of the notebook's {len(nb.cells)} cells, got {index}")
-    first = next((l.strip() for l in nb.cells[index].source.splitlines() if l.strip()), "")
+    first = next((text.strip() for text in nb.cells[index].source.splitlines() if text.strip()), "")
     return index + 1, printable(shorten(first, 60))
 
 
@@ -141,17 +141,24 @@ def _reference_name(exercise: Exercise) -> list | None:
     return None
 
 
-def _grade_exercise(runner: _Runner, exercise: Exercise, seed: int, tmp: Path,
-                    time_limit: float | None, budget: float) -> tuple[ExerciseGrade, bool]:
+def _grade_exercise(
+    runner: _Runner, exercise: Exercise, seed: int, tmp: Path, time_limit: float | None, budget: float
+) -> tuple[ExerciseGrade, bool]:
     """Grade one exercise in the runner's kernel; return the grade and whether the kernel was restarted."""
     limit = time_limit or exercise.time_limit
     grade = ExerciseGrade(exercise, n_cases=len(exercise.cases), time_limit=limit, budget=budget)
     everything = list(exercise.cases) + _random_cases(exercise, seed)
-    spec = {"name": exercise.name, "inputs": str(tmp / f"{exercise.name}.in.pkl"),
-            "results": str(tmp / f"{exercise.name}.out.jsonl"), "time_limit": limit,
-            "slice": SLICE, "budget": budget, "reference": _reference_name(exercise),
-            "grad_wrt": list(exercise.expect.grad_wrt),
-            "mentions": [c.expected.mentions if isinstance(c.expected, Raises) else None for c in everything]}
+    spec = {
+        "name": exercise.name,
+        "inputs": str(tmp / f"{exercise.name}.in.pkl"),
+        "results": str(tmp / f"{exercise.name}.out.jsonl"),
+        "time_limit": limit,
+        "slice": SLICE,
+        "budget": budget,
+        "reference": _reference_name(exercise),
+        "grad_wrt": list(exercise.expect.grad_wrt),
+        "mentions": [c.expected.mentions if isinstance(c.expected, Raises) else None for c in everything],
+    }
     with open(spec["inputs"], "wb") as f:
         pickle.dump([c.kwargs for c in everything], f)  # the inputs only: expected values stay here
     records, stuck, ending = _call_in_kernel(runner, spec, len(everything))
@@ -160,8 +167,7 @@ def _grade_exercise(runner: _Runner, exercise: Exercise, seed: int, tmp: Path,
     done = records[-1] if records and records[-1].get("done") else {}
     if done.get("setup") == "missing":
         close = difflib.get_close_matches(exercise.name, done.get("names", []), n=1, cutoff=0.5)
-        grade.problem = ("not found: did you rename it?"
-                         + (f" (the notebook defines {close[0]})" if close else ""))
+        grade.problem = "not found: did you rename it?" + (f" (the notebook defines {close[0]})" if close else "")
     elif done.get("setup") == "not callable":
         grade.problem = done["detail"]
     elif done.get("setup") == "not yours":
@@ -177,15 +183,23 @@ def _grade_exercise(runner: _Runner, exercise: Exercise, seed: int, tmp: Path,
         grade.printed += record["n_printed"]
     if stuck and len(grade.results) < len(everything):  # the call that was running when it ended
         kind = "error" if ending == "dead" else "timeout"  # a crash is not slowness
-        grade.results.append(CaseResult(everything[len(grade.results)], False, None, stuck, kind=kind,
-                                        seconds=limit if kind == "timeout" else 0.0))
+        grade.results.append(
+            CaseResult(
+                everything[len(grade.results)],
+                False,
+                None,
+                stuck,
+                kind=kind,
+                seconds=limit if kind == "timeout" else 0.0,
+            )
+        )
     if done.get("reason") == "budget":
         grade.stopped, why = "budget", f"not run: the calls took more than the {budget:g} s budget in all"
     else:
         why = "not run: an earlier input ran out of time or stopped the kernel"
         if any(r.kind == "timeout" for r in grade.results):
             grade.stopped = "time limit"
-    for case in everything[len(grade.results):]:
+    for case in everything[len(grade.results) :]:
         grade.results.append(dataclasses.replace(not_run(case), message=why))
     return grade, restarted
 
@@ -194,18 +208,27 @@ def _check_options(seed, time_limit, cell_timeout, budget, grace) -> None:
     """Raise ValueError naming the first option out of range."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
-    for name, value, top in (("time_limit", time_limit, MAX_TIME_LIMIT),
-                             ("cell_timeout", cell_timeout, MAX_SECONDS),
-                             ("budget", budget, MAX_SECONDS), ("grace", grace, MAX_SECONDS)):
+    for name, value, top in (
+        ("time_limit", time_limit, MAX_TIME_LIMIT),
+        ("cell_timeout", cell_timeout, MAX_SECONDS),
+        ("budget", budget, MAX_SECONDS),
+        ("grace", grace, MAX_SECONDS),
+    ):
         if value is None and name in ("time_limit", "budget"):
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:
             raise ValueError(f"{name} must be a number of seconds above 0 and at most {top:g}, got {value!r}")
 
 
-def grade_notebook(path, seed: int | None = None, time_limit: float | None = None,
-                   cell_timeout: float = CELL_TIMEOUT, budget: float | None = None,
-                   grace: float = GRACE, exercises: list | None = None) -> NotebookGrade:
+def grade_notebook(
+    path,
+    seed: int | None = None,
+    time_limit: float | None = None,
+    cell_timeout: float = CELL_TIMEOUT,
+    budget: float | None = None,
+    grace: float = GRACE,
+    exercises: list | None = None,
+) -> NotebookGrade:
     """Run the notebook at ``path`` in a fresh kernel and grade its exercises; never raises
     because of what the notebook holds (a bad option raises ValueError).
 
@@ -231,12 +254,16 @@ def grade_notebook(path, seed: int | None = None, time_limit: float | None = Non
         grade.note = f"chapter {int(chapter[1])} has no exercises to grade"
         return grade
     if not exercises:
-        grade.error = (f"{path.name}: no exercises to grade (the name should start with the chapter "
-                       "number, like 01_kl_penalty.ipynb, or the notebook should keep its check cells)")
+        grade.error = (
+            f"{path.name}: no exercises to grade (the name should start with the chapter "
+            "number, like 01_kl_penalty.ipynb, or the notebook should keep its check cells)"
+        )
         return grade
     if not any(c.cell_type == "code" and c.source.strip() for c in nb.cells):
-        grade.error = (f"{path} has no code cells, so there is nothing to grade (an empty notebook, or not "
-                       "the one with your work?)")
+        grade.error = (
+            f"{path} has no code cells, so there is nothing to grade (an empty notebook, or not "
+            "the one with your work?)"
+        )
         return grade
 
     with tempfile.TemporaryDirectory(prefix="minirlhf-check-") as tmp:

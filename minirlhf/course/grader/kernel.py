@@ -25,7 +25,6 @@ from ..plain import to_plain
 from ..safe_text import shorten
 from ..sandbox import Call, call_safely
 
-
 _SESSIONS: dict = {}
 _BLOCKED: dict = {}  # the reference function being graded -> its own code, while it is blocked
 
@@ -51,12 +50,14 @@ def _stub_code(n_free: int):
     if n_free == 0:
         return _reference_stub.__code__
     names = [f"_v{i}" for i in range(n_free)]
-    source = (f"def _outer():\n    {' = '.join(names)} = None\n"
-              f"    def _reference_stub(*args, **kwargs):\n        {', '.join(names)}\n"
-              "        kernel = __import__('minirlhf.course.grader.kernel', fromlist=['_'])\n"
-              "        kernel._ReferenceNotAvailable.used = True\n"
-              "        raise kernel._ReferenceNotAvailable(\"the package's reference solution is not "
-              "available while grading\")\n    return _reference_stub\n")
+    source = (
+        f"def _outer():\n    {' = '.join(names)} = None\n"
+        f"    def _reference_stub(*args, **kwargs):\n        {', '.join(names)}\n"
+        "        kernel = __import__('minirlhf.course.grader.kernel', fromlist=['_'])\n"
+        "        kernel._ReferenceNotAvailable.used = True\n"
+        "        raise kernel._ReferenceNotAvailable(\"the package's reference solution is not "
+        'available while grading")\n    return _reference_stub\n'
+    )
     space: dict = {}
     exec(compile(source, __file__, "exec"), space)
     return space["_outer"]().__code__
@@ -162,8 +163,11 @@ class _KernelSession:
         name = spec["name"]
         fn = namespace.get(name)
         if fn is None:
-            own = sorted(k for k, v in namespace.items() if callable(v)
-                         and getattr(v, "__module__", None) == "__main__" and not k.startswith("_"))
+            own = sorted(
+                k
+                for k, v in namespace.items()
+                if callable(v) and getattr(v, "__module__", None) == "__main__" and not k.startswith("_")
+            )
             self._finish(setup="missing", names=own[:200])
         elif not callable(fn):
             self._finish(setup="not callable", detail=f"{name} is a {type(fn).__name__}, not a function")
@@ -193,8 +197,13 @@ class _KernelSession:
         while self.i < len(self.inputs) and time.perf_counter() < until:
             _ReferenceNotAvailable.used = False
             mentions = self.spec.get("mentions") or [None] * len(self.inputs)
-            call = call_safely(self.fn, self.inputs[self.i], self.spec["time_limit"],
-                               tuple(self.spec.get("grad_wrt", ())), mentions[self.i])
+            call = call_safely(
+                self.fn,
+                self.inputs[self.i],
+                self.spec["time_limit"],
+                tuple(self.spec.get("grad_wrt", ())),
+                mentions[self.i],
+            )
             self._write(_call_record(self.i, call, _ReferenceNotAvailable.used, self.spec.get("reference")))
             self.i += 1
             self.spent += call.seconds
@@ -208,13 +217,23 @@ class _KernelSession:
 
 def _call_record(index: int, call: Call, used_reference: bool = False, reference=None) -> dict:
     """Return the JSON-ready record of a call: what happened, and what it returned as plain data."""
-    record = {"index": index, "kind": call.kind, "message": shorten(str(call.message), 600),
-              "n_printed": int(call.n_printed), "seconds": float(call.seconds), "value": None,
-              "grads": None, "named": call.named if type(call.named) is bool else None}
+    record = {
+        "index": index,
+        "kind": call.kind,
+        "message": shorten(str(call.message), 600),
+        "n_printed": int(call.n_printed),
+        "seconds": float(call.seconds),
+        "value": None,
+        "grads": None,
+        "named": call.named if type(call.named) is bool else None,
+    }
     if used_reference:  # whatever it did after that, it leaned on the package's answer
         name = ".".join(reference) if reference else "the package's reference"
-        record.update(kind="error", message=f"calls {name}, the package's own solution, which is not "
-                                            "available while the grader runs: write the computation yourself")
+        record.update(
+            kind="error",
+            message=f"calls {name}, the package's own solution, which is not "
+            "available while the grader runs: write the computation yourself",
+        )
     elif call.kind in ("ok", "mutated"):
         record["value"] = to_plain(call.value)
         record["grads"] = to_plain(call.grads)

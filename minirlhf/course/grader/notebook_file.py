@@ -25,8 +25,14 @@ MAX_NOTEBOOK_BYTES = 100_000_000  # a notebook file larger than this is not read
 
 
 def _json_kind(data) -> str:
-    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false",
-            type(None): "null"}.get(type(data), type(data).__name__)
+    return {
+        list: "a list",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        bool: "true or false",
+        type(None): "null",
+    }.get(type(data), type(data).__name__)
 
 
 def _read_notebook(path: Path):
@@ -56,17 +62,25 @@ def _read_notebook(path: Path):
     except (ValueError, RecursionError) as exc:
         return None, None, f"{path} is not a notebook: it is not valid JSON ({shorten(str(exc), 100)})"
     if not isinstance(data, dict):
-        return None, None, (f"{path} is not a notebook: it holds {_json_kind(data)}, and a notebook is a "
-                            "JSON object with a list of cells")
+        return (
+            None,
+            None,
+            (
+                f"{path} is not a notebook: it holds {_json_kind(data)}, and a notebook is a "
+                "JSON object with a list of cells"
+            ),
+        )
     try:
         nb = nbformat.reads(text, as_version=4)  # a copy in memory; the file is never written
         for cell in nb.cells:  # what the runner relies on
-            if (not isinstance(cell.get("source"), str)
-                    or cell.get("cell_type") not in ("code", "markdown", "raw")):
+            if not isinstance(cell.get("source"), str) or cell.get("cell_type") not in ("code", "markdown", "raw"):
                 raise ValueError("a cell without its type or source")
     except Exception as exc:
-        return None, None, (f"{path} is not a notebook Jupyter can read "
-                            f"({type(exc).__name__}: {shorten(str(exc), 120)})")
+        return (
+            None,
+            None,
+            (f"{path} is not a notebook Jupyter can read ({type(exc).__name__}: {shorten(str(exc), 120)})"),
+        )
     return nb, raw, ""
 
 
@@ -94,9 +108,11 @@ def _check_file(path: Path, raw: bytes) -> str:
     try:
         now = _read_capped(path) if path.is_file() else None
         if now is None and path.is_file():  # grown past the cap: keep what was graded first
-            return (f"the notebook file grew larger than any notebook the grader reads "
-                    f"({MAX_NOTEBOOK_BYTES / 1e6:,.0f} MB) while it was graded; the version graded is kept "
-                    f"in {_keep_copy(path, raw)}")
+            return (
+                f"the notebook file grew larger than any notebook the grader reads "
+                f"({MAX_NOTEBOOK_BYTES / 1e6:,.0f} MB) while it was graded; the version graded is kept "
+                f"in {_keep_copy(path, raw)}"
+            )
     except OSError:
         now = None
     if now == raw:
@@ -105,15 +121,19 @@ def _check_file(path: Path, raw: bytes) -> str:
         try:
             with open(path, "xb") as f:  # only where nothing is: never replaces anything
                 f.write(raw)
-            return ("the notebook file was deleted while it was graded (by its own code?); the grader "
-                    "wrote back the version it read")
+            return (
+                "the notebook file was deleted while it was graded (by its own code?); the grader "
+                "wrote back the version it read"
+            )
         except OSError:
             pass
         what = "was deleted"
     else:
         what = "changed"
-    return (f"the notebook file {what} while it was graded (by its own code, or saved from an editor "
-            f"meanwhile); the version graded is kept in {_keep_copy(path, raw)}")
+    return (
+        f"the notebook file {what} while it was graded (by its own code, or saved from an editor "
+        f"meanwhile); the version graded is kept in {_keep_copy(path, raw)}"
+    )
 
 
 def _keep_copy(path: Path, raw: bytes) -> Path:

@@ -31,9 +31,16 @@ def _no_constant(name: str):
 def _parse_record(line: str | None, expected_index: int) -> dict:
     """Return the checked record on one line from the kernel. A line that is not exactly what
     the kernel side writes becomes a call that "cannot be graded"."""
+
     def broken(why: str) -> dict:
-        return {"index": expected_index, "kind": "error", "n_printed": 0, "seconds": 0.0, "value": None,
-                "message": f"its result arrived malformed from the kernel ({why}), so it cannot be graded"}
+        return {
+            "index": expected_index,
+            "kind": "error",
+            "n_printed": 0,
+            "seconds": 0.0,
+            "value": None,
+            "message": f"its result arrived malformed from the kernel ({why}), so it cannot be graded",
+        }
 
     if line is None:
         return broken("far too long")
@@ -60,10 +67,17 @@ def _parse_record(line: str | None, expected_index: int) -> dict:
     if not fields <= set(data) <= fields | {"grads", "named"}:
         return broken("unexpected fields")
     data = {"grads": None, "named": None, **data}
-    if (type(data["index"]) is not int or data["index"] != expected_index or data["kind"] not in _KINDS
-            or type(data["message"]) is not str or type(data["n_printed"]) is not int or data["n_printed"] < 0
-            or type(data["seconds"]) not in (int, float) or not 0 <= data["seconds"] < 1e9
-            or data["named"] not in (None, True, False)):
+    if (
+        type(data["index"]) is not int
+        or data["index"] != expected_index
+        or data["kind"] not in _KINDS
+        or type(data["message"]) is not str
+        or type(data["n_printed"]) is not int
+        or data["n_printed"] < 0
+        or type(data["seconds"]) not in (int, float)
+        or not 0 <= data["seconds"] < 1e9
+        or data["named"] not in (None, True, False)
+    ):
         return broken("a field out of place")
     record = {k: data[k] for k in fields | {"grads", "named"}}
     record["message"] = printable(shorten(record["message"], 600))
@@ -109,6 +123,14 @@ def _read_records(path: Path, limit: int) -> list[dict]:
 
 def _judge_record(record: dict, case: Case, exercise: Exercise) -> CaseResult:
     """Judge a checked record as :func:`~minirlhf.course.cases.judge` judges a call in the check cell."""
-    call = Call(record["kind"], record["value"], record["message"], "", record["n_printed"],
-                record["seconds"], record.get("grads"), record.get("named"))
+    call = Call(
+        record["kind"],
+        record["value"],
+        record["message"],
+        "",
+        record["n_printed"],
+        record["seconds"],
+        record.get("grads"),
+        record.get("named"),
+    )
     return judge(call, case, exercise.expect, exercise.reference)

@@ -46,15 +46,19 @@ def _slow_lines(e: ExerciseGrade) -> tuple[str, str]:
     per_call = f"; a call takes {e.seconds_per_call:.2g} s" if e.seconds_per_call >= 0.01 else ""
     if e.stopped == "budget":
         inputs = f"all {ran} inputs that ran" if ran > 1 else "the one input that ran"
-        return (f"right on {inputs}, then the {e.budget:g} s budget (--budget) ran out with "
-                f"{left} of {total} inputs left{per_call}",
-                "not a wrong answer: make it faster, or grade with a larger --budget")
+        return (
+            f"right on {inputs}, then the {e.budget:g} s budget (--budget) ran out with "
+            f"{left} of {total} inputs left{per_call}",
+            "not a wrong answer: make it faster, or grade with a larger --budget",
+        )
     number, stop = next((i, r) for i, r in enumerate(e.results, 1) if r.kind == "timeout")
     label = stop.case.why or f"input {number}"
     inputs = f"all {ran} inputs that ran" if ran > 1 else "the one input that ran"
-    return (f"right on {inputs}, then {label} took longer than the {e.time_limit:g} s limit "
-            f"per call (--time-limit); {left} of {total} inputs not finished{per_call}",
-            "not a wrong answer: make it faster (or look for a loop that does not end on that input)")
+    return (
+        f"right on {inputs}, then {label} took longer than the {e.time_limit:g} s limit "
+        f"per call (--time-limit); {left} of {total} inputs not finished{per_call}",
+        "not a wrong answer: make it faster (or look for a loop that does not end on that input)",
+    )
 
 
 def render(grade: NotebookGrade, color: bool = False) -> str:
@@ -64,8 +68,9 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
         return f"{s('fail', 'ERROR')} {grade.error}"
     if grade.note:
         return f"{s('bold', str(grade.path))}  {grade.note}"
-    lines = [f"{s('bold', str(grade.path))}  (randomized inputs from seed {grade.seed}; "
-             f"--seed {grade.seed} repeats them)"]
+    lines = [
+        f"{s('bold', str(grade.path))}  (randomized inputs from seed {grade.seed}; --seed {grade.seed} repeats them)"
+    ]
     if grade.file_problem:
         lines.append(f"  {s('fail', 'FILE')}  {grade.file_problem}")
     if grade.not_run:
@@ -73,13 +78,14 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
         if grade.first_not_run:
             place, first_line = grade.first_not_run
             where = f"cell {place} of the notebook, text cells counted, which starts `{first_line}`"
-            cells = (f"the last code cell ({where}) is" if n == 1 else
-                     f"the last {n} code cells, from {where}, are")
+            cells = f"the last code cell ({where}) is" if n == 1 else f"the last {n} code cells, from {where}, are"
         else:
             cells = "the last code cell is" if n == 1 else f"the last {n} code cells are"
         they, come, them = ("it", "comes", "it") if n == 1 else ("they", "come", "them")
-        lines.append(f"  {s('dim', 'note')}  {cells} not run: {they} {come} after the last exercise, and "
-                     f"no grade depends on {them} (run the notebook to see {them})")
+        lines.append(
+            f"  {s('dim', 'note')}  {cells} not run: {they} {come} after the last exercise, and "
+            f"no grade depends on {them} (run the notebook to see {them})"
+        )
     for problem in grade.cells:
         lines.append(f"  {s('fail', 'CELL')}  {problem}")
         lines.append(f"        {s('dim', '|')} {problem.code}")
@@ -90,19 +96,23 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
         if e.problem:
             culprit = next((p for p in grade.cells if e.exercise.name in p.defines), None)
             if e.problem.startswith("not found") and culprit:
-                lines.append(f"  {s('fail', word)}  {name}  not defined, because code cell {culprit.number} "
-                             "failed (above)")
+                lines.append(
+                    f"  {s('fail', word)}  {name}  not defined, because code cell {culprit.number} failed (above)"
+                )
             else:
                 lines.append(f"  {s('fail', word)}  {name}  {printable(e.problem)}")
             continue
         counts = f"{e.n_passed}/{len(e.results)}"
         n_random = len(e.results) - e.n_cases
         if n_random:
-            counts += (f"  (cases {sum(r.passed for r in e.results[:e.n_cases])}/{e.n_cases}, "
-                       f"randomized {sum(r.passed for r in e.results[e.n_cases:])}/{n_random})")
+            counts += (
+                f"  (cases {sum(r.passed for r in e.results[: e.n_cases])}/{e.n_cases}, "
+                f"randomized {sum(r.passed for r in e.results[e.n_cases :])}/{n_random})"
+            )
         if e.state == "todo":
-            lines.append(f"  {s('todo', word)}  {name}  not implemented yet: write its body in the notebook, "
-                         "then grade again")
+            lines.append(
+                f"  {s('todo', word)}  {name}  not implemented yet: write its body in the notebook, then grade again"
+            )
             continue
         if e.state == "slow":
             what, advice = _slow_lines(e)
@@ -117,19 +127,22 @@ def render(grade: NotebookGrade, color: bool = False) -> str:
             lines += [f"          {s('dim', f'{k:<9}')} {v}" for k, v in failure_lines(first)]
             not_run_n = sum(r.kind == "not run" for r in e.results)
             if not_run_n:
-                why = (f" (the calls used up the {e.budget:g} s budget, --budget)" if e.stopped == "budget"
-                       else "")
+                why = f" (the calls used up the {e.budget:g} s budget, --budget)" if e.stopped == "budget" else ""
                 lines.append(f"          {not_run_n} inputs not run after that{why}")
             number, text, held = e.shown_hint()
             if text:
                 lines.append(f"        {s('bold', f'hint {number} of {len(e.exercise.hints)}')}: {text}")
             elif held:
                 last = len(e.exercise.hints)
-                lines.append(f"        hint {last} of {last} (nearly the answer) fits this mistake: it is in "
-                             "the notebook, under the exercise")
+                lines.append(
+                    f"        hint {last} of {last} (nearly the answer) fits this mistake: it is in "
+                    "the notebook, under the exercise"
+                )
         if e.printed:
-            lines.append(f"        note: it printed {e.printed:,} characters over {len(e.results)} calls "
-                         "(prints or warnings, not shown); only what it returns counts.")
+            lines.append(
+                f"        note: it printed {e.printed:,} characters over {len(e.results)} calls "
+                "(prints or warnings, not shown); only what it returns counts."
+            )
     return "\n".join(lines)
 
 

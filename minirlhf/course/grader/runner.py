@@ -50,7 +50,7 @@ def _cell_problem(number: int, source: str, text: str, line: int | None = None) 
     if line and 1 <= line <= len(lines):
         code = lines[line - 1].strip()
     else:
-        line, code = None, next((l.strip() for l in lines if l.strip()), "")
+        line, code = None, next((text.strip() for text in lines if text.strip()), "")
     defines = tuple(re.findall(r"^\s*def\s+(\w+)\s*\(", source, flags=re.M))
     return CellProblem(number, printable(text), line, printable(shorten(code, 100)), defines)
 
@@ -116,13 +116,17 @@ class _Runner:
         env.pop(RECORDING_ENV, None)  # and make no book forms, which grading never shows
         if tmp is not None:  # the kernel's temporary files go where the grader removes them
             env.update(TMPDIR=str(tmp), TEMP=str(tmp), TMP=str(tmp))
-        self.start_kwargs = {"env": env, "cwd": str(cwd),
-                             "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self.start_kwargs = {"env": env, "cwd": str(cwd), "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         if os.name == "posix":  # a session of its own: a signal to its process group stays there
             self.start_kwargs["start_new_session"] = True
-        self.client = QuietClient(nb, kernel_name="python3", allow_errors=True,
-                                  timeout=math.ceil(cell_timeout), startup_timeout=60,
-                                  shutdown_kernel="immediate")
+        self.client = QuietClient(
+            nb,
+            kernel_name="python3",
+            allow_errors=True,
+            timeout=math.ceil(cell_timeout),
+            startup_timeout=60,
+            shutdown_kernel="immediate",
+        )
         self.restarts = 0
         self._start()
 
@@ -174,8 +178,11 @@ class _Runner:
         loop = ensure_event_loop()
         if loop.is_running():
             return
-        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()
-                 and getattr(t.get_coro(), "__qualname__", "").startswith("NotebookClient.")]
+        tasks = [
+            t
+            for t in asyncio.all_tasks(loop)
+            if not t.done() and getattr(t.get_coro(), "__qualname__", "").startswith("NotebookClient.")
+        ]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -238,14 +245,16 @@ class _Runner:
             skip.add(index)
             if status == "timeout":
                 problems[index] = _cell_problem(
-                    number, cell.source,
-                    f"ran longer than the {self.cell_timeout:g} s limit per cell (--cell-timeout) "
-                    "and was stopped")
+                    number,
+                    cell.source,
+                    f"ran longer than the {self.cell_timeout:g} s limit per cell (--cell-timeout) and was stopped",
+                )
                 if self.recover():
                     continue
             else:
-                problems[index] = _cell_problem(number, cell.source,
-                                                "stopped the kernel (a crash, exit() or out of memory)")
+                problems[index] = _cell_problem(
+                    number, cell.source, "stopped the kernel (a crash, exit() or out of memory)"
+                )
                 self.restart()
             return self.run_notebook(problems, skip)  # the kernel is new: run the notebook again
 
@@ -259,8 +268,7 @@ def _current_env_kernel_manager():
 
     class CurrentEnv(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):
-            return KernelSpec(resource_dir=ipykernel.kernelspec.RESOURCES,
-                              **ipykernel.kernelspec.get_kernel_dict())
+            return KernelSpec(resource_dir=ipykernel.kernelspec.RESOURCES, **ipykernel.kernelspec.get_kernel_dict())
 
     return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=CurrentEnv())
 
@@ -306,9 +314,10 @@ def _call_in_kernel(runner: _Runner, spec: dict, n_inputs: int) -> tuple[list, s
             continue
         if status == "dead":
             runner.restart()
-            return (_read_records(results, limit), "stopped the kernel (a crash, exit() or out of memory)",
-                    "dead")
-        ignored = (f"ran past the {spec['time_limit']:g} s time limit and ignored the interrupt "
-                   "(an `except:` that catches everything?); the kernel was restarted")
+            return (_read_records(results, limit), "stopped the kernel (a crash, exit() or out of memory)", "dead")
+        ignored = (
+            f"ran past the {spec['time_limit']:g} s time limit and ignored the interrupt "
+            "(an `except:` that catches everything?); the kernel was restarted"
+        )
         return _read_records(results, limit), ignored, "restart"
     return _read_records(results, limit), "could not be graded (the grading cell made no progress)", "error"
