@@ -25,9 +25,9 @@ def test_mean_ci95_by_hand():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--seeds", "0"], "at least 1"),
+        (["--seeds", "0"], "a whole number >= 1"),
         (["--seeds", "two"], "whole number"),
-        (["--iterations", "-3"], "at least 1"),
+        (["--iterations", "-3"], "a whole number >= 1"),
         (["--beta-rm", "-0.1"], ">= 0"),
         (["--beta-verifier", "nan"], ">= 0"),
         (["--beta-rm", "big"], "expected a number"),
