@@ -185,6 +185,16 @@ REGISTRY = _registry(
         {**GRPO_SETTINGS, "advantages": "rloo"},
         color=SKY,
     ),
+    # ReMax (Li et al. 2023): one completion per prompt against its prompt's greedy completion;
+    # beta from chapter 8's sweep on seeds 5-7, the one whose KL at the end is closest to grpo-verifier's
+    Arm(
+        "remax-verifier",
+        "verifier",
+        0.06,
+        "ReMax verifier arm",
+        "ReMax: r minus the greedy answer's reward, k3 loss term",
+        {"advantages": "remax", "kl_placement": "loss"},
+    ),
     # chapter 9: DPO; DPO on pairs of which half have a near-miss as the rejected answer
     # (chapter 4's near-miss retrain applied to DPO's data); and the control with no
     # preference at all, SFT on the pairs' chosen answers (TRL's DPO loss_type "sft") with
