@@ -56,6 +56,7 @@ from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
 from minirlhf.parallel import map_runs
 from minirlhf.reward_model import bradley_terry_loss
 from minirlhf.paths import OUTPUTS
+from minirlhf.stats import pm, print_claims
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the
@@ -776,11 +777,6 @@ summary = experiment.summarize(results)
 orig = experiment.ORIGINAL
 
 
-def pm(mean, half, digits=3, sign=""):
-    """Return 'mean ± half' as text (sign="+" always prints the sign)."""
-    return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
-
-
 side_by_side = [("true accuracy at the start",
                  f"{summary['rm']['start']:.3f}",
                  f"{orig['sft_accuracy']:.3f}")]
@@ -938,9 +934,7 @@ claims = [
     ("rm arm's KL ends below verifier arm's",
      kl_end_rm - kl_end_ver, kl_end_rm < kl_end_ver),
 ]
-for text, value, holds in claims:
-    verdict = "holds" if holds else "DOES NOT HOLD"
-    print(f"{verdict:<15}{text:<56}{value:+.3f}")
+print_claims(claims)
 
 # %% [markdown]
 # Four of the five claims hold; the first does not. The verifier arm gains +0.066, and its

@@ -53,6 +53,7 @@ from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
 from minirlhf.parallel import map_runs
 from minirlhf.paths import OUTPUTS
 from minirlhf.studies import robustness
+from minirlhf.stats import pm
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the
@@ -93,11 +94,6 @@ results = stored_experiment(SEEDS, cfg, BETA,
                             progress=PROGRESS)
 logs = {arm: [results["arms"][arm][str(s)] for s in SEEDS] for arm in ARMS}
 summary = experiment.summarize(results)
-
-
-def pm(mean, half, digits=3, sign=""):
-    """Return 'mean ± half' as text (sign="+" always prints the sign)."""
-    return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
 
 
 print(f"chapter 5, over seeds {SEEDS[0]}-{SEEDS[-1]} (mean ± 95% interval)")

@@ -57,6 +57,7 @@ from minirlhf.model import reward_scores
 from minirlhf.parallel import map_runs
 from minirlhf.paths import OUTPUTS
 from minirlhf.studies import grpo, robustness
+from minirlhf.stats import paired_gap, pm, print_claims, print_gaps
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the
@@ -414,11 +415,6 @@ print("the run your functions drove and the package's seed-0 run agree\n"
 # each).
 
 # %%
-def pm(mean, half, digits=3, sign=""):
-    """Return 'mean ± half' as text (sign="+" always prints the sign)."""
-    return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
-
-
 MAIN = ("verifier", "grpo-verifier", "rm", "grpo-rm")
 n_prompts = {arm: cfg.iterations * cfg.batch_size  # prompts seen in a run
              // experiment.arm_config(arm, cfg).group_size for arm in MAIN}
@@ -521,19 +517,17 @@ kl_end = {arm: np.array([log["kl"][-1] for log in runs_of[arm]])
 
 def gap(a, b, values):
     """Return (mean, half-width) of values[a] - values[b], seed by seed."""
-    return experiment.mean_ci95(values[a] - values[b])
+    return paired_gap(values[a], values[b])
 
 
 gains = {arm: acc[arm][:, -1] - acc[arm][:, 0] for arm in MAIN}
 g_ver = gap("grpo-verifier", "verifier", gains)
 g_rm = gap("grpo-rm", "rm", gains)
 k_ver = gap("grpo-verifier", "verifier", kl_end)
-print(f"{'GRPO minus chapter 5, seed by seed':<36}{'mean':>8}"
-      "   95% interval")
-for text, (m, h) in (("gain, verifier arms", g_ver),
-                     ("gain, reward-model arms", g_rm),
-                     ("KL at the end, verifier arms", k_ver)):
-    print(f"{text:<36}{m:>+8.3f}   [{m - h:+.3f}, {m + h:+.3f}]")
+print_gaps("GRPO minus chapter 5, seed by seed",
+           [("gain, verifier arms", g_ver),
+            ("gain, reward-model arms", g_rm),
+            ("KL at the end, verifier arms", k_ver)])
 m, h = summary["grpo-rm"]["gain"], summary["grpo-rm"]["gain_ci"]
 print(f"{'gain of grpo-rm itself':<36}{m:>+8.3f}"
       f"   [{m - h:+.3f}, {m + h:+.3f}]")
@@ -548,8 +542,7 @@ claims = [
     ("GRPO with the RM loses accuracy (interval below 0)",
      summary["grpo-rm"]["gain"] + summary["grpo-rm"]["gain_ci"] < 0),
 ]
-for text, holds in claims:
-    print(f"{'holds' if holds else 'DOES NOT HOLD':<15}{text}")
+print_claims(claims)
 
 # %% [markdown]
 # A line marked DOES NOT HOLD is not a failed cell: it is a reading of the figure that the
@@ -769,24 +762,101 @@ print(f"so about {1 / (1 - zero[:, -5:].mean()):.2f} times the samples "
 # baseline (a ratio per completion rather than per token, and the leash in the reward,
 # `trl/trainer/rloo_trainer.py`).
 #
-# The three estimators side by side, over the five seeds, all with $\beta$ = 0.12 in the loss:
+# ### ReMax: the greedy answer as the baseline
+#
+# A group is one way to get a baseline without a critic; ReMax {cite}`li2024remax` takes
+# another. It samples one completion of each prompt, as chapter 5 does, and lets the policy
+# also write its *greedy* completion of the same prompt, which is scored but not trained on.
+# The greedy answer's reward is the baseline: $A_i = r(x_i, y_i) - r(x_i, \bar y_i)$, with
+# $\bar y_i$ the greedy completion. It does not depend on the sampled $y_i$, so the gradient
+# stays unbiased, and it costs one greedy generation per prompt and no value model. With the
+# verifier's 0-or-1 reward the advantage is $+1$ when the sample is right and the greedy
+# answer wrong, $-1$ the other way round, and 0 when they agree. The paper builds it on
+# REINFORCE; our arm `remax-verifier` takes its baseline and keeps the rest of this book's loop
+# (the clipped surrogate, two updates per batch, the leash as the k3 term), so that it differs
+# from the group arms in the baseline and in the batch's shape: 64 prompts with one sample
+# each, against 8 prompts with 8.
+#
+# Its $\beta$ is matched, not borrowed: a sweep on seeds 5 to 7, which the comparison below
+# does not use, picks the value whose KL at the end is closest to `grpo-verifier`'s on the
+# same seeds. The runs are stored in `outputs/remax_beta.json`.
 
 # %%
-VARIANTS = ("grpo-verifier", "centred-verifier", "rloo-verifier")
+SWEEP_SEEDS, REMAX_BETAS = [5, 6, 7], [0.03, 0.06, 0.12, 0.24, 0.48]
+
+
+def run_remax_sweep():
+    """Return {'arms': {name: {seed: log}}}: grpo-verifier and ReMax at
+    each beta of the sweep, seeds 5 to 7."""
+    jobs = ([("grpo-verifier", s, None) for s in SWEEP_SEEDS]
+            + [("remax-verifier", s, b) for b in REMAX_BETAS
+               for s in SWEEP_SEEDS])
+    logs = experiment.run_arms(jobs, policy, rm, cfg, progress=PROGRESS)
+    arms = {}
+    for (arm, s, b), log in zip(jobs, logs):
+        name = arm if b is None else f"{arm} {b:g}"
+        kept = {k: log[k] for k in ("accuracy", "kl")}
+        arms.setdefault(name, {})[str(s)] = kept
+    return {"arms": arms}
+
+
+sweep = load_or_run(OUTPUTS / "remax_beta.json",
+                    {"seeds": SWEEP_SEEDS, "betas": REMAX_BETAS,
+                     "ppo": asdict(cfg)}, {}, run_remax_sweep,
+                    arms=("grpo-verifier", "remax-verifier"))["arms"]
+
+
+def end_kl(runs):
+    return float(np.mean([log["kl"][-1] for log in runs.values()]))
+
+
+target = end_kl(sweep["grpo-verifier"])
+print(f"grpo-verifier, seeds 5-7: KL at the end {target:.4f}")
+print(f"{'ReMax beta':<12}{'KL at the end':>14}{'minus target':>14}")
+for b in REMAX_BETAS:
+    kl = end_kl(sweep[f"remax-verifier {b:g}"])
+    print(f"{b:<12g}{kl:>14.4f}{kl - target:>+14.4f}")
+picked = min(REMAX_BETAS, key=lambda b: abs(
+    end_kl(sweep[f"remax-verifier {b:g}"]) - target))
+print(f"closest: beta {picked:g}; the arm's beta in minirlhf/arms.py: "
+      f"{experiment.DEFAULT_BETA['remax-verifier']:g}")
+assert picked == experiment.DEFAULT_BETA["remax-verifier"], "re-pick it"
+
+# %% [markdown]
+# The four estimators side by side, over the five seeds: the three group estimators with
+# $\beta$ = 0.12 in the loss, ReMax with the $\beta$ just picked. ReMax's runs are stored on
+# their own, in `outputs/remax.json`.
+
+# %%
+remax = stored_arms(OUTPUTS / "remax.json", SEEDS, ("remax-verifier",), cfg,
+                    progress=PROGRESS)
+var_summary = {**summary, **experiment.summarize(remax)}
+var_runs = {**results["arms"], **remax["arms"]}
+VARIANTS = ("grpo-verifier", "centred-verifier", "rloo-verifier",
+            "remax-verifier")
 print(f"{'arm':<18}{'advantage':<22}{'gain in accuracy':<18}KL at the end")
 what = {"grpo-verifier": "(r - mean) / std", "centred-verifier": "r - mean",
-        "rloo-verifier": "r - mean of others"}
+        "rloo-verifier": "r - mean of others",
+        "remax-verifier": "r - r(greedy)"}
 for arm in VARIANTS:
-    s = summary[arm]
+    s = var_summary[arm]
     gain_text = pm(s['gain'], s['gain_ci'], sign='+')
     print(f"{arm:<18}{what[arm]:<22}{gain_text:<18}"
           f"{pm(s['kl_end'], s['kl_end_ci'])}")
 var_gain = {arm: np.array([log["accuracy"][-1] - log["accuracy"][0]
-                           for log in results["arms"][arm].values()])
+                           for log in var_runs[arm].values()])
             for arm in VARIANTS}
 m, h = gap("centred-verifier", "grpo-verifier", var_gain)
 print(f"\ngain without the std minus with it: {m:+.3f} ± {h:.3f} "
       f"({'0 inside' if abs(m) <= h else '0 outside'} the interval)")
+var_kl = {arm: np.array([log["kl"][-1] for log in var_runs[arm].values()])
+          for arm in VARIANTS}
+print()
+print_gaps("ReMax minus GRPO, seed by seed",
+           [("gain in accuracy", gap("remax-verifier", "grpo-verifier",
+                                     var_gain)),
+            ("KL at the end", gap("remax-verifier", "grpo-verifier",
+                                  var_kl))])
 
 # %% [markdown]
 # Without the division the advantages are smaller (below 1 in size, where GRPO's reach the

@@ -59,6 +59,7 @@ from minirlhf.course.runs import (load_or_run, same_curves, stored_arms,
                                   stored_experiment)
 from minirlhf.model import completion_logprobs, completion_mask
 from minirlhf.paths import OUTPUTS
+from minirlhf.stats import paired_gap, pm, print_claims, print_gaps
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the
@@ -322,11 +323,6 @@ print("the run your loss drove and the package's seed-0 run agree",
 # RM's score of its answers at the end, over the five seeds.
 
 # %%
-def pm(mean, half, digits=3, sign=""):
-    """Return 'mean ± half' as text (sign="+" always prints the sign)."""
-    return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
-
-
 MAIN = ("rm", "verifier", "dpo")
 print(f"over seeds {SEEDS[0]}-{SEEDS[-1]} (mean ± 95% interval)")
 print(f"{'arm':<14}{'beta':>5}  {'gain in accuracy':<16}  "
@@ -412,7 +408,7 @@ def gains(arm):
 
 def diff(a, b, values):
     """Return (mean, half-width) of values(a) - values(b), seed by seed."""
-    return experiment.mean_ci95(values(a) - values(b))
+    return paired_gap(values(a), values(b))
 
 
 def kl_end(arm):
@@ -422,12 +418,11 @@ def kl_end(arm):
 d_rm = diff("dpo", "rm", gains)
 d_ver = diff("dpo", "verifier", gains)
 d_kl = diff("dpo", "rm", kl_end)
-print(f"{'DPO minus another arm, seed by seed':<38}{'mean':>7}"
-      "   95% interval")
-for text, (m, h) in (("gain, minus the rm arm's", d_rm),
-                     ("gain, minus the verifier arm's", d_ver),
-                     ("KL at the end, minus the rm arm's", d_kl)):
-    print(f"{text:<38}{m:>+7.3f}   [{m - h:+.3f}, {m + h:+.3f}]")
+print_gaps("DPO minus another arm, seed by seed",
+           [("gain, minus the rm arm's", d_rm),
+            ("gain, minus the verifier arm's", d_ver),
+            ("KL at the end, minus the rm arm's", d_kl)],
+           width=38, mean_width=7)
 print()
 claims = [
     ("DPO gains (interval above 0)",
@@ -438,8 +433,7 @@ claims = [
     ("DPO and the rm arm end at the same KL (0 inside)",
      abs(d_kl[0]) <= d_kl[1]),
 ]
-for text, holds in claims:
-    print(f"{'holds' if holds else 'DOES NOT HOLD':<15}{text}")
+print_claims(claims)
 
 # %% [markdown]
 # Three of the four claims hold; the third does not. DPO does not gain less than the verifier
