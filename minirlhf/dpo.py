@@ -33,7 +33,6 @@ Chapter 9 builds DPO and measures it against the other methods of the book.
 from __future__ import annotations
 
 import copy
-import hashlib
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -41,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from . import task
-from .model import TinyGPT, completion_logprobs, completion_mask, make_generator
+from .model import TinyGPT, completion_logprobs, completion_mask, make_generator, weights_digest
 from .ppo import EvalSet, evaluate
 from .progress import progress_bar
 from .reward_model import HELDOUT_SEED, RMConfig, margins_report, preference_batch
@@ -303,21 +302,13 @@ _REFERENCE_LOGPS: dict = {}
 _REFERENCE_LOGPS_KEPT = 4
 
 
-def _weights_digest(model: TinyGPT) -> str:
-    h = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 @torch.no_grad()
 def _reference_logps(reference: TinyGPT, prompts, chosen, rejected, pairs_key) -> tuple[torch.Tensor, torch.Tensor]:
     """Return the reference's sequence log-probs (N,) of the chosen and the rejected answers,
     computed once in chunks of 1,024 pairs (which keep the memory of one pass small) and kept
     for the next run with the same reference weights and the same pairs: the same numbers,
     bit for bit, as computing them again."""
-    key = (_weights_digest(reference), pairs_key, len(prompts))
+    key = (weights_digest(reference), pairs_key, len(prompts))
     if key not in _REFERENCE_LOGPS:
         n = len(prompts)
         found = tuple(

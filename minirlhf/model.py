@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from .task import COMPLETION_LEN, CONTEXT_LEN, PROMPT_LEN, SEMI, VOCAB
 
 __all__ = [
+    "weights_digest",
     "GPTConfig",
     "TinyGPT",
     "make_generator",
@@ -309,3 +310,16 @@ def reward_scores(rm: TinyGPT, prompts: torch.Tensor, completions: torch.Tensor)
     x = torch.cat([prompts, completions], dim=1)  # (B, 10)
     scores = rm(x)  # (B, 10): a score after every prefix
     return scores.gather(1, score_positions(completions).unsqueeze(1)).squeeze(1)
+
+
+def weights_digest(model: TinyGPT) -> str:
+    """Return a short digest of ``model``'s weights (names, shapes, dtypes and every bit of the
+    values): two models share it only if they compute the same function. DPO keys its cache of
+    the reference's log-probs on it, and the chapters their stored runs."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]

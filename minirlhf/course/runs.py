@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import arms as arm_registry
 from .. import estimators, experiment
+from ..model import weights_digest
 from ..parallel import map_runs
 from ..paths import OUTPUTS, file_problem, kind_of, write_atomic
 from ..store import _open_regular, code_digest, code_fingerprint
@@ -366,16 +367,6 @@ def stored_starts(
                 raise TypeError(f"the gains from start {seed} are not lists of numbers")
 
     return load_or_run(Path(path), settings, {}, run, check, arms=tuple(beta))["arms"]
-
-
-def weights_digest(model) -> str:
-    """Return a short digest of ``model``'s weights (names, shapes and every bit of the
-    values): two models share it only if they compute the same function."""
-    h = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        h.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def _planned_run(job, policy, rm, evalset, keep, answers, progress):

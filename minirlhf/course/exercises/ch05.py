@@ -10,10 +10,6 @@ from ..cases import Case, Exercise, Slip, known_slip
 from ..expect import ExpectArray, ExpectScalarTensor
 from ._inputs import as_tensor, batch_size, prefix_mask
 
-_t = _as_t = as_tensor  # float32 tensors from lists or arrays
-_prefix_mask = prefix_mask
-
-
 # ----------------------------------------------------------------------------- 5.1 advantages
 
 
@@ -39,14 +35,14 @@ class ExpectTokenAdvantages(ExpectArray):
 def _adv_case(scores, old, ref, mask, beta, expected, why, kl_clamp=10.0) -> Case:
     return Case(
         {
-            "scores": _t(scores),
-            "old_logp": _t(old),
-            "ref_logp": _t(ref),
-            "mask": _t(mask),
+            "scores": as_tensor(scores),
+            "old_logp": as_tensor(old),
+            "ref_logp": as_tensor(ref),
+            "mask": as_tensor(mask),
             "beta": beta,
             "kl_clamp": kl_clamp,
         },
-        _t(expected),
+        as_tensor(expected),
         why,
     )
 
@@ -58,10 +54,10 @@ def _adv_random_kwargs(rng: np.random.Generator) -> dict:
     if rng.random() < 0.3:  # one runaway token, far from the reference
         ref[int(rng.integers(B)), int(rng.integers(T))] = -40.0
     return {
-        "scores": _as_t(np.clip(rng.normal(0.0, 1.0, B), -3.0, 3.0)),
-        "old_logp": _as_t(old),
-        "ref_logp": _as_t(ref),
-        "mask": _as_t(_prefix_mask(rng, B, T)),
+        "scores": as_tensor(np.clip(rng.normal(0.0, 1.0, B), -3.0, 3.0)),
+        "old_logp": as_tensor(old),
+        "ref_logp": as_tensor(ref),
+        "mask": as_tensor(prefix_mask(rng, B, T)),
         "beta": float(rng.choice([0.0, 0.05, 0.08, 0.5, 1.0])),
         "kl_clamp": float(rng.choice([0.5, 2.0, 10.0])),
     }
@@ -288,7 +284,13 @@ KL_SHAPED_ADVANTAGES = Exercise(
 
 def _case(new, old, adv, mask, epsilon, expected, why):
     return Case(
-        {"new_logp": _t(new), "old_logp": _t(old), "advantages": _t(adv), "mask": _t(mask), "epsilon": epsilon},
+        {
+            "new_logp": as_tensor(new),
+            "old_logp": as_tensor(old),
+            "advantages": as_tensor(adv),
+            "mask": as_tensor(mask),
+            "epsilon": epsilon,
+        },
         expected,
         why,
     )
@@ -297,12 +299,12 @@ def _case(new, old, adv, mask, epsilon, expected, why):
 def _random_kwargs(rng: np.random.Generator) -> dict:
     B, T = batch_size(rng, 6), int(rng.integers(1, 5))
     old = rng.uniform(-4.0, -0.05, (B, T))
-    mask = _prefix_mask(rng, B, T)
+    mask = prefix_mask(rng, B, T)
     return {
-        "new_logp": _as_t(old + rng.normal(0.0, 0.3, (B, T))),
-        "old_logp": _as_t(old),
-        "advantages": _as_t(np.clip(rng.normal(0.0, 1.0, (B, T)), -3.0, 3.0) * mask),
-        "mask": _as_t(mask),
+        "new_logp": as_tensor(old + rng.normal(0.0, 0.3, (B, T))),
+        "old_logp": as_tensor(old),
+        "advantages": as_tensor(np.clip(rng.normal(0.0, 1.0, (B, T)), -3.0, 3.0) * mask),
+        "mask": as_tensor(mask),
         "epsilon": float(rng.choice([0.1, 0.2, 0.3])),
     }
 

@@ -15,10 +15,6 @@ from ..cases import Case, Exercise, Raises, Slip, known_slip
 from ..expect import ExpectArray, ExpectScalarTensor
 from ._inputs import as_tensor, batch_size, prefix_mask
 
-_t = _as_t = as_tensor  # float32 tensors from lists or arrays
-_prefix_mask = prefix_mask
-
-
 # ----------------------------------------------------------------------------- 8.1 advantages
 
 
@@ -40,8 +36,8 @@ class ExpectGroupAdvantages(ExpectArray):
 
 
 def _group_case(rewards, group_size, expected, why, eps=1e-4) -> Case:
-    want = expected if isinstance(expected, Raises) else _t(expected)
-    return Case({"rewards": _t(rewards), "group_size": group_size, "eps": eps}, want, why)
+    want = expected if isinstance(expected, Raises) else as_tensor(expected)
+    return Case({"rewards": as_tensor(rewards), "group_size": group_size, "eps": eps}, want, why)
 
 
 def _group_random_kwargs(rng: np.random.Generator) -> dict:
@@ -58,7 +54,11 @@ def _group_random_kwargs(rng: np.random.Generator) -> dict:
         r = rng.normal(0.0, rng.choice([0.3, 2.0]), (P, 1)) + rng.normal(0.0, rng.choice([0.2, 1.0]), (P, G))
         r = np.round(r * 8) / 8
         r[rng.random(P) < 0.2] = r[0, 0]  # a few prompts whose answers all score alike
-    return {"rewards": _as_t(r.reshape(-1)), "group_size": G, "eps": float(rng.choice([1e-4, 1e-4, 1e-4, 0.01, 0.5]))}
+    return {
+        "rewards": as_tensor(r.reshape(-1)),
+        "group_size": G,
+        "eps": float(rng.choice([1e-4, 1e-4, 1e-4, 0.01, 0.5])),
+    }
 
 
 def _checked(rewards, group_size):
@@ -300,11 +300,11 @@ GROUP_ADVANTAGES = Exercise(
 def _loss_case(new, old, ref, adv, mask, expected, why, epsilon=0.2, beta=0.04, kl_clamp=10.0) -> Case:
     return Case(
         {
-            "new_logp": _t(new),
-            "old_logp": _t(old),
-            "ref_logp": _t(ref),
-            "advantages": _t(adv),
-            "mask": _t(mask),
+            "new_logp": as_tensor(new),
+            "old_logp": as_tensor(old),
+            "ref_logp": as_tensor(ref),
+            "advantages": as_tensor(adv),
+            "mask": as_tensor(mask),
             "epsilon": epsilon,
             "beta": beta,
             "kl_clamp": kl_clamp,
@@ -321,17 +321,17 @@ def _loss_random_kwargs(rng: np.random.Generator) -> dict:
     ref = new + rng.normal(0.0, 0.5, (B, T))
     if rng.random() < 0.3:  # one runaway token, far from the reference
         ref[int(rng.integers(B)), int(rng.integers(T))] = -40.0
-    mask = _prefix_mask(rng, B, T)
+    mask = prefix_mask(rng, B, T)
     if rng.random() < 0.5:  # GRPO's: one advantage per completion, copied to its kept tokens
         adv = np.clip(rng.normal(0.0, 1.0, (B, 1)), -3.0, 3.0) * mask
     else:  # general per-token advantages
         adv = np.clip(rng.normal(0.0, 1.0, (B, T)), -3.0, 3.0) * mask
     return {
-        "new_logp": _as_t(new),
-        "old_logp": _as_t(old),
-        "ref_logp": _as_t(ref),
-        "advantages": _as_t(adv),
-        "mask": _as_t(mask),
+        "new_logp": as_tensor(new),
+        "old_logp": as_tensor(old),
+        "ref_logp": as_tensor(ref),
+        "advantages": as_tensor(adv),
+        "mask": as_tensor(mask),
         "epsilon": float(rng.choice([0.1, 0.2, 0.3])),
         "beta": float(rng.choice([0.0, 0.04, 0.1, 0.5])),
         "kl_clamp": float(rng.choice([0.5, 2.0, 10.0])),
