@@ -656,7 +656,8 @@ def _float_problem(got, expected, what: str = "the result") -> tuple[str, str] |
         return "opaque", f"{what} is a {got.type_name}, which cannot be graded" + (f" ({got.why})" if got.why else "")
     if isinstance(got, np.generic):
         return "numpy-scalar", (f"{what} is a NumPy scalar ({type(got).__module__}.{type(got).__name__}); "
-                                "the contract asks for a Python float: wrap it in float(...)")
+                                "the contract asks for a Python float: convert it before any rounding, "
+                                "round(float(x), 2) (float(round(x, 2)) keeps NumPy's rounding rule)")
     if type(got).__module__.startswith("torch"):
         return "type", f"{what} is a torch tensor; the contract asks for a Python float: use float(...) or .item()"
     if got is None:
