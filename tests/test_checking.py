@@ -98,6 +98,7 @@ def test_printed_output_is_captured_and_capped():
     "got, words",
     [
         (np.float64(0.05), "NumPy scalar"),
+        (np.float64(0.05), "convert it before any rounding, round(float(x), 2)"),
         ([0.05], "is a list, expected a Python float"),
         (float("nan"), "is NaN"),
         (float("inf"), "is infinite"),

@@ -98,7 +98,8 @@ def _float_problem(got, expected, what: str = "the result") -> tuple[str, str] |
     if isinstance(got, np.generic):
         return "numpy-scalar", (
             f"{what} is a NumPy scalar ({type(got).__module__}.{type(got).__name__}); "
-            "the contract asks for a Python float: wrap it in float(...)"
+            "the contract asks for a Python float: convert it before any rounding, "
+            "round(float(x), 2) (float(round(x, 2)) keeps NumPy's rounding rule)"
         )
     if type(got).__module__.startswith("torch"):
         return "type", (f"{what} is a torch tensor; the contract asks for a Python float: use float(...) or .item()")
