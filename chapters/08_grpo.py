@@ -31,11 +31,11 @@
 # partial-SFT starts of chapter 6, and the critic of chapter 7. This chapter reads chapters 5
 # and 6's stored runs when they are there and makes them otherwise; it makes its own runs side
 # by side, one per CPU core. With chapters 5 and 6's runs stored, a first run of the notebook
-# takes about two and a quarter minutes on a 2-core machine, each long cell with a progress
-# bar in JupyterLab; three cells of runs take most of it (the GRPO arms, the batch shapes of
-# exercise 3, and the partial-SFT starts). Without them it makes them too, about four minutes
-# in all. Later runs read every result back and make only the one GRPO run that your
-# functions drive (about fifteen seconds in all).
+# takes about two and three-quarter minutes on a 2-core machine, each long cell with a
+# progress bar in JupyterLab; four cells of runs take most of it (the GRPO arms, ReMax's sweep
+# and runs, the batch shapes of exercise 3, and the partial-SFT starts). Without them it makes
+# them too, about four and a half minutes in all. Later runs read every result back and make
+# only the one GRPO run that your functions drive (about fifteen seconds in all).
 # ```
 
 # %%
@@ -871,6 +871,15 @@ print_gaps("ReMax minus GRPO, seed by seed",
 # and the two estimators without it reach the same gain closer to the reference. Read the
 # table's intervals before reading a ranking into it.
 #
+# ReMax, at a $\beta$ matched on seeds 5 to 7, ends on seeds 0 to 4 at a KL whose difference
+# from GRPO's, seed by seed, has 0 inside its interval: the match carries over to other seeds,
+# but loosely, and ReMax's KL varies the most of the four. So does its gain. Each of its 64
+# prompts gets one sample, and a sample moves the policy only when it and the greedy answer
+# disagree on being right; a group of 8 gives every prompt it draws a baseline from 8 answers.
+# Its gain minus GRPO's has 0 well inside its interval: five seeds cannot tell the two
+# baselines apart here. What the table does show is the price: ReMax writes a greedy answer
+# for every prompt of every batch, 64 more generations an iteration that nothing trains on.
+#
 # ### Long and short answers
 #
 # The second bias Liu et al. point out is in the paper's averaging: each completion's token
@@ -999,6 +1008,8 @@ for name, value in terms.items():
 # - read `frac_reward_zero_std` and say what a large share costs;
 # - explain the std and length biases that Dr. GRPO removes, and why RLOO's baseline is the
 #   centred one scaled by $G/(G-1)$;
+# - say what ReMax's greedy baseline costs and buys, and match an arm's $\beta$ to another's KL
+#   on seeds the comparison does not use;
 # - say why k1 cannot be the leash in a loss.
 #
 # ## Exercises
