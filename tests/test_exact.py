@@ -130,6 +130,8 @@ def test_pruning_in_the_two_token_world_keeps_the_mass_and_bounds_the_truth():
     assert (kl.lower <= truth).all() and (truth <= kl.upper).all() and (kl.lower < kl.upper).all()
     m, m_ref = mass_111, ref[3] + ref[4]
     assert kl.lower.tolist() == pytest.approx((kl.value + m * math.log(m / m_ref)).tolist(), abs=1e-13)
+    upper = kl.value + m * (math.log(comps.min_prob) - 4 * floor)  # pi(y) < min_prob, ref(y) >= e^(4 floor)
+    assert kl.upper.tolist() == pytest.approx(upper.tolist(), abs=1e-13)
     gold = expected_gold(comps, PAIRS)
     assert gold.value[1] == pytest.approx(pi[2]) and gold.upper[1] == pytest.approx(pi[2] + m)
     true_proxy = sum(k * p for k, p in enumerate(pi))
