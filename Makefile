@@ -14,6 +14,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 help:
 	@echo "make book       install into .venv if needed, execute the chapters, render _build/html"
+	@echo "                (torch: the CPU build; TORCH=default takes the default index's torch)"
 	@echo "make test       lint, unit tests, nbval on solutions/ and notebooks/, the strict book build,"
 	@echo "                the browser test"
 	@echo "make lint       ruff on the package and the tests (make format fixes what it can)"
@@ -26,9 +27,48 @@ help:
 	@echo "make bench      time the training pipeline; writes outputs/bench.json"
 	@echo "make trl        install the TRL extra; run TRL's trainers beside ours (book/trl/)"
 
+# torch is the CPU build by default, on every platform: the book never uses a GPU, and on Linux
+# the torch of the default index (PyPI) is the CUDA build, with about 2.2 GB of CUDA libraries.
+#   TORCH=cpu      (the default) torch first, alone, from PyTorch's CPU index (TORCH_CPU_INDEX,
+#                  the index pytorch.org's selector gives for "CPU"); then requirements.txt from
+#                  the configured index, which finds torch installed. When that index cannot be
+#                  reached (a 10-second probe), torch comes from the configured index with the
+#                  rest, and a line says so. On macOS PyPI's torch is itself the CPU build, so the
+#                  CPU index is not asked.
+#   TORCH=default  torch from the configured index like everything else (on Linux: CUDA).
+# The choice applies when .venv is installed; `rm -rf .venv` to make it again with another.
+TORCH ?= cpu
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN := $(shell grep -m1 -E '^torch==' requirements.txt)
+UNAME_S ?= $(shell uname -s)
+ifeq ($(filter $(TORCH),cpu default),)
+$(error TORCH=$(TORCH): say TORCH=cpu (the default) or TORCH=default)
+endif
+# Exits 0 when the index answers within 10 s (a 4xx is an answer; a proxy's 407 or a 5xx is
+# not), 1 with the reason otherwise. pip itself would retry an unreachable index for minutes.
+INDEX_PROBE := $$'import sys, urllib.request as u, urllib.error as e\nno = lambda x: sys.exit(\
+f"{sys.argv[1]}: {x}")\ntry: u.urlopen(sys.argv[1], timeout=10).close()\nexcept e.HTTPError as x: \
+x.code < 500 and x.code != 407 or no(x)\nexcept Exception as x: no(x)'
+
+ifeq ($(TORCH)-$(UNAME_S),cpu-Darwin)
+TORCH_STEP = @echo "torch: the default index's torch, which on macOS is the CPU build"
+else ifeq ($(TORCH),cpu)
+TORCH_STEP = @if $(PY) -c $(INDEX_PROBE) $(TORCH_CPU_INDEX)/torch/; then \
+	  echo "torch: the CPU build from $(TORCH_CPU_INDEX)"; \
+	  $(PY) -m pip install --quiet --timeout 30 --retries 2 --index-url $(TORCH_CPU_INDEX) \
+	    "$(TORCH_PIN)"; \
+	else \
+	  echo "torch: $(TORCH_CPU_INDEX) cannot be reached: torch comes from the configured index"; \
+	  echo "       with the rest (on Linux that is the CUDA build, unless a CPU wheel is at hand)"; \
+	fi
+else
+TORCH_STEP = @echo "torch: from the configured index, with the rest (TORCH=default)"
+endif
+
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(TORCH_STEP)
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . || $(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)

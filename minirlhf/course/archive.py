@@ -96,6 +96,8 @@ def _title(notebook: Path) -> str:
 def readme(root: Path = ROOT) -> str:
     """Return the archive's README.md: what is in it and how to start."""
     chapters = "\n".join(f"      {p.name:<30} {_title(p)}" for p in learner_notebooks(root))
+    requirements = (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    torch = next((line for line in requirements if line.startswith("torch==")), "torch")
     return f"""# minirlhf: the course notebooks
 
 The exercises of the book *minirlhf: PPO-based RLHF, built by hand*, with the package they
@@ -109,8 +111,10 @@ requirements (PyTorch among them) into `.venv/` in this folder.
        unzip {ARCHIVE_NAME}
        cd {FOLDER}
 
-2. Run `make lab`. The first time, it creates `.venv/`, installs `requirements.txt` and this
-   package into it, then opens JupyterLab on `notebooks/`.
+2. Run `make lab`. The first time, it creates `.venv/`, installs PyTorch's CPU build, then
+   `requirements.txt` and this package into it, and opens JupyterLab on `notebooks/`
+   (`make lab TORCH=default` takes PyTorch from the default index, which on Linux is the
+   CUDA build, several GB).
 
 3. Open `notebooks/01_kl_penalty.ipynb`, run the cells from the top, and write your code
    where an exercise cell says `raise NotImplementedError("your code here")`. The check
@@ -127,6 +131,7 @@ graded is kept in `kept/`, and your file is left as you saved it.
 Without `make`:
 
     python3 -m venv .venv
+    .venv/bin/python -m pip install --index-url https://download.pytorch.org/whl/cpu {torch}   # Linux
     .venv/bin/python -m pip install -r requirements.txt
     .venv/bin/python -m pip install --no-deps -e .
     .venv/bin/jupyter lab notebooks/
