@@ -17,7 +17,7 @@ help:
 	@echo "make book       install into .venv if needed, execute the chapters, render _build/html"
 	@echo "                (torch: the CPU build; TORCH=default takes the default index's torch)"
 	@echo "make test       lint, unit tests, nbval on solutions/ and notebooks/, the strict book build,"
-	@echo "                the browser test"
+	@echo "                the browser test, the PDF's test (make pdf-check)"
 	@echo "make pdf        the whole book as one PDF, _build/pdf/minirlhf-book.pdf (headless Chromium);"
 	@echo "                the book's download menu offers it from then on"
 	@echo "make lint       ruff on the package and the tests (make format fixes what it can)"
