@@ -36,6 +36,7 @@ from ..paths import ROOT
 
 PDF_NAME = "minirlhf-book.pdf"
 PDF_PATH = ROOT / "_build" / "pdf" / PDF_NAME  # where `make pdf` writes it
+_PRINT_PAGE = "_print.html"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -149,6 +150,13 @@ def _book_title(root: Path = ROOT) -> tuple[str, str]:
     return str(config.get("title", "")), str(config.get("author", ""))
 
 
+def _root_page(root: Path = ROOT) -> str:
+    """The root page of _toc.yml (book/index): the single page holds the book there."""
+    import yaml
+
+    return str(yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))["root"])
+
+
 def make_pdf(site: Path, out: Path, chromium: str = CHROMIUM) -> dict:
     """Print ``site/index.html`` (a ``singlehtml`` build) to ``out``; return what was done."""
     from playwright.sync_api import sync_playwright
@@ -157,6 +165,9 @@ def make_pdf(site: Path, out: Path, chromium: str = CHROMIUM) -> dict:
     started = time.monotonic()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
+    # Sphinx writes the single page where the root page goes (book/index.html) but links its
+    # assets as if it sat at the site's root (_static/...): print a copy put there.
+    (site / _PRINT_PAGE).write_bytes((site / (_root_page() + ".html")).read_bytes())
     with _serve(site) as url, sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile, executable_path=chromium, headless=True, args=CHROMIUM_ARGS, service_workers="block"
@@ -165,7 +176,7 @@ def make_pdf(site: Path, out: Path, chromium: str = CHROMIUM) -> dict:
             context.set_default_timeout(300_000)
             page = context.new_page()
             page.emulate_media(media="print")
-            page.goto(url + "index.html", wait_until="load")
+            page.goto(url + _PRINT_PAGE, wait_until="load")
             facts = page.evaluate(
                 _PREPARE,
                 {"title": title, "author": author, "date": time.strftime("%d %B %Y"), "note": SLIDER_NOTE},
@@ -200,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chromium", default=CHROMIUM, help=f"the Chromium to use (default: {CHROMIUM})")
     args = parser.parse_args(argv)
     site = Path(args.site)
-    if not (site / "index.html").is_file():
-        print(f"ERROR no {site / 'index.html'}: `make pdf` builds it (the singlehtml builder)", file=sys.stderr)
+    if not (site / (_root_page() + ".html")).is_file():
+        print(f"ERROR no {site / (_root_page() + '.html')}: `make pdf` builds it (singlehtml)", file=sys.stderr)
         return 2
     if not Path(args.chromium).exists():
         print(f"ERROR no Chromium at {args.chromium}: apt-get install chromium", file=sys.stderr)
