@@ -109,14 +109,14 @@ browser: book chromium
 
 # The whole book as one PDF (minirlhf.course.pdf): Sphinx's single-page build of every page of
 # _toc.yml, printed by headless Chromium with an outline, page numbers, math typeset, dropdowns
-# open and each slider at its default frame. Then the HTML book is written again (every page,
-# from the stored build: .buildinfo removed), so that its download menu offers the PDF.
+# open and each slider at its default frame. Then the HTML book is built again, every page
+# (--all; the chapters' outputs come from the execution cache), so that its download menu
+# offers the PDF.
 PDF := _build/pdf/minirlhf-book.pdf
 pdf: book chromium
 	MINIRLHF_BUILDING_BOOK=1 $(JB) build . --builder singlehtml -n --keep-going
 	$(PY) -m minirlhf.course.pdf _build/singlehtml $(PDF)
-	rm -f _build/html/.buildinfo
-	MINIRLHF_BUILDING_BOOK=1 $(JB) build . -W -n --keep-going
+	MINIRLHF_BUILDING_BOOK=1 $(JB) build . -W -n --keep-going --all
 
 # The PDF's test: an outline entry per chapter, every chapter's title and a sentence of it in
 # the text (poppler's pdftotext, installed when missing), no math left as TeX source.
