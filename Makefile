@@ -10,13 +10,16 @@ JB := $(VENV)/bin/jupyter-book
 export OMP_NUM_THREADS := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv trl-extra book test lint format unit nbval-solutions nbval-notebooks book-strict browser lab notebooks bench check trl clean
+.PHONY: help venv trl-extra book test lint format unit nbval-solutions nbval-notebooks book-strict browser pdf \
+	pdf-check chromium lab notebooks bench check trl clean
 
 help:
 	@echo "make book       install into .venv if needed, execute the chapters, render _build/html"
 	@echo "                (torch: the CPU build; TORCH=default takes the default index's torch)"
 	@echo "make test       lint, unit tests, nbval on solutions/ and notebooks/, the strict book build,"
-	@echo "                the browser test"
+	@echo "                the browser test, the PDF's test (make pdf-check)"
+	@echo "make pdf        the whole book as one PDF, _build/pdf/minirlhf-book.pdf (headless Chromium);"
+	@echo "                the book's download menu offers it from then on"
 	@echo "make lint       ruff on the package and the tests (make format fixes what it can)"
 	@echo "make browser    every page of the built book in headless Chromium; screenshots in"
 	@echo "                _build/screenshots/"
@@ -95,12 +98,33 @@ book-strict: book
 # and phone width go to _build/screenshots/. Two processes share the pages, one per core (each
 # with its own Chromium and server); the summary lists them in the book's order. Installs
 # Debian's chromium when it is missing (apt-get needs root, as in CI).
-browser: book
+chromium:
 	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq chromium fonts-dejavu-core fonts-liberation; } \
 		|| { echo "Chromium is missing: apt-get install chromium (as root)"; exit 1; }
+
+browser: book chromium
 	MINIRLHF_BROWSER=1 $(PY) -m pytest -q -n 2 --dist load -p no:cacheprovider tests/browser
 	@echo "Screenshots: $(CURDIR)/_build/screenshots/ (summary.txt lists the pages checked)."
+
+# The whole book as one PDF (minirlhf.course.pdf): Sphinx's single-page build of every page of
+# _toc.yml, printed by headless Chromium with an outline, page numbers, math typeset, dropdowns
+# open and each slider at its default frame. Then the HTML book is built again, every page
+# (--all; the chapters' outputs come from the execution cache), so that its download menu
+# offers the PDF.
+PDF := _build/pdf/minirlhf-book.pdf
+pdf: book chromium
+	MINIRLHF_BUILDING_BOOK=1 $(JB) build . --builder singlehtml -n --keep-going
+	$(PY) -m minirlhf.course.pdf _build/singlehtml $(PDF)
+	MINIRLHF_BUILDING_BOOK=1 $(JB) build . -W -n --keep-going --all
+
+# The PDF's test: an outline entry per chapter, every chapter's title and a sentence of it in
+# the text (poppler's pdftotext, installed when missing), no math left as TeX source.
+pdf-check: pdf
+	@command -v pdftotext >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq poppler-utils; } \
+		|| { echo "pdftotext is missing: apt-get install poppler-utils (as root)"; exit 1; }
+	MINIRLHF_PDF=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_pdf_book.py
 
 # MINIRLHF_REQUIRE_TRL=1: the bridge's tests fail, rather than skip, when the extra is missing.
 # Two processes, one per core; a test file stays whole in one of them.
@@ -124,7 +148,7 @@ LEARNER_NOTEBOOKS = $(filter-out $(wildcard notebooks/*.graded*.ipynb notebooks/
 nbval-notebooks: $(STAMP)
 	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval-lax --nbval-current-env -p no:cacheprovider $(LEARNER_NOTEBOOKS)
 
-test: lint unit nbval-solutions nbval-notebooks book-strict browser
+test: lint unit nbval-solutions nbval-notebooks book-strict browser pdf-check
 
 # ruff, configured in pyproject.toml: the package and the tests linted and formatted (the chapters
 # keep their 77-column layout, which the tests check). `make format` rewrites what lint refuses.

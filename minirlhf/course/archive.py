@@ -19,7 +19,8 @@ module is also a Sphinx extension (listed in ``_config.yml``) that
 * after a successful build, writes the archive and the learner's notebooks to
   ``course/`` in the built site (:data:`SITE_DIR`);
 * puts them in each page's download menu: on a chapter page the learner's notebook and
-  the solved one, on every page the course archive;
+  the solved one, on every page the course archive, and the whole book as one PDF once
+  ``make pdf`` has made it (:mod:`minirlhf.course.pdf`; the build copies it into the site);
 * turns the repository and open-issue buttons on when ``_config.yml`` names a repository
   URL, and leaves them off otherwise (Jupyter Book refuses the buttons without a URL, and
   the book must build without one).
@@ -147,7 +148,8 @@ Without `make`:
 Chapters 3 and 4 train the two small models on first use and keep them in `outputs/`;
 chapter 5 makes its longer runs on first use and keeps their results there too, so a
 second run of a notebook is quick. The solved notebooks, executed, are on each chapter
-page of the book, in its download menu.
+page of the book, in its download menu, and so is the whole book as one PDF when the book
+was built with it (`make pdf` in the full repository).
 """
 
 
@@ -188,13 +190,20 @@ def repository_buttons(options: dict) -> dict:
 
 
 def download_buttons(
-    pathto, source_suffix: str, sourcename: str, notebook: str | None, learner: str | None, archive: bool = True
+    pathto,
+    source_suffix: str,
+    sourcename: str,
+    notebook: str | None,
+    learner: str | None,
+    archive: bool = True,
+    book_pdf: str | None = None,
 ) -> list[dict]:
     """Return the entries of a page's download menu, in the theme's button format.
 
     ``pathto`` makes a site path relative to the page; ``notebook`` is the page's notebook
     under ``_sources/`` (None for a markdown page), ``learner`` the site path of the learner's
-    notebook of the chapter (None when there is none); ``archive``: offer the course archive.
+    notebook of the chapter (None when there is none); ``archive``: offer the course archive;
+    ``book_pdf``: the site path of the whole book as one PDF (None when it was not made).
     """
     buttons = []
     if learner:
@@ -241,6 +250,17 @@ def download_buttons(
                 "label": "download-course-archive-button",
             }
         )
+    if book_pdf:
+        buttons.append(
+            {
+                "type": "link",
+                "url": pathto(book_pdf, 1),
+                "text": "The whole book (.pdf)",
+                "tooltip": "Every chapter in one PDF, with an outline, for print or an e-reader",
+                "icon": "fas fa-book",
+                "label": "download-book-pdf-button",
+            }
+        )
     buttons.append(
         {
             "type": "javascript",
@@ -258,6 +278,14 @@ def _course_root(app) -> Path | None:
     """Return the book's source folder when it holds learner notebooks to serve, else None."""
     root = Path(app.srcdir)
     return root if learner_notebooks(root) else None
+
+
+def _book_pdf(app) -> Path | None:
+    """Return the PDF of the whole book that `make pdf` made beside this build, if there is one."""
+    from .pdf import PDF_NAME
+
+    path = Path(app.outdir).parent / "pdf" / PDF_NAME
+    return path if path.is_file() else None
 
 
 def _switch_repository_buttons(app) -> None:
@@ -279,8 +307,15 @@ def _download_menu(app, pagename, templatename, context, doctree) -> None:
     root, learner = _course_root(app), None
     if root and notebook and (root / "notebooks" / Path(notebook).name).is_file():
         learner = f"{SITE_DIR}/notebooks/{Path(notebook).name}"
+    pdf = _book_pdf(app)
     group["buttons"] = download_buttons(
-        context["pathto"], suffix, sourcename, notebook, learner, archive=root is not None
+        context["pathto"],
+        suffix,
+        sourcename,
+        notebook,
+        learner,
+        archive=root is not None,
+        book_pdf=pdf.name if pdf else None,
     )
     group["tooltip"] = (
         "Download this chapter's notebooks or the course archive"
@@ -303,6 +338,9 @@ def _serve_course(app, exception) -> None:
     for notebook in learner_notebooks(root):
         write_atomic(site / "notebooks" / notebook.name, notebook.read_bytes())
     archive = pack(site / ARCHIVE_NAME, root)
+    pdf = _book_pdf(app)
+    if pdf is not None:  # `make pdf` made it: the download menu offers it from the site's root
+        write_atomic(Path(app.outdir) / pdf.name, pdf.read_bytes())
     logging.getLogger(__name__).info(
         f"course archive: {archive.relative_to(app.outdir)} ({archive.stat().st_size // 1024} KB)"
     )
