@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["Estimator", "ESTIMATORS", "get", "names", "module_of", "copied_to_tokens", "no_extras"]
+__all__ = ["Estimator", "ESTIMATORS", "get", "names", "module_of", "copied_to_tokens", "to_tokens", "no_extras"]
 
 
 def no_extras(policy, prompts, cfg) -> dict:
@@ -64,16 +64,20 @@ class Estimator:
             )
 
 
+def to_tokens(a, rewards: torch.Tensor, mask: torch.Tensor, what: str, note: str = "") -> torch.Tensor:
+    """Return one advantage per completion ``a`` (B,) copied to each of its kept tokens (B, T),
+    0 on the tokens past its end; a ValueError naming ``what`` (and ``note``) when ``a`` is not (B,)."""
+    if getattr(a, "shape", None) != rewards.shape:
+        got = tuple(getattr(a, "shape", ()))
+        raise ValueError(f"{what} must be (B,) = {tuple(rewards.shape)}, got {got}" + (f" ({note})" if note else ""))
+    return a[:, None] * mask  # (B, T)
+
+
 def copied_to_tokens(fn, batch, rewards, reward_fn, beta, cfg) -> torch.Tensor:
     """The advantages of a group estimator: ``fn(rewards, group_size, eps)`` gives one per
     completion (B,), copied to each of its kept tokens (0 on the tokens past its end)."""
     a = fn(rewards, cfg.group_size, cfg.adv_eps)  # (B,)
-    if getattr(a, "shape", None) != rewards.shape:
-        raise ValueError(
-            f"group advantages must be (B,) = {tuple(rewards.shape)}, got "
-            f"{tuple(getattr(a, 'shape', ()))} (estimator {cfg.advantages!r})"
-        )
-    return a[:, None] * batch.mask  # (B, T)
+    return to_tokens(a, rewards, batch.mask, "group advantages", f"estimator {cfg.advantages!r}")
 
 
 _TABLE: dict[str, Estimator] = {}

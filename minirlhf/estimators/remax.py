@@ -4,7 +4,7 @@ completion of the same prompt, which the policy writes beside the sampled one at
 import torch
 
 from ..model import generate
-from . import Estimator
+from . import Estimator, to_tokens
 
 
 def remax_advantages(rewards: torch.Tensor, greedy_rewards: torch.Tensor) -> torch.Tensor:
@@ -34,12 +34,7 @@ def against_greedy(fn, batch, rewards, reward_fn, beta, cfg) -> torch.Tensor:
     """Score the greedy completions with the run's reward, then ``fn`` (the signature of
     :func:`remax_advantages`) gives one advantage per completion, copied to its kept tokens."""
     greedy = reward_fn(batch.pairs, batch.prompts, batch.extras["greedy"]).to(rewards.dtype)  # (B,)
-    a = fn(rewards, greedy)  # (B,)
-    if getattr(a, "shape", None) != rewards.shape:
-        raise ValueError(
-            f"ReMax's advantages must be (B,) = {tuple(rewards.shape)}, got {tuple(getattr(a, 'shape', ()))}"
-        )
-    return a[:, None] * batch.mask  # (B, T)
+    return to_tokens(fn(rewards, greedy), rewards, batch.mask, "ReMax's advantages")
 
 
 ESTIMATOR = Estimator(
