@@ -125,12 +125,14 @@ async () => {
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
+    def log_message(self, *args):  # one line per request would drown what the caller prints
         pass
 
 
 @contextlib.contextmanager
-def _serve(directory: Path):
+def serve(directory: Path):
+    """Serve ``directory`` on a free localhost port; yield its base URL (ending in '/'). The
+    PDF's printing and the browser tests both read the built book through it."""
     handler = functools.partial(_Quiet, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -168,7 +170,7 @@ def make_pdf(site: Path, out: Path, chromium: str = CHROMIUM) -> dict:
     # Sphinx writes the single page where the root page goes (book/index.html) but links its
     # assets as if it sat at the site's root (_static/...): print a copy put there.
     (site / _PRINT_PAGE).write_bytes((site / (_root_page() + ".html")).read_bytes())
-    with _serve(site) as url, sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
+    with serve(site) as url, sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile, executable_path=chromium, headless=True, args=CHROMIUM_ARGS, service_workers="block"
         )

@@ -9,17 +9,16 @@ are given), so a new chapter is covered as soon as it is in ``_toc.yml``.
 from __future__ import annotations
 
 import contextlib
-import functools
-import http.server
 import os
 import tempfile
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from minirlhf.course.pdf import serve as serve  # the built book on a localhost port, for the tests
 
 ROOT = Path(__file__).resolve().parents[2]
 # The built book and the screenshot folder; MINIRLHF_HTML / MINIRLHF_SCREENSHOTS point them at
@@ -85,26 +84,6 @@ def _docname(path: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # A local server and a fresh browser
 # ---------------------------------------------------------------------------------------------
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # one line per request would drown the summary
-        pass
-
-
-@contextlib.contextmanager
-def serve(directory: Path):
-    """Serve ``directory`` on a free localhost port; yield its base URL (ending in '/')."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @contextlib.contextmanager
