@@ -675,8 +675,8 @@ print("\n".join(f"e^(mu^2) at mu = {mu:g}: {np.exp(mu ** 2):,.0f}"
 # <details class="answer">
 # <summary>Worked answer: the other direction</summary>
 #
-# For normals, $\mathrm{KL}[\mathcal{N}(m_1, s_1^2), \mathcal{N}(m_2, s_2^2)] = \log(s_2/s_1)
-# + \big(s_1^2 + (m_1 - m_2)^2\big)/(2 s_2^2) - 1/2$. With $q = \mathcal{N}(0, 1)$ and
+# For normals, $\mathrm{KL}[\mathcal{N}(m_1, s_1^2), \mathcal{N}(m_2, s_2^2)] = \log(s_2/s_1) +
+# \big(s_1^2 + (m_1 - m_2)^2\big)/(2 s_2^2) - 1/2$. With $q = \mathcal{N}(0, 1)$ and
 # $p = \mathcal{N}(\mu, 4)$ (standard deviation 2), and $\mu = 1$:
 #
 # - $\mathrm{KL}[q, p] = \log 2 + (1 + \mu^2)/8 - 1/2$;
