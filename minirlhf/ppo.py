@@ -803,7 +803,8 @@ def ppo_train(
     :func:`grpo_token_loss` with ``config.kl_placement == "loss"``), each
     with the signature of what it replaces, so a learner's own functions
     can drive the run.
-    ``callback(iteration, log)`` runs after each iteration;
+    ``callback(iteration, log, policy)`` runs after each iteration (the
+    policy in eval mode, to be read, not changed);
     ``desc`` labels the progress bar.
 
     One iteration calls the stages in turn: :func:`rollout`,
@@ -860,6 +861,8 @@ def ppo_train(
         policy.eval()
         ev = evaluate(policy, reference, rm, evalset, temp, cache)
         _record_eval(log, ev)
+        if callback is not None:
+            callback(it + 1, log, policy)
         policy.train()
         # 7. the adaptive leash, when asked: move beta toward the target
         if cfg.kl_target is not None:
@@ -868,8 +871,6 @@ def ppo_train(
                                       cfg.kl_horizon)
         bar.update(1)
         bar.set_postfix_str(f"acc {ev['accuracy']:.3f} kl {ev['kl']:.3f}")
-        if callback is not None:
-            callback(it + 1, log)
     bar.close()
     policy.eval()
     return policy, log

@@ -82,9 +82,19 @@ def preference_batch(pairs: torch.Tensor, generator: torch.Generator, kind: str 
 
 
 def train_reward_model(
-    config: RMConfig | None = None, progress: bool = True, init: TinyGPT | None = None
+    config: RMConfig | None = None,
+    progress: bool = True,
+    init: TinyGPT | None = None,
+    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[TinyGPT, dict]:
     """Return (rm, log): a scalar-head TinyGPT trained with Bradley-Terry, and its loss per step.
+
+    ``data`` None (the book's RM) draws fresh pairs at every step: ``steps x batch_size`` of
+    them in all (12,800). A fixed set ``(prompts (N, 6), chosen (N, 4), rejected (N, 4))``
+    instead gives each step ``batch_size`` rows of it drawn at random with replacement, so the
+    same number of steps sees N distinct pairs, each about ``steps x batch_size / N`` times
+    (chapter 11 trains proxies on fewer pairs this way; :func:`minirlhf.dpo.preference_pairs`
+    gives the book's pairs as such a set).
 
     ``init`` None (the book's RM) starts every weight at random. A language model ``init`` (a
     policy, such as chapter 3's SFT policy) gives the RM its body: every weight but the head
@@ -113,13 +123,19 @@ def train_reward_model(
         body = {k: v for k, v in init.state_dict().items() if not k.startswith("head.")}
         missing, unexpected = rm.load_state_dict(body, strict=False)
         assert not unexpected and set(missing) == {"head.weight", "head.bias"}, (missing, unexpected)
+    if data is not None:
+        _check_data(data)
     g = make_generator(cfg.seed)
     pool = task.train_pairs()
     opt = torch.optim.AdamW(rm.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     log = {"loss": [], "accuracy": []}
     bar = progress_bar(total=cfg.steps, desc="reward model", enabled=progress)
     for _ in range(cfg.steps):
-        prompts, chosen, rejected = preference_batch(task.sample_pairs(cfg.batch_size, g, pool), g)
+        if data is None:
+            prompts, chosen, rejected = preference_batch(task.sample_pairs(cfg.batch_size, g, pool), g)
+        else:
+            rows = torch.randint(len(data[0]), (cfg.batch_size,), generator=g)
+            prompts, chosen, rejected = (x[rows] for x in data)
         scores = reward_scores(rm, prompts.repeat(2, 1), torch.cat([chosen, rejected]))  # (2B,): one pass
         r_chosen, r_rejected = scores.chunk(2)  # (B,) each
         loss = bradley_terry_loss(r_chosen, r_rejected)
@@ -132,6 +148,18 @@ def train_reward_model(
     bar.close()
     rm.eval()
     return rm, log
+
+
+def _check_data(data) -> None:
+    shapes = {"prompts": task.PROMPT_LEN, "chosen": task.COMPLETION_LEN, "rejected": task.COMPLETION_LEN}
+    if not (isinstance(data, tuple | list) and len(data) == 3):
+        raise ValueError("data must be (prompts, chosen, rejected), three tensors of token ids")
+    for (name, width), x in zip(shapes.items(), data):
+        if not (isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape == (len(data[0]), width) and len(x)):
+            raise ValueError(
+                f"data's {name} must be a (N, {width}) tensor of token ids with N >= 1 rows as in prompts, "
+                f"got {tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}"
+            )
 
 
 @torch.no_grad()

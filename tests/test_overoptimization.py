@@ -1,0 +1,178 @@
+"""Chapter 11's study: the exact point of a policy, the sampled KL sums, Gao et al.'s fits, a run
+measured from inside, and the reward model trained on a fixed set of pairs."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from minirlhf import exact, ppo, task
+from minirlhf.model import GPTConfig, TinyGPT
+from minirlhf.reward_model import RMConfig, train_reward_model
+from minirlhf.studies import gao
+from minirlhf.studies import overoptimization as overopt
+from minirlhf.task import SEMI
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A small random policy tilted toward `;`, a second one as reference, and a reward model."""
+    cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2)
+    torch.manual_seed(0)
+    policy = TinyGPT(cfg).eval()
+    with torch.no_grad():
+        policy.head.weight.mul_(2.0)
+        policy.head.bias[SEMI] += 2.0
+    reference, rm = TinyGPT(cfg).eval(), TinyGPT(cfg, scalar_head=True).eval()
+    pairs = torch.tensor([[1, 2], [0, 1], [3, 4]])
+    return policy, reference, rm, pairs
+
+
+def test_the_exact_point_is_the_engine_s_numbers_averaged_over_prompts(small):
+    policy, reference, rm, pairs = small
+    point = overopt.exact_point(policy, reference, rm, pairs, min_prob=1e-7)
+    comps = exact.enumerate_completions(policy, task.encode_prompts(pairs), 0.7, 1e-7)
+    kl = exact.exact_sequence_kl(comps, reference)
+    assert point["kl"] == pytest.approx(kl.value.mean().item(), abs=1e-12)
+    assert point["kl_lower"] <= point["kl"] <= point["kl_upper"]
+    assert point["gold"] == pytest.approx(exact.expected_gold(comps, pairs).value.mean().item(), abs=1e-12)
+    assert point["proxy_lower"] <= point["proxy"] <= point["proxy_upper"]
+    assert point["completions"] == len(comps.logp) and point["pruned"] == comps.pruned.max().item()
+
+
+def test_a_policy_against_itself_is_at_kl_0_exactly_and_by_sampling(small):
+    policy, _, rm, pairs = small
+    point = overopt.exact_point(policy, policy, rm, pairs)
+    assert point["kl"] == 0.0 or 0 < point["kl"] < 1e-12
+    assert point["kl_lower"] >= 0.0
+    sampled = overopt.sampled_kl(policy, policy, task.encode_prompts(pairs), 8, seed=0)
+    assert sampled == {"k1": 0.0, "k3": 0.0, "k1_sd": 0.0, "k3_sd": 0.0}
+
+
+def test_the_sampled_sums_are_unbiased_for_the_exact_kl(small):
+    policy, reference, rm, pairs = small
+    truth = overopt.exact_point(policy, reference, rm, pairs, min_prob=1e-9)["kl"]
+    sampled = overopt.sampled_kl(policy, reference, task.encode_prompts(pairs), 20_000, seed=1)
+    n = 3 * 20_000
+    for k in ("k1", "k3"):  # within 4 standard errors of the truth
+        assert abs(sampled[k] - truth) < 4 * sampled[f"{k}_sd"] / math.sqrt(n), (k, sampled, truth)
+    assert sampled["k3_sd"] > 0 and sampled["k1_sd"] > 0
+
+
+@pytest.mark.parametrize("form, alpha, beta", [("bon", 0.3, 0.2), ("rl", 0.1, 0.25)])
+def test_gao_s_forms_are_fitted_exactly_on_their_own_curves(form, alpha, beta):
+    d = np.linspace(0.1, 3.0, 30)
+    gain = d * (alpha - beta * (d if form == "bon" else np.log(d)))
+    fit = gao.fit_gao(d**2, gain, form)
+    assert fit["alpha"] == pytest.approx(alpha, abs=1e-10) and fit["beta"] == pytest.approx(beta, abs=1e-10)
+    assert fit["rmse"] < 1e-10 and fit["r2"] == pytest.approx(1.0)
+    peak = alpha / (2 * beta) if form == "bon" else math.exp(alpha / beta - 1)
+    assert fit["peak_d"] == pytest.approx(peak)
+    grid = np.linspace(1e-3, 5, 20001)
+    curve = grid * (alpha - beta * (grid if form == "bon" else np.log(grid)))
+    assert grid[curve.argmax()] == pytest.approx(peak, abs=1e-3)  # the peak is where the curve is highest
+
+
+def test_a_fit_with_no_peak_says_so_and_bad_input_is_named():
+    d = np.linspace(0.1, 2, 10)
+    assert gao.fit_gao(d**2, -0.1 * d - 0.05 * d * d, "bon")["peak_d"] is None  # falls from the start
+    with pytest.raises(ValueError, match="form"):
+        gao.fit_gao([0.1, 0.2, 0.3], [0, 0, 0], "ppo")
+    with pytest.raises(ValueError, match="3 points"):
+        gao.fit_gao([0.0, 0.1, 0.2], [0, 0.1, 0.2], "bon")  # KL 0 is left out: two points
+
+
+def test_the_peak_of_a_curve():
+    top = gao.peak([0.0, 0.5, 2.0], [0.2, 0.3, 0.1])
+    assert top == {"index": 1, "gold": 0.3, "kl": 0.5, "sqrt_kl": math.sqrt(0.5), "gain": pytest.approx(0.1)}
+
+
+def test_best_of_n_curve_is_the_engine_s_table_averaged(small):
+    policy, _, rm, pairs = small
+    curve = overopt.best_of_n_curve(policy, rm, pairs, [1, 2, 64])
+    assert curve["n"] == [1, 2, 64]
+    assert curve["kl"][0] == pytest.approx(0.0, abs=1e-12)
+    assert curve["analytic"] == pytest.approx([0.0, math.log(2) - 0.5, math.log(64) - 63 / 64])
+    assert all(k <= a + 1e-12 for k, a in zip(curve["kl"], curve["analytic"]))
+    assert curve["proxy"][0] <= curve["proxy"][1] <= curve["proxy"][2]
+
+
+def test_a_run_is_measured_every_few_iterations_from_inside(small, monkeypatch):
+    policy, _, rm, _ = small
+    monkeypatch.setattr(overopt, "eval_pairs", lambda n=overopt.N_PROMPTS: task.eval_pairs()[:3])
+    job = {"proxy": "book", "beta": 0.0, "seed": 0, "iterations": 2, "at": [0, 1, 2], "samples": 2}
+    evalset = ppo.EvalSet(task.eval_pairs()[:8])
+    original = ppo.ppo_train
+
+    def short(policy, reference, reward_fn, beta, config, **kwargs):  # 8 answers a batch, 8 eval prompts
+        cfg = ppo.PPOConfig(iterations=config.iterations, batch_size=8, seed=config.seed)
+        return original(policy, reference, reward_fn, beta, cfg, **{**kwargs, "evalset": evalset})
+
+    monkeypatch.setattr(ppo, "ppo_train", short)
+    out = overopt.rl_run(job, policy=policy, rm=rm)
+    assert out["iteration"] == [0, 1, 2]
+    assert out["kl"][0] < 1e-12 and out["kl"][2] > 1e-6  # the start is the reference (up to rounding)
+    for key in ("gold", "proxy", "k1", "k3", "pruned", "kl_upper"):
+        assert len(out[key]) == 3
+    assert len(out["log"]["accuracy"]) == 3 and len(out["log"]["objective/kl"]) == 2
+
+
+def test_the_callback_gets_the_policy_of_that_iteration_in_eval_mode(small):
+    policy, _, rm, _ = small
+    seen = []
+
+    def callback(iteration, log, model):
+        seen.append((iteration, model.training, len(log["accuracy"]), [p.clone() for p in model.parameters()][0]))
+
+    cfg = ppo.PPOConfig(iterations=2, batch_size=8, seed=0)
+    trained, _ = ppo.ppo_train(
+        policy,
+        policy,
+        ppo.rm_reward(rm),
+        0.0,
+        cfg,
+        rm=rm,
+        progress=False,
+        callback=callback,
+        evalset=ppo.EvalSet(task.eval_pairs()[:4]),
+    )
+    assert [(i, training, n) for i, training, n, _ in seen] == [(1, False, 2), (2, False, 3)]
+    assert torch.equal(seen[-1][3], next(trained.parameters()))
+
+
+def test_a_reward_model_trained_on_a_fixed_set_sees_only_that_set():
+    pairs = task.train_pairs()[:1]
+    one = (task.encode_prompts(pairs), task.correct_completions(pairs), task.correct_completions(pairs) * 0 + 1)
+    cfg = RMConfig(steps=3, batch_size=4, dtype="float64")
+    _, log = train_reward_model(cfg, progress=False, data=one)
+    assert len(log["loss"]) == 3 and log["loss"][0] > log["loss"][-1]  # one pair, learned
+    a, _ = train_reward_model(cfg, progress=False, data=one)
+    b, _ = train_reward_model(cfg, progress=False, data=one)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def _ids(*rows):
+    return tuple(torch.zeros(n, width, dtype=torch.long) for n, width in rows)
+
+
+@pytest.mark.parametrize(
+    "data, name",
+    [
+        (_ids((2, 6), (2, 4)), "data"),
+        (_ids((2, 5), (2, 4), (2, 4)), "prompts"),
+        (_ids((2, 6), (3, 4), (2, 4)), "chosen"),
+        (_ids((0, 6), (0, 4), (0, 4)), "prompts"),
+    ],
+)
+def test_a_bad_fixed_set_is_named(data, name):
+    with pytest.raises(ValueError, match=name):
+        train_reward_model(RMConfig(steps=1), progress=False, data=data)
+
+
+def test_the_proxies_are_the_book_s_pairs_cut_short():
+    prompts, chosen, rejected = overopt.proxy_data("200")
+    assert prompts.shape == (200, 6) and chosen.shape == rejected.shape == (200, 4)
+    assert not bool((chosen == rejected).all(1).any())  # every pair a right answer against a wrong one
+    with pytest.raises(ValueError, match="proxy must be one of"):
+        overopt.load_proxy("100", progress=False)
