@@ -121,8 +121,8 @@ print(f"exact gold (verifier accuracy of a sampled answer): "
 print(f"exact proxy (RM score of a sampled answer): "
       f"{proxy_sft.value.mean():+.4f}")
 print(f"  bounds from the pruned mass: gold in "
-      f"[{gold_sft.lower.mean():.4f}, {gold_sft.upper.mean():.4f}], "
-      f"proxy in [{proxy_sft.lower.mean():+.4f}, "
+      f"[{gold_sft.lower.mean():.4f}, {gold_sft.upper.mean():.4f}],\n"
+      f"  proxy in [{proxy_sft.lower.mean():+.4f}, "
       f"{proxy_sft.upper.mean():+.4f}]")
 # The check: sample 64 answers of each prompt and verify them.
 many = prompts.repeat_interleave(64, 0)
@@ -131,8 +131,8 @@ sampled = generate(policy, many, overopt.TEMPERATURE,
 hits = task.batch_verify(pairs.repeat_interleave(64, 0), sampled)
 per_prompt = hits.double().view(len(pairs), 64).mean(1)
 m, half = mean_ci95(per_prompt - comps.per_prompt(gold * comps.probs))
-print(f"sampled minus exact, 64 answers a prompt: {m:+.4f} "
-      f"(95% interval {m - half:+.4f} to {m + half:+.4f})")
+print(f"sampled minus exact, 64 answers a prompt: {m:+.4f}\n"
+      f"  (95% interval {m - half:+.4f} to {m + half:+.4f})")
 print_claims([("the interval holds 0: sampling agrees with the enumeration",
                m - half <= 0 <= m + half)])
 
@@ -414,9 +414,9 @@ def draw_bon(narrow=False):
 
 show_figure(
     draw_bon,
-    alt="Two line plots against n on a log scale from 1 to 4096. Gold: rises "
-        "from n = 1 to a peak at small n, then falls steadily to a small "
-        "fraction of its start. Proxy: rises steadily with n.",
+    alt="Two line plots against n on a log scale from 1 to 4096. Gold: "
+        "rises from n = 1 to a peak at small n, then falls steadily to a "
+        "small fraction of its start. Proxy: rises steadily with n.",
     caption="Best-of-n against chapter 4's RM, exactly: the proxy's score "
             "(right) rises with n, as it must; the verifier's accuracy "
             "(left) rises for the first few n and then falls far below "
@@ -437,8 +437,8 @@ show_figure(
 # leash, $\beta \in \{0, 0.05, 0.5\}$ ($\beta = 0.5$ is chapter 5's; $\beta = 0$ is chapter 7's run
 # with the leash off), with three seeds each, for 40 iterations. At iterations 5, 10, 20, 30 and
 # 40 the run stops for a moment and the policy is enumerated: the exact gold, proxy and sequence
-# KL to the start. The table gives the start, the end, and the best gold of the mean curve, each a mean
-# over the seeds with its 95% interval.
+# KL to the start. The table gives the start, the end, and the best gold of the mean curve, each
+# a mean over the seeds with its 95% interval.
 
 # %%
 def rl_curve(proxy_name, beta, key):
@@ -451,9 +451,11 @@ print(f"evaluated at iterations {', '.join(map(str, ITS))}")
 print("beta   iteration   gold               proxy              "
       "KL (nats)")
 for beta in BETAS:
-    g, p, k = (rl_curve("book", beta, key) for key in ("gold", "proxy", "kl"))
+    g, p, k = (rl_curve("book", beta, key)
+               for key in ("gold", "proxy", "kl"))
     best = int(g.mean(0).argmax())
-    for label, j in (("0", 0), (str(ITS[-1]), -1), (f"{ITS[best]} (best)", best)):
+    for label, j in (("0", 0), (str(ITS[-1]), -1),
+                     (f"{ITS[best]} (best)", best)):
         print(f"{beta:<6} {label:<11} {pm(*mean_ci95(g[:, j]), 4):<18} "
               f"{pm(*mean_ci95(p[:, j]), 3, '+'):<18} "
               f"{pm(*mean_ci95(k[:, j]), 3)}")
@@ -499,15 +501,15 @@ print_claims([
 # %%
 bon_fit = gao.fit_gao(book["kl"], book["gold"] - book["gold"][0], "bon")
 rl_kl = np.concatenate([rl_curve("book", b, "kl").ravel() for b in BETAS])
-rl_gain = np.concatenate([
-    (rl_curve("book", b, "gold") - rl_curve("book", b, "gold")[:, :1]).ravel()
-    for b in BETAS])
+rl_gold = [rl_curve("book", b, "gold") for b in BETAS]
+rl_gain = np.concatenate([(g - g[:, :1]).ravel() for g in rl_gold])
 rl_fit = gao.fit_gao(rl_kl, rl_gain, "rl")
 print("fit          alpha      beta     RMSE     R^2   points   peak at d")
 for name, fit in (("best-of-n", bon_fit), ("RL", rl_fit)):
     where = "none" if fit["peak_d"] is None else f"{fit['peak_d']:.3f}"
     print(f"{name:<10} {fit['alpha']:>+7.3f}  {fit['beta']:>+7.3f}  "
-          f"{fit['rmse']:>7.4f}  {fit['r2']:>6.3f}   {fit['n']:>6}   {where}")
+          f"{fit['rmse']:>7.4f}  {fit['r2']:>6.3f}   {fit['n']:>6}   "
+          f"{where}")
 print(f"best-of-n's measured peak: d = {top['sqrt_kl']:.3f}, "
       f"gain {top['gain']:+.4f}")
 fitted_top = bon_fit["peak_d"] * (bon_fit["alpha"]
@@ -530,8 +532,9 @@ for beta in BETAS:
         per_run.append(np.mean(g[1:] - g[0]
                                - np.interp(k, book["kl"][order], gain_bon)))
 m, half = mean_ci95(per_run)
-print(f"RL minus best-of-n in gold gain at the same KL, mean of {len(per_run)} "
-      f"runs: {m:+.4f} (95% interval {m - half:+.4f} to {m + half:+.4f})")
+print(f"RL minus best-of-n in gold gain, mean of {len(per_run)} runs\n"
+      f"  at the same KL:         {m:+.4f} "
+      f"(95% interval {m - half:+.4f} to {m + half:+.4f})")
 # The same at equal proxy gain: best-of-n's gold read at the RL
 # evaluation's proxy gain (best-of-n's proxy rises with n)
 proxy_bon = book["proxy"] - book["proxy"][0]
@@ -543,13 +546,14 @@ for beta in BETAS:
         per_run.append(np.mean(g[1:] - g[0] - np.interp(
             p[1:] - p[0], proxy_bon, book["gold"] - book["gold"][0])))
 m, half = mean_ci95(per_run)
-print(f"RL minus best-of-n in gold gain at the same proxy gain: {m:+.4f} "
+print(f"  at the same proxy gain: {m:+.4f} "
       f"(95% interval {m - half:+.4f} to {m + half:+.4f})")
 
 
 # %% tags=["hide-input"]
 def draw_gao(narrow=False):
-    """Return gold gain and proxy against sqrt(KL): best-of-n, RL runs, fits."""
+    """Return gold gain and proxy against sqrt(KL): best-of-n, the RL
+    runs, the fits."""
     fig, axes = plt.subplots(2 if narrow else 1, 1 if narrow else 2,
                              figsize=(3.6, 5.4) if narrow else (6.8, 3.0),
                              layout="constrained", sharex=True)
@@ -561,8 +565,9 @@ def draw_gao(narrow=False):
     axes[0].plot(grid, grid * (bon_fit["alpha"] - bon_fit["beta"] * grid),
                  color="black", lw=0.8, ls="--", label="fit, best-of-n")
     rl_d = np.linspace(1e-3, np.sqrt(rl_kl.max()), 200)
-    axes[0].plot(rl_d, rl_d * (rl_fit["alpha"] - rl_fit["beta"] * np.log(rl_d)),
-                 color=ORANGE, lw=0.8, ls="--", label="fit, RL")
+    rl_curve_fit = rl_d * (rl_fit["alpha"] - rl_fit["beta"] * np.log(rl_d))
+    axes[0].plot(rl_d, rl_curve_fit, color=ORANGE, lw=0.8, ls="--",
+                 label="fit, RL")
     for beta, color, marker in zip(BETAS, (ORANGE, YELLOW, BLUE), "os^"):
         k = rl_curve("book", beta, "kl")
         for ax, key in ((axes[0], "gold"), (axes[1], "proxy")):
@@ -629,21 +634,22 @@ show_figure(
 # the book's RM knows). Each gets a best-of-$n$ curve, and three PPO runs with the leash off.
 
 # %%
-print("proxy        pair acc.  near-miss  best-of-n peak             "
-      "RL, beta = 0: gold")
-print("                        acc.       gold     n     sqrt(KL)    "
-      "start    best (iteration)      end")
+print("             the proxy's accuracy   best-of-n's gold peak")
+print("proxy        pairs    near-misses   gold       n   sqrt(KL)")
 for name in PROXY_NAMES:
-    report = rm_metrics if name == "book" else overopt.load_proxy(name, PROGRESS)[1]
-    c = curve_of(name)
-    t = gao.peak(c["kl"], c["gold"])
+    report = (rm_metrics if name == "book"
+              else overopt.load_proxy(name, PROGRESS)[1])
+    t = gao.peak(curve_of(name)["kl"], bon[name]["gold"])
+    print(f"{name:<12} {report['pair_accuracy']:.3f}    "
+          f"{report['near_miss_accuracy']:>11.3f}   {t['gold']:.4f}  "
+          f"{NS[t['index']]:>4}   {t['sqrt_kl']:>8.3f}")
+print("\nPPO, beta = 0, 3 seeds: gold")
+print("proxy        start    best of the mean (iteration)   at 40")
+for name in PROXY_NAMES:
     g = rl_curve(name, 0.0, "gold")
     best = int(g.mean(0).argmax())
-    print(f"{name:<12} {report['pair_accuracy']:>9.3f}  "
-          f"{report['near_miss_accuracy']:>9.3f}  {t['gold']:.4f}  "
-          f"{NS[t['index']]:>4}  {t['sqrt_kl']:>8.3f}    "
-          f"{g[:, 0].mean():.4f}   {g.mean(0)[best]:.4f} ({ITS[best]:>2})"
-          f"   {pm(*mean_ci95(g[:, -1]), 4)}")
+    print(f"{name:<12} {g[:, 0].mean():.4f}   {g.mean(0)[best]:.4f} "
+          f"({ITS[best]:>2}){'':>19}{pm(*mean_ci95(g[:, -1]), 4)}")
 peaks = {n: gao.peak(curve_of(n)["kl"], bon[n]["gold"])["gold"]
          for n in PROXY_NAMES}
 sizes = ("200", "800", "3200", "12800")
@@ -652,7 +658,7 @@ print_claims([
      all(peaks[a] < peaks[b] for a, b in zip(sizes, sizes[1:]))),
     ("the near-miss proxy has the highest best-of-n peak",
      max(peaks, key=peaks.get) == "near-miss"),
-    ("the near-miss proxy's peak lies at a larger n than the book RM's",
+    ("the near-miss proxy's peak is at a larger n than the book RM's",
      gao.peak(curve_of("near-miss")["kl"], bon["near-miss"]["gold"])["index"]
      > top["index"]),
 ])
@@ -666,10 +672,12 @@ def draw_proxies(narrow=False):
     colors = dict(zip(PROXY_NAMES, ("black", SKY, GREEN, YELLOW, PINK,
                                     ORANGE)))
     for name in PROXY_NAMES:
-        label = "chapter 4's RM" if name == "book" else (
-            "near-miss pairs" if name == "near-miss" else f"{int(name):,} pairs")
-        ax.plot(np.sqrt(curve_of(name)["kl"]), bon[name]["gold"], color=colors[name],
-                lw=1.5 if name in ("book", "near-miss") else 1.0, label=label)
+        label = ("chapter 4's RM" if name == "book"
+                 else "near-miss pairs" if name == "near-miss"
+                 else f"{int(name):,} pairs")
+        wide = name in ("book", "near-miss")
+        ax.plot(np.sqrt(curve_of(name)["kl"]), bon[name]["gold"],
+                color=colors[name], lw=1.5 if wide else 1.0, label=label)
     ax.set_xlabel("√KL to the start (√nats, whole answers)")
     ax.set_ylabel("gold: verifier accuracy\nof best-of-n")
     ax.legend(frameon=False, fontsize=7)
@@ -684,9 +692,10 @@ show_figure(
         "the curves of the proxies trained on 200 to 12,800 pairs peak low "
         "and are not in the order of their data.",
     caption="Best-of-n's gold against distance for six proxies. The proxy "
-            "with near-misses in its data peaks highest and furthest out, as "
-            "Gao et al.'s better proxies do; more pairs of the book's kind do "
-            "not, in this toy, make a better proxy in any steady way.",
+            "with near-misses in its data peaks highest and furthest out, "
+            "as Gao et al.'s better proxies do; more pairs of the book's "
+            "kind do not, in this toy, make a better proxy in any steady "
+            "way.",
 )
 
 # %% [markdown]
@@ -735,18 +744,19 @@ est = {k: np.concatenate([r[k] for r in rows])[moved]
        for k in ("k1", "k3", "k1_sd", "k3_sd")}
 print(f"{moved.sum()} evaluations of {len(rows)} runs; exact KL from "
       f"{truth.min():.3f} to {truth.max():.3f} nats")
-print("estimator     mean error   95% interval         median error   "
-      "sd of one answer / KL")
+print("the error of a mean of 400 answers' sums, and the sd of one sum")
+print("           mean error   95% interval         median     sd / KL")
 for name in ("k1", "k3"):
     err = est[name] - truth
     m, half = mean_ci95(err)
-    print(f"{name} summed    {m:>+9.4f}    [{m - half:+.4f}, {m + half:+.4f}]"
-          f"   {np.median(err):>+11.4f}   {np.median(est[name + '_sd'] / truth):>10.2f}"
-          " (median)")
+    sd = np.median(est[name + "_sd"] / truth)
+    print(f"{name} summed  {m:>+10.4f}   [{m - half:+.4f}, {m + half:+.4f}]"
+          f"   {np.median(err):>+8.4f}   {sd:>7.2f}")
+print("(medians over the evaluations)")
 per_token_greedy = np.concatenate(
     [np.array(r["log"]["kl"])[r["iteration"]] for r in rows])[moved]
-print(f"evaluate's per-token KL of the greedy answers / exact sequence KL: "
-      f"{np.median(per_token_greedy / truth):.2f} (median)")
+print(f"evaluate's per-token KL of the greedy answers / exact sequence "
+      f"KL:\n  {np.median(per_token_greedy / truth):.2f} (median)")
 err1, err3 = est["k1"] - truth, est["k3"] - truth
 print_claims([
     ("k1 summed: the interval of the mean error holds 0",
@@ -776,8 +786,9 @@ print_claims([
 
 # %%
 cfg = ppo.PPOConfig(iterations=RL["iterations"], seed=0)
-trained, _ = ppo.ppo_train(policy, policy, ppo.rm_reward(rm), 0.0, cfg, rm=rm,
-                           progress=PROGRESS, desc="PPO, beta 0, seed 0")
+trained, _ = ppo.ppo_train(policy, policy, ppo.rm_reward(rm), 0.0, cfg,
+                           rm=rm, progress=PROGRESS,
+                           desc="PPO, beta 0, seed 0")
 again = overopt.exact_point(trained, policy, rm, pairs)
 stored_kl = rl["book", 0.0, 0]["kl"][-1]
 print_claims([("the rerun's exact KL is the stored run's, to the last digit",
@@ -786,23 +797,26 @@ print(f"exact sequence KL of the trained policy: {again['kl']:.4f} nats")
 # 200 batches of 400 answers (4 of each prompt): k1 and k3 sums
 batches = [overopt.sampled_kl(trained, policy, prompts, 4, seed=10_000 + b)
            for b in range(200)]
+print("200 batches   mean error   95% interval         median   "
+      "below the truth")
 for name in ("k1", "k3"):
     e = np.array([b[name] for b in batches]) - again["kl"]
     m, half = mean_ci95(e)
-    print(f"{name} summed over 200 batches: mean error {m:+.4f} "
-          f"[{m - half:+.4f}, {m + half:+.4f}], median {np.median(e):+.4f}, "
-          f"batches below the truth {np.mean(e < 0):.0%}")
+    print(f"{name} summed   {m:>+10.4f}   [{m - half:+.4f}, {m + half:+.4f}]"
+          f"   {np.median(e):+.4f}   {np.mean(e < 0):>15.0%}")
 # Exactly: the expected k3 sum is the sum over positions of
 # sum_v ref(v | prefix) - 1 + KL_t(prefix); the part from tokens the
 # policy gives less than 1/400 is sum_v ref(v) over those tokens
 tail_comps = exact.enumerate_completions(trained, prompts,
                                          overopt.TEMPERATURE, 1e-8)
 rows_t = tail_comps.prompts[tail_comps.prompt_index]
-with torch.no_grad():  # the next-token distributions at each prefix (N, 4, 13)
-    p_pi, p_ref = (torch.softmax(completion_logits(model, rows_t, tail_comps.tokens)
-                                 / overopt.TEMPERATURE, -1)
-                   for model in (trained, policy))
-rare = (p_ref * (p_pi < 1 / 400)).sum(-1)  # (N, 4): ref's mass on rare tokens
+with torch.no_grad():  # the next-token distributions at each prefix
+    p_pi, p_ref = (
+        torch.softmax(completion_logits(model, rows_t, tail_comps.tokens)
+                      / overopt.TEMPERATURE, -1)  # (N, 4, 13)
+        for model in (trained, policy))
+# (N, 4): the reference's mass on tokens the policy gives under 1/400
+rare = (p_ref * (p_pi < 1 / 400)).sum(-1)
 at_prefix = completion_mask(tail_comps.tokens).double()  # positions reached
 tail = (tail_comps.probs[:, None] * rare * at_prefix).sum() / len(pairs)
 print(f"expected k3 sum from tokens the policy gives under 1/400: "
