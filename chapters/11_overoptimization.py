@@ -289,8 +289,8 @@ check("sequence_kl", sequence_kl);
 # %% [markdown]
 # ## Your functions measure best-of-$n$
 #
-# The cell below measures best-of-$n$ against chapter 4's RM with your two functions, when they
-# pass their checks (otherwise with the package's, and it says so). For each prompt it takes
+# The cell below measures best-of-$n$ against chapter 4's RM with your three functions, when
+# they pass their checks (otherwise with the package's, and it says so). For each prompt it takes
 # the enumerated answers with their probabilities and proxy scores, adds the pruned mass as one
 # more answer that ranks below all the others (it wins only when all $n$ samples fall in it),
 # computes $P_n$ with `best_of_n_probs`, and then $\mathrm{KL}(P_n \,\|\, \pi)$ with `sequence_kl`,
@@ -301,6 +301,7 @@ check("sequence_kl", sequence_kl);
 # %%
 NS = [int(n) for n in np.unique(np.round(np.logspace(0, 12, 49, base=2)))]
 mine = {"best_of_n_probs": (best_of_n_probs, gao.best_of_n_probs),
+        "best_of_n_kl_bound": (best_of_n_kl_bound, gao.best_of_n_kl_bound),
         "sequence_kl": (sequence_kl, gao.sequence_kl)}
 use = {}
 for name, (yours, package_fn) in mine.items():
@@ -315,9 +316,10 @@ for i, span in enumerate(comps.spans()):
     score = proxy[span].numpy()
     score = np.append(score, score.min() - 1.0)  # the pruned: ranked last
     p_n = np.stack([use["best_of_n_probs"](p, score, n) for n in NS])
+    ref = np.broadcast_to(p, p_n.shape)  # pi, once per n: (len(NS), K)
     with np.errstate(divide="ignore"):  # log 0 = -inf: P_n gives it nothing
-        bon_kl += use["sequence_kl"](np.log(p_n), np.log(p)) / len(pairs)
-bound = np.array([best_of_n_kl_bound(n) for n in NS])
+        bon_kl += use["sequence_kl"](np.log(p_n), np.log(ref)) / len(pairs)
+bound = np.array([use["best_of_n_kl_bound"](n) for n in NS])
 print("   n   exact KL   log n - (n-1)/n   exact / analytic")
 for n in (2, 4, 16, 64, 256, 1024, 4096):
     i = NS.index(n)
