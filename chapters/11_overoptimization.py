@@ -219,9 +219,10 @@ check("best_of_n_probs", best_of_n_probs);
 #
 # Stiennon et al. {cite}`stiennon2020summarize` use this formula for their best-of-$n$
 # policies, and Gao et al. {cite}`gao2023scaling` use it as the KL axis of every best-of-$n$
-# curve they draw. Beirami et al. {cite}`beirami2024bon` prove that for a distribution over a
-# finite or countable set of answers, such as ours, it is only an **upper bound** on the true
-# KL, and that the gap can be large.
+# curve they draw. Beirami et al. {cite}`beirami2024bon` show that the formula is not the KL of
+# best-of-$n$ in general but only an **upper bound** on it, and study when the gap is large; the
+# derivation above needs every answer to have a rank of its own, which a distribution over a
+# finite set of answers with tied scores, such as ours, does not give.
 #
 # **Contract.** `best_of_n_kl_bound(n)` returns $\log n - (n-1)/n$ in nats, as a Python float,
 # for a whole number $n \ge 1$.
