@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 11. How far to push: over-optimization, measured exactly
+# # 11. How far to push, measured exactly
 #
 # Chapter 7 took the leash off and watched the policy exploit the reward model's blind spot:
 # the RM's score crept up while the true accuracy fell. Gao et al. {cite}`gao2023scaling`
@@ -94,8 +94,11 @@ print(f"{len(pairs)} prompts, answers sampled at temperature "
 # RM $r$, on one prompt:
 #
 # $$
-# \mathrm{KL}(\pi \,\|\, \pi_{\mathrm{ref}}) = \sum_y \pi(y) \log\frac{\pi(y)}{\pi_{\mathrm{ref}}(y)},
-# \qquad \text{gold} = \sum_y \pi(y)\, g(y), \qquad \text{proxy} = \sum_y \pi(y)\, r(y).
+# \begin{aligned}
+# \mathrm{KL}(\pi \,\|\, \pi_{\mathrm{ref}}) &= \sum_y \pi(y) \log\frac{\pi(y)}{\pi_{\mathrm{ref}}(y)},\\
+# \text{gold} &= \sum_y \pi(y)\, g(y),\\
+# \text{proxy} &= \sum_y \pi(y)\, r(y).
+# \end{aligned}
 # $$
 #
 # This KL is over **whole answers** (the *sequence-level* KL), the distance Gao et al. use. It
