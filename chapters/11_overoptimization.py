@@ -424,9 +424,9 @@ show_figure(
         "rises from n = 1 to a peak at small n, then falls steadily to a "
         "small fraction of its start. Proxy: rises steadily with n.",
     caption="Best-of-n against chapter 4's RM, exactly: the proxy's score "
-            "(right) rises with n, as it must; the verifier's accuracy "
-            "(left) rises for the first few n and then falls far below "
-            "where it started. The dotted line marks the gold peak.",
+            "rises with n, as it must; the verifier's accuracy rises for "
+            "the first few n and then falls far below where it started. "
+            "The dotted line marks the gold peak.",
 )
 
 # %% [markdown]
