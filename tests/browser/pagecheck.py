@@ -18,25 +18,17 @@ from pathlib import Path
 
 import yaml
 
-from minirlhf.course.pdf import serve as serve  # the built book on a localhost port, for the tests
+# The built book on a localhost port, and the Chromium `make pdf` uses with its flags (no sandbox,
+# as CI runs as root; no GPU; nothing Chromium would fetch on its own account).
+from minirlhf.course.pdf import CHROMIUM as CHROMIUM
+from minirlhf.course.pdf import CHROMIUM_ARGS as CHROMIUM_ARGS
+from minirlhf.course.pdf import serve as serve
 
 ROOT = Path(__file__).resolve().parents[2]
 # The built book and the screenshot folder; MINIRLHF_HTML / MINIRLHF_SCREENSHOTS point them at
 # a private build.
 HTML = Path(os.environ.get("MINIRLHF_HTML", ROOT / "_build" / "html"))
 SHOTS = Path(os.environ.get("MINIRLHF_SCREENSHOTS", ROOT / "_build" / "screenshots"))
-CHROMIUM = "/usr/bin/chromium"
-# No sandbox (CI runs as root), no GPU, and nothing Chromium would fetch on its own account.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 TIMEOUT_MS = 15_000
