@@ -78,7 +78,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-# The optional TRL bridge (minirlhf.hf, minirlhf.trl_run): the extra "trl" of pyproject.toml.
+# The optional TRL bridge (minirlhf.hf, minirlhf.trl): the extra "trl" of pyproject.toml.
 # The book does not need it; the unit tests do (they run the bridge, two processes included).
 TRL_STAMP := $(VENV)/.installed-trl
 $(TRL_STAMP): $(STAMP) pyproject.toml
@@ -181,7 +181,7 @@ check: $(STAMP)
 # page's cached run and mark the page changed, so that the next `make book` shows the new
 # results.
 trl: $(TRL_STAMP)
-	$(PY) -m minirlhf.trl_run --compare --profile --seeds 5 --out book/trl
+	$(PY) -m minirlhf.commands.trl_run --compare --profile --seeds 5 --out book/trl
 	@test ! -d _build/.jupyter_cache || $(PY) -c 'from jupyter_cache import get_cache; \
 		c = get_cache("_build/.jupyter_cache"); \
 		[c.remove_cache(r.pk) for r in c.list_cache_records() if r.uri.endswith("book/toy-to-real.md")]'

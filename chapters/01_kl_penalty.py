@@ -27,7 +27,7 @@ import minirlhf
 from minirlhf.course.exercises import check
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.palette import BLUE, GREEN, ORANGE, YELLOW  # color-blind safe
-from minirlhf.studies import estimators
+from minirlhf.studies import kl_estimators
 
 # %% [markdown]
 # ## Why a leash
@@ -295,8 +295,8 @@ except ValueError as err:
 # note's published table.
 
 # %%
-rows = estimators.study(mus=(0.1, 1.0), n=10_000_000, seed=0)
-print(estimators.format_study(rows))
+rows = kl_estimators.study(mus=(0.1, 1.0), n=10_000_000, seed=0)
+print(kl_estimators.format_study(rows))
 
 # %% [markdown]
 # What the table says:
@@ -326,8 +326,8 @@ print(estimators.format_study(rows))
 # is unbiased, the mean of $k2 - k3$ estimates k2's bias on its own:
 
 # %%
-ratio, se = estimators.paired_difference(0.1, "k2", "k3", n=10_000_000)
-exact = estimators.closed_form(0.1)["k2"][0]
+ratio, se = kl_estimators.paired_difference(0.1, "k2", "k3", n=10_000_000)
+exact = kl_estimators.closed_form(0.1)["k2"][0]
 print(f"k2 bias / KL at mu = 0.1 from k2 - k3: {ratio:.5f} ± {se:.5f}")
 print(f"k2 bias / KL at mu = 0.1, exact:       {exact:.5f}")
 
@@ -361,17 +361,17 @@ print(f"k2 bias / KL at mu = 0.1, exact:       {exact:.5f}")
 # `estimators.std_crossover` finds that root.
 
 # %%
-mu_cross = estimators.std_crossover()
+mu_cross = kl_estimators.std_crossover()
 print(f"k3 is noisier than k1 beyond mu = {mu_cross:.3f}, "
-      f"a true KL of {estimators.true_kl(mu_cross):.3f}")
+      f"a true KL of {kl_estimators.true_kl(mu_cross):.3f}")
 print(f"{'mu':>5}  {'k1 std/KL':>10}  {'k3 std/KL':>10}")
 for mu in (0.1, 0.5, 1.0, mu_cross, 1.5, 2.0):
-    exact = estimators.closed_form(mu)
+    exact = kl_estimators.closed_form(mu)
     print(f"{mu:5.3f}  {exact['k1'][1]:10.3f}  {exact['k3'][1]:10.3f}")
 
 # %% tags=["hide-input"]
 mus = np.linspace(0.05, 2.0, 400)
-noise = {name: [estimators.closed_form(m)[name][1] for m in mus]
+noise = {name: [kl_estimators.closed_form(m)[name][1] for m in mus]
          for name in ("k1", "k3")}  # std / KL of one sample, per mu
 
 
@@ -426,10 +426,10 @@ n_hist = 100_000  # samples per panel
 spans = {0.1: (-60, 60), 1.0: (-6, 10)}  # plotted range of estimate / KL
 scaled = {}  # mu -> {estimator: single-sample estimates / true KL}
 for mu, span in spans.items():
-    logq, logp = estimators.gaussian_logps(mu, n_hist, hist_rng)
-    kl_true = estimators.true_kl(mu)
+    logq, logp = kl_estimators.gaussian_logps(mu, n_hist, hist_rng)
+    kl_true = kl_estimators.true_kl(mu)
     scaled[mu] = {name: np.clip(k(logq, logp) / kl_true, *span)
-                  for name, k in estimators.ESTIMATORS.items()}
+                  for name, k in kl_estimators.ESTIMATORS.items()}
 
 
 def draw_histograms(narrow=False):
@@ -446,7 +446,7 @@ def draw_histograms(narrow=False):
             ax.hist(values, bins=bins, histtype="step", lw=1.6, color=color,
                     label=name, density=True)
         ax.axvline(1.0, color="black", ls=":", lw=1.2, label="true KL")
-        ax.set_title(f"p = N({mu:g}, 1), KL = {estimators.true_kl(mu):g}",
+        ax.set_title(f"p = N({mu:g}, 1), KL = {kl_estimators.true_kl(mu):g}",
                      fontsize=size)
         ax.set_xlabel("single-sample estimate / true KL", fontsize=size)
         ax.set_ylabel("density (log scale)", fontsize=size)
@@ -629,12 +629,13 @@ explore(
 # %% tags=["hide-input"]
 print("mu = 0.1, k1: bias / KL with its standard error")
 for seed in (0, 1, 2):
-    bias, _, se = estimators.monte_carlo(0.1, n=1_000_000, seed=seed)["k1"]
+    bias, _, se = kl_estimators.monte_carlo(
+        0.1, n=1_000_000, seed=seed)["k1"]
     print(f"  n = 1,000,000, seed {seed}:  {bias:+.4f} ± {se:.4f}")
 row = next(r for r in rows if r["mu"] == 0.1 and r["estimator"] == "k1")
 print(f"  n = 10,000,000, seed 0: {row['mc_bias']:+.4f} ± "
       f"{row['mc_bias_se']:.4f}")
-std_ratio = estimators.closed_form(0.1)["k1"][1]  # 2 / mu, exactly
+std_ratio = kl_estimators.closed_form(0.1)["k1"][1]  # 2 / mu, exactly
 needed = (2 * std_ratio / 0.01) ** 2
 print(f"samples to see a 1% bias at two standard errors: {needed:,.0f}")
 
@@ -661,8 +662,8 @@ print(f"samples to see a 1% bias at two standard errors: {needed:,.0f}")
 # </details>
 
 # %% tags=["hide-input"]
-print(estimators.format_study(
-    estimators.study(mus=(2.0, 3.0), n=1_000_000, seed=0)))
+print(kl_estimators.format_study(
+    kl_estimators.study(mus=(2.0, 3.0), n=1_000_000, seed=0)))
 print("\n".join(f"e^(mu^2) at mu = {mu:g}: {np.exp(mu ** 2):,.0f}"
                 for mu in (2.0, 3.0)))
 
@@ -703,8 +704,10 @@ x_q = dir_rng.normal(0.0, 1.0, n_dir)  # samples of q
 x_p = dir_rng.normal(mu, 2.0, n_dir)  # samples of p
 kl_qp = np.log(2) + (1 + mu ** 2) / 8 - 0.5
 kl_pq = -np.log(2) + (4 + mu ** 2) / 2 - 0.5
-est_qp = estimators.k1(normal_logpdf(x_q, 0, 1), normal_logpdf(x_q, mu, 2))
-est_pq = estimators.k1(normal_logpdf(x_p, mu, 2), normal_logpdf(x_p, 0, 1))
+est_qp = kl_estimators.k1(normal_logpdf(x_q, 0, 1),
+                          normal_logpdf(x_q, mu, 2))
+est_pq = kl_estimators.k1(normal_logpdf(x_p, mu, 2),
+                          normal_logpdf(x_p, 0, 1))
 print(f"KL[q, p]: exact {kl_qp:.4f}, k1 on samples of q {est_qp.mean():.4f}")
 print(f"KL[p, q]: exact {kl_pq:.4f}, k1 on samples of p {est_pq.mean():.4f}")
 print(f"KL[p, q] / KL[q, p] = {kl_pq / kl_qp:.2f}")
@@ -738,9 +741,9 @@ pair_rng = np.random.default_rng(0)
 print(f"{'':<8}{'std / KL of one sample':>30}")
 print(f"{'mu':<8}{'k2':>10}{'k3':>10}{'k2 - k3':>10}")
 for mu in (0.1, 1.0):
-    logq, logp = estimators.gaussian_logps(mu, 1_000_000, pair_rng)
-    a2, a3 = estimators.k2(logq, logp), estimators.k3(logq, logp)
-    kl_true = estimators.true_kl(mu)
+    logq, logp = kl_estimators.gaussian_logps(mu, 1_000_000, pair_rng)
+    a2, a3 = kl_estimators.k2(logq, logp), kl_estimators.k3(logq, logp)
+    kl_true = kl_estimators.true_kl(mu)
     print(f"{mu:<8g}" + "".join(f"{v.std() / kl_true:10.4f}"
                                 for v in (a2, a3, a2 - a3)))
 

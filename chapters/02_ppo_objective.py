@@ -35,7 +35,7 @@ from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.palette import BLUE, GREEN, ORANGE, PINK  # color-blind safe
-from minirlhf.studies import double_count, estimators
+from minirlhf.studies import double_count, kl_estimators
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 
@@ -505,7 +505,7 @@ except ValueError as err:
 # the shaped reward $1 - 0.1 \times 0.2 = 0.98$, and the mask keeps the one token:
 
 # %%
-from minirlhf.ppo import ppo_token_loss
+from minirlhf.leashes.reward import ppo_token_loss
 
 A = torch.tensor([[1.0 - 0.1 * 0.2]])  # reward - beta * kl, (1, 1)
 loss = ppo_token_loss(new_logp=torch.tensor([[-1.8]]),
@@ -781,7 +781,7 @@ def J_kl_as_loss_term(old, new, ref, r, epsilon, beta):
     """Return J with the reward as the advantage and beta * mean(k3)
     subtracted (GRPO style)."""
     J = clipped_surrogate(np.exp(new - old), r, epsilon).mean()
-    return J - beta * estimators.k3(new, ref).mean()
+    return J - beta * kl_estimators.k3(new, ref).mean()
 
 
 def J_counted_twice(old, new, ref, r, epsilon, beta):
@@ -792,7 +792,7 @@ def J_counted_twice(old, new, ref, r, epsilon, beta):
 
 eps, beta = 0.2, 0.1
 k1_mean = (new_logp - ref_logp).mean()
-k3_mean = estimators.k3(new_logp, ref_logp).mean()
+k3_mean = kl_estimators.k3(new_logp, ref_logp).mean()
 print(f"mean reward {rewards.mean():.4f}, mean k1 {k1_mean:.4f}, "
       f"mean k3 {k3_mean:.4f}")
 versions = (("1. KL in the reward", J_kl_in_reward, beta),
@@ -1121,7 +1121,7 @@ for name in ("true", "kl in reward", "kl fixed at rollout"):
 
 # %% tags=["hide-input"]
 adv_k1 = rewards - 0.1 * (new_logp - ref_logp)
-adv_k3 = rewards - 0.1 * estimators.k3(new_logp, ref_logp)
+adv_k3 = rewards - 0.1 * kl_estimators.k3(new_logp, ref_logp)
 print("token     kl   A with k1   A with k3   change   (beta = 0.1)")
 for i, (k, a1, a3) in enumerate(zip(kl, adv_k1, adv_k3)):
     print(f"{i:>5}  {k:+.2f}   {a1:+9.4f}   {a3:+9.4f}  {a3 - a1:+7.4f}")

@@ -213,9 +213,9 @@ print(f"{n_params(policy):,} parameters")
 # portable kernels instead of the vectorized ones of our CPU, many of the numbers the
 # chapters print came out with different digits. In float64 the same rounding differences
 # stay in the last bits, far below the digits the book prints, so every reader's laptop
-# prints the same numbers; `python -m minirlhf.numerics` runs that comparison on your
-# machine, and `make test` runs it too. The price is speed: 64-bit arithmetic is slower, so
-# every run takes longer than it would in float32. Real RLHF trains in bf16 or float32 on
+# prints the same numbers; `python -m minirlhf.commands.numerics` runs that comparison on
+# your machine, and `make test` runs it too. The price is speed: 64-bit arithmetic is slower,
+# so every run takes longer than it would in float32. Real RLHF trains in bf16 or float32 on
 # GPUs, where the same amplification is one more reason why runs are compared over several
 # seeds, as chapter 5 does, and never digit by digit.
 # ```

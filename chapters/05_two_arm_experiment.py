@@ -30,11 +30,7 @@
 # ```
 
 # %%
-import ast
 import copy
-import inspect
-import re
-import textwrap
 from dataclasses import asdict, fields
 
 import matplotlib.pyplot as plt
@@ -42,21 +38,25 @@ import numpy as np
 import torch
 
 from minirlhf import experiment, ppo, store, task
-from minirlhf.estimators import batch as batch_estimator
+from minirlhf.arms import DEFAULT_BETA
 from minirlhf.course.cases import run_cases
 from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
 from minirlhf.course.runs import load_or_run, same_curves, stored_experiment
+from minirlhf.course.settings import settings_table
 from minirlhf.course.source import Source
+from minirlhf.estimators import batch as batch_estimator
+from minirlhf.leashes import reward as reward_leash
 from minirlhf.model import (completion_logprobs, completion_mask, generate,
                             make_generator, n_params, reward_scores)
 from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
 from minirlhf.parallel import map_runs
-from minirlhf.reward_model import bradley_terry_loss
 from minirlhf.paths import OUTPUTS
-from minirlhf.stats import pm, print_claims
+from minirlhf.plots import plot_curves
+from minirlhf.reward_model import bradley_terry_loss
+from minirlhf.stats import mean_ci95, pm, print_claims
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the
@@ -168,48 +168,6 @@ for i in range(len(pairs)):
 # (chapter 8).
 
 # %% tags=["hide-input", "hide-output"]
-def settings_table(cls, name_w=18, default_w=10, width=77):
-    """Return a dataclass's docstring and a text table of its fields (name,
-    default, docstring), each read from the class's source."""
-    source = textwrap.dedent(inspect.getsource(cls))
-    node = ast.parse(source).body[0]  # the class statement
-
-    def wrap(text, w):
-        text = " ".join(text.replace("``", "`").split())
-        # no line break inside `code` or [an interval]: non-breaking spaces
-        text = re.sub(r"`[^`]*`|\[[^]]*\]",
-                      lambda m: m.group().replace(" ", "\xa0"), text)
-        return [line.replace("\xa0", " ") for line in
-                textwrap.wrap(text, w, break_on_hyphens=False)]
-
-    lines = []
-    for text in ast.get_docstring(node).split("\n\n"):
-        if not text.startswith("Defined in chapter"):
-            lines += wrap(text, width) + [""]
-    doc_w = width - name_w - default_w
-    lines.append(f"{'setting':<{name_w}}{'default':<{default_w}}"
-                 "what it does; TRL's counterpart")
-    lines.append(f"{'-' * (name_w - 1)} {'-' * (default_w - 1)} "
-                 f"{'-' * doc_w}")
-    names, body = [], node.body
-    for stmt, after in zip(body, body[1:] + [None]):
-        if not isinstance(stmt, ast.AnnAssign):
-            continue
-        name = stmt.target.id
-        default = ast.get_source_segment(source, stmt.value)
-        has_doc = (isinstance(after, ast.Expr)
-                   and isinstance(after.value, ast.Constant)
-                   and isinstance(after.value.value, str))
-        assert has_doc, f"{name} has no docstring"
-        doc = wrap(after.value.value, doc_w)
-        names.append(name)
-        lines.append(f"{name:<{name_w}}{default:<{default_w}}{doc[0]}")
-        lines += [" " * (name_w + default_w) + more for more in doc[1:]]
-        lines.append("")
-    assert names == [f.name for f in fields(cls)], names  # one row per field
-    return "\n".join(lines).rstrip()
-
-
 print(settings_table(ppo.PPOConfig))
 
 # %% [markdown]
@@ -260,7 +218,8 @@ print(f"{'score':<9} {'mean':>6}  {'std':>5}  {'min':>6}  {'max':>6}  "
 for name, reward_fn in (("rm", ppo.rm_reward(rm)),
                         ("verifier", ppo.verifier_reward)):
     r = reward_fn(batch_pairs, batch_prompts, batch).double()  # (64,)
-    z = ppo.standardized_scores(r, cfg.adv_clip, cfg.adv_eps)  # (64,)
+    z = batch_estimator.standardized_scores(
+        r, cfg.adv_clip, cfg.adv_eps)  # (64,)
     n_clipped = int((z.abs() == cfg.adv_clip).sum())
     batch_std[name] = r.std(unbiased=False).item()
     print(f"{name:<9} {r.mean():+.3f}  {r.std(unbiased=False):.3f}  "
@@ -394,32 +353,35 @@ check("ppo_token_loss", ppo_token_loss);
 # signatures of the exercises. The next cell hands it yours when they pass every check and
 # then give the package's answer (and, for the loss, its gradient) on one batch of the runs'
 # size, 64 completions; otherwise the package's own versions,
-# `minirlhf.ppo.kl_shaped_advantages` and `minirlhf.ppo.ppo_token_loss`, and it says which
-# and why. During the runs each of your results is checked again (a finite tensor, and a loss
-# with a gradient): a bad one stops the run with a line that names your function.
+# `minirlhf.estimators.batch.kl_shaped_advantages` and
+# `minirlhf.leashes.reward.ppo_token_loss`, and it says which and why. During the runs each
+# of your results is checked again (a finite tensor, and a loss with a gradient): a bad one
+# stops the run with a line that names your function.
 
 # %%
 mine = {
-    "kl_shaped_advantages": (kl_shaped_advantages, ppo.kl_shaped_advantages),
-    "ppo_token_loss": (ppo_token_loss, ppo.ppo_token_loss),
+    "kl_shaped_advantages": (kl_shaped_advantages,
+                             batch_estimator.kl_shaped_advantages),
+    "ppo_token_loss": (ppo_token_loss, reward_leash.ppo_token_loss),
 }
 drive = {}
 for name, (yours, package_fn) in mine.items():
     verdict = run_cases(yours, get(name))
     refused = preflight(name, yours) if verdict.passed else ""
+    where = f"{package_fn.__module__}.{name}"  # the package's own
     if verdict.passed and not refused:
         drive[name] = guard(name, yours)
         print(f"Your {name} passes every check: it drives the runs below.")
     elif refused:
         drive[name] = package_fn
-        print(f"{refused}\nThe runs below use minirlhf.ppo.{name}.")
+        print(f"{refused}\nThe runs below use {where}.")
     else:
         drive[name] = package_fn
         n_checks = len(verdict.results)
         why = ("is not written yet" if verdict.not_implemented
                else f"passes {verdict.n_passed} of {n_checks} checks")
-        print(f"Your {name} {why},\nso the runs below use the package's "
-              f"minirlhf.ppo.{name}.\nWrite it, run its check, then run the "
+        print(f"Your {name} {why},\nso the runs below use the package's\n"
+              f"{where}.\nWrite it, run its check, then run the "
               "notebook from here again:\nyours will drive the runs.")
 advantage_fn = drive["kl_shaped_advantages"]
 loss_fn = drive["ppo_token_loss"]
@@ -516,7 +478,7 @@ Source(batch_estimator.leashed_advantages)
 # notebook drives its runs with:
 
 # %%
-beta_rm = experiment.DEFAULT_BETA["rm"]
+beta_rm = DEFAULT_BETA["rm"]
 stage_rewards, stage_adv = ppo.score_and_advantages(
     stage_batch, ppo.rm_reward(rm), beta_rm, small, advantage_fn)
 print("RM score    ", np.round(stage_rewards.tolist(), 2).tolist())
@@ -533,8 +495,8 @@ for i in range(len(stage_adv)):
 #
 # Two gradient steps on the same batch, each through your loss (exercise 5.2, `loss_fn`),
 # with the gradient norm clipped before Adam's step. Which loss depends on where the leash
-# acts: `LEASHES[cfg.kl_placement]` holds the package's function and how the update calls
-# it. With the leash in the reward, as here, that call is
+# acts: `leashes.get(cfg.kl_placement)` holds the package's function and how the update
+# calls it. With the leash in the reward, as here, that call is
 # `fn(new_logp, batch.old_logp, adv, batch.mask, cfg.epsilon)`, your `ppo_token_loss` with
 # the exercise's signature. After each step it records two numbers
 # under TRL's names: `policy/clipfrac_avg`, the fraction of completion tokens whose gradient
@@ -564,9 +526,9 @@ for name, value in stage_stats.items():
 #
 # `batch_metrics` turns the batch and the update's statistics into the numbers a real
 # trainer logs per iteration (the table of training statistics in chapter 6 says what each
-# shows). Then `ppo.evaluate` answers the 400 fixed evaluation prompts greedily and returns
-# the three curves the figures below draw: true accuracy, the RM's score, and the exact KL
-# to the reference.
+# shows). Then `evaluate` (`minirlhf.evaluation`) answers the 400 fixed evaluation prompts
+# greedily and returns the three curves the figures below draw: true accuracy, the RM's
+# score, and the exact KL to the reference.
 
 # %%
 Source(ppo.batch_metrics)
@@ -587,9 +549,8 @@ for name, value in ppo.batch_metrics(stage_batch, stage_rewards, stage_stats,
 # digit, in the same order.
 
 # %%
-ARMS = {"rm": (ppo.rm_reward(rm), experiment.DEFAULT_BETA["rm"]),
-        "verifier": (ppo.verifier_reward,
-                     experiment.DEFAULT_BETA["verifier"])}
+ARMS = {"rm": (ppo.rm_reward(rm), DEFAULT_BETA["rm"]),
+        "verifier": (ppo.verifier_reward, DEFAULT_BETA["verifier"])}
 
 
 def seed0_run(arm):
@@ -619,8 +580,8 @@ for arm, log in runs.items():
 # ## Two arms, five seeds
 #
 # `minirlhf.experiment` runs both arms for seeds 0 to 4 from the same starting policy;
-# `python -m minirlhf.experiment` does the same from a terminal. The next cell reads the
-# results from `outputs/results.json` when they were made by the package's current code
+# `python -m minirlhf.commands.experiment` does the same from a terminal. The next cell reads
+# the results from `outputs/results.json` when they were made by the package's current code
 # with these settings and from the same starting policy, and otherwise runs the experiment
 # now (ten runs of 25 iterations, side by side on the computer's cores) and writes them
 # there, with the three figures (`minirlhf.course.runs.stored_experiment` does that;
@@ -692,8 +653,7 @@ def draw_metric(key, narrow=False):
     ylabel, title, short = FIGURES[key]
     fig, ax = plt.subplots(figsize=(3.6, 4.3) if narrow else (6.8, 3.7),
                            constrained_layout=True)
-    experiment.plot_curves(results, key, short if narrow else ylabel, title,
-                           ax=ax)
+    plot_curves(results, key, short if narrow else ylabel, title, ax=ax)
     if key == "accuracy":
         for arm in ARMS:
             original = experiment.ORIGINAL[arm]
@@ -905,7 +865,7 @@ tests = {
 print(f"{'difference':<36}{'mean':>8}   95% interval     0 inside?")
 gap = {}
 for name, d in tests.items():
-    mean, half = experiment.mean_ci95(d)
+    mean, half = mean_ci95(d)
     gap[name] = (mean, half)
     print(f"{name:<36}{mean:>+8.3f}   "
           f"[{mean - half:+.3f}, {mean + half:+.3f}]"
@@ -1148,7 +1108,7 @@ for name in extra:
 def half_width_per_spread(n):
     """Return the 95% half-width of a mean of n values with spread 1."""
     x = np.arange(n, dtype=float)
-    return experiment.mean_ci95(x)[1] / x.std(ddof=1)
+    return mean_ci95(x)[1] / x.std(ddof=1)
 
 
 print(f"half-width, 10 seeds / 5 seeds: "
@@ -1159,7 +1119,7 @@ print(f"half-width, 2 seeds / 5 seeds:  "
 print(f"\n{'seeds 0 and 1 only':<36}{'mean':>8}   95% interval"
       "        0 inside?")
 for name, d in tests.items():
-    mean, half = experiment.mean_ci95(d[:2])
+    mean, half = mean_ci95(d[:2])
     print(f"{name:<36}{mean:>+8.3f}   "
           f"[{mean - half:+.3f}, {mean + half:+.3f}]"
           f"   {'yes' if abs(mean) <= half else 'no'}")
@@ -1205,9 +1165,9 @@ for lr, log in lr_runs.items():
 # **3. The leash in the loss instead.** Run both arms, seed 0, with
 # `PPOConfig(kl_placement="loss")`: the advantages come from the score alone and
 # $\beta \cdot \mathrm{mean}_t\, k_3$, computed from `new_logp`, is added to the loss (GRPO's
-# choice, chapter 1; `minirlhf.ppo.k3_loss_term`). How do the final KL and the accuracy
-# compare with the leash in the reward? Is the difference larger than the spread between
-# seeds?
+# choice, chapter 1; `minirlhf.leashes.loss.k3_loss_term`). How do the final KL and the
+# accuracy compare with the leash in the reward? Is the difference larger than the spread
+# between seeds?
 #
 # <details class="answer">
 # <summary>Worked answer: the leash in the loss</summary>
@@ -1240,9 +1200,9 @@ for arm in ARMS:
 
 # %% [markdown]
 # **4. No standardization.** Give the raw score to the advantages instead of $z$ (copy
-# `ppo.score_and_advantages` and drop the line that standardizes). For which arm does the
-# meaning of $\beta$ change, and by how much? Use the spreads of the first batch printed in
-# the section "The recipe". This is TRL's choice; it then whitens the advantages.
+# `leashed_advantages`, shown above, and drop the line that standardizes). For which arm does
+# the meaning of $\beta$ change, and by how much? Use the spreads of the first batch printed
+# in the section "The recipe". This is TRL's choice; it then whitens the advantages.
 #
 # <details class="answer">
 # <summary>Worked answer: no standardization</summary>
@@ -1345,6 +1305,6 @@ old_logp = torch.full((2, 2), -1.0)
 ref_logp = torch.tensor([[-1.0, -40.0], [-1.0, -1.0]])
 two_mask = torch.ones(2, 2)
 for clamp in (1e9, 10.0):
-    adv = ppo.kl_shaped_advantages(scores, old_logp, ref_logp, two_mask, 0.5,
-                                   clamp)
+    adv = batch_estimator.kl_shaped_advantages(scores, old_logp, ref_logp,
+                                               two_mask, 0.5, clamp)
     print(f"kl_clamp {clamp:g}:  advantages {adv.tolist()}")

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from minirlhf import experiment, ppo, sft, store, task
+from minirlhf.arms import DEFAULT_BETA
 from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
@@ -52,8 +53,8 @@ from minirlhf.model import generate, make_generator, reward_scores
 from minirlhf.palette import ARM_COLORS  # one color per arm, in every figure
 from minirlhf.parallel import map_runs
 from minirlhf.paths import OUTPUTS
+from minirlhf.stats import mean_ci95, pm
 from minirlhf.studies import robustness
-from minirlhf.stats import pm
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the
@@ -76,9 +77,8 @@ models = store.load_all(progress=PROGRESS)
 policy, rm = models["policy"], models["rm"]
 reference = policy  # every run trains a copy: this one stays frozen
 cfg = ppo.PPOConfig()
-ARMS = {"rm": (ppo.rm_reward(rm), experiment.DEFAULT_BETA["rm"]),
-        "verifier": (ppo.verifier_reward,
-                     experiment.DEFAULT_BETA["verifier"])}
+ARMS = {"rm": (ppo.rm_reward(rm), DEFAULT_BETA["rm"]),
+        "verifier": (ppo.verifier_reward, DEFAULT_BETA["verifier"])}
 BETA = {arm: beta for arm, (_, beta) in ARMS.items()}
 SEEDS = [0, 1, 2, 3, 4]
 
@@ -308,7 +308,7 @@ centred_logs = [centred[str(s)] for s in SEEDS]
 for name, arm_logs in (("batch-mean baseline", logs["rm"]),
                        ("per-prompt baseline", centred_logs)):
     control[name] = {
-        k: experiment.mean_ci95([log[k][-1] for log in arm_logs])
+        k: mean_ci95([log[k][-1] for log in arm_logs])
         for k in ("accuracy", "rm_score", "kl")}
     print(f"{name:<24}{pm(*control[name]['accuracy']):>16}"
           f"{pm(*control[name]['rm_score'], 2, '+'):>15}"

@@ -35,6 +35,7 @@ from minirlhf.course.exercises import check
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.course.runs import stored_runs
+from minirlhf.evaluation import EvalSet
 from minirlhf.model import generate, reward_scores
 from minirlhf.paths import OUTPUTS
 # the Okabe-Ito colors, safe for color blindness
@@ -68,7 +69,7 @@ print(f"reward model: pair accuracy {rm_metrics['pair_accuracy']:.3f}, "
 # %%
 SEEDS = (0, 1, 2)
 ITERATIONS = 40
-evalset = ppo.EvalSet()  # the 400 eval prompts, encoded once for all runs
+evalset = EvalSet()  # the 400 eval prompts, encoded once for all runs
 # what this chapter reads of a run's log
 KEPT = ("accuracy", "rm_score", "kl", "kinds", "beta", "objective/kl",
         "val/completion_length")

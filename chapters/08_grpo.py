@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from minirlhf import experiment, ppo, sft, store, task
+from minirlhf.arms import DEFAULT_BETA, REGISTRY
 from minirlhf.course.cases import run_cases
 from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
@@ -53,11 +54,15 @@ from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.course.runs import (load_or_run, same_curves, stored_arms,
                                   stored_experiment, stored_starts)
+from minirlhf.estimators import group as group_estimator
+from minirlhf.leashes import loss as loss_leash
 from minirlhf.model import reward_scores
 from minirlhf.parallel import map_runs
 from minirlhf.paths import OUTPUTS
-from minirlhf.studies import grpo, robustness
-from minirlhf.stats import paired_gap, pm, print_claims, print_gaps
+from minirlhf.plots import band
+from minirlhf.stats import (mean_ci95, paired_gap, pm, print_claims,
+                            print_gaps)
+from minirlhf.studies import grpo, matching, robustness
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the
@@ -183,7 +188,7 @@ print("all 8 right, or all 8 wrong: every advantage",
 #
 # **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
 # batches (0-or-1 rewards with many all-equal groups, and scores on a grid), against the
-# package's `minirlhf.ppo.group_advantages`.
+# package's `minirlhf.estimators.group.group_advantages`.
 
 # %% tags=["solution"]
 def group_advantages(rewards, group_size, eps=1e-4):
@@ -268,9 +273,9 @@ check("group_advantages", group_advantages);
 # $k_3 = e^{-1} + 1 - 1 = 0.368$, and with $\beta = 0.5$ the loss is $0.184$.
 #
 # **How it is judged.** Cases worked by hand, listed in the check's report, and randomized
-# batches, against the package's `minirlhf.ppo.grpo_token_loss`: its value and its gradient
-# with respect to `new_logp` (a k3 term built from a detached `new_logp` has the right value
-# and no pull).
+# batches, against the package's `minirlhf.leashes.loss.grpo_token_loss`: its value and its
+# gradient with respect to `new_logp` (a k3 term built from a detached `new_logp` has the
+# right value and no pull).
 
 # %% tags=["solution"]
 def grpo_token_loss(new_logp, old_logp, ref_logp, advantages, mask,
@@ -321,12 +326,12 @@ check("grpo_token_loss", grpo_token_loss);
 # and studied retraining it as the policy changes (iterative RL); we use the verifier, or a
 # reward model that stays fixed.
 #
-# The registry of arms, `minirlhf.experiment.REGISTRY`, names the three settings once, as the
+# The registry of arms, `minirlhf.arms.REGISTRY`, names the three settings once, as the
 # arm `grpo-verifier`:
 
 # %%
 for name in ("verifier", "grpo-verifier"):
-    arm = experiment.REGISTRY[name]
+    arm = REGISTRY[name]
     print(f"{name}: reward {arm.reward}, beta {arm.beta:g}, settings "
           f"changed:\n  {arm.settings or 'none'}")
 
@@ -341,21 +346,24 @@ for name in ("verifier", "grpo-verifier"):
 # as long as those whose wall times are printed after the next table.
 
 # %%
-mine = {"group_advantages": (group_advantages, ppo.group_advantages),
-        "grpo_token_loss": (grpo_token_loss, ppo.grpo_token_loss)}
+mine = {
+    "group_advantages": (group_advantages, group_estimator.group_advantages),
+    "grpo_token_loss": (grpo_token_loss, loss_leash.grpo_token_loss),
+}
 drive = {}
 for name, (yours, package_fn) in mine.items():
     verdict = run_cases(yours, get(name))
     refused = preflight(name, yours) if verdict.passed else ""
+    where = f"{package_fn.__module__}.{name}"  # the package's own
     drive[name] = package_fn
     if verdict.passed and not refused:
         drive[name] = guard(name, yours)
         print(f"Your {name} passes every check: it drives the run.")
     elif refused:
-        print(f"{refused}\nThe run uses minirlhf.ppo.{name}.")
+        print(f"{refused}\nThe run uses {where}.")
     else:
         print(f"Your {name} does not pass its checks yet, so the run "
-              f"uses\nminirlhf.ppo.{name}. Fix it and run this cell again.")
+              f"uses\n{where}. Fix it and run this cell again.")
 _, driven = experiment.run_arm(
     "grpo-verifier", policy, rm, 0, None, cfg, progress=PROGRESS,
     advantage_fn=drive["group_advantages"], loss_fn=drive["grpo_token_loss"])
@@ -384,10 +392,10 @@ print(f"GRPO with the verifier, seed 0: accuracy {driven['accuracy'][0]:.3f}"
 
 # %%
 SEEDS = [0, 1, 2, 3, 4]
-CH5 = {"rm": experiment.DEFAULT_BETA["rm"],
-       "verifier": experiment.DEFAULT_BETA["verifier"]}
+CH5 = {"rm": DEFAULT_BETA["rm"],
+       "verifier": DEFAULT_BETA["verifier"]}
 GRPO_ARMS = ("grpo-verifier", "grpo-rm", "centred-verifier", "rloo-verifier")
-GRPO_BETA = {arm: experiment.DEFAULT_BETA[arm] for arm in GRPO_ARMS}
+GRPO_BETA = {arm: DEFAULT_BETA[arm] for arm in GRPO_ARMS}
 
 ch5 = stored_experiment(SEEDS, cfg, CH5, {}, progress=PROGRESS)
 
@@ -444,21 +452,9 @@ for arm in MAIN:
 # whose rewards were all equal, per iteration.
 
 # %% tags=["hide-input"]
-COLORS = {arm: experiment.REGISTRY[arm].color for arm in experiment.ARMS}
 PANELS = [("accuracy", "true accuracy (greedy)"),
           ("kl", "KL to reference (nats/token)"),
           ("frac_reward_zero_std", "share of groups, all equal")]
-
-
-def band(ax, runs, arm, x):
-    """Draw the mean of runs (seeds, points) with a 95% band."""
-    runs = np.asarray(runs)
-    mean = runs.mean(0)
-    half = np.array([experiment.mean_ci95(c)[1] for c in runs.T])
-    ax.plot(x, mean, color=COLORS[arm], lw=2,
-            label=experiment.LABELS[arm])
-    ax.fill_between(x, np.maximum(mean - half, 0), mean + half,
-                    color=COLORS[arm], alpha=0.2, lw=0)  # all are >= 0
 
 
 def draw_side_by_side(arms=MAIN, narrow=False):
@@ -474,7 +470,8 @@ def draw_side_by_side(arms=MAIN, narrow=False):
             runs = [log[key] for log in logs]
             start = 0 if key != "frac_reward_zero_std" else 1
             x = np.arange(start, start + len(runs[0]))
-            band(ax, runs, arm, x)
+            band(ax, runs, REGISTRY[arm].color, REGISTRY[arm].label, x=x,
+                 floor=0)  # all are >= 0
         ax.set_xlabel("iteration (64 completions each)", fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(labelsize=7)
@@ -660,8 +657,8 @@ diffs, clear = [], 0  # clear: starts whose interval leaves out 0
 for seed in ch6:
     a = float(np.mean(ch6[seed]["verifier"]))
     b = float(np.mean(ours[seed]["grpo-verifier"]))
-    m, h = experiment.mean_ci95(np.subtract(ours[seed]["grpo-verifier"],
-                                            ch6[seed]["verifier"]))
+    m, h = mean_ci95(np.subtract(ours[seed]["grpo-verifier"],
+                                 ch6[seed]["verifier"]))
     diffs.append(b - a)
     clear += abs(m) > h
     mark = "  <- the book's" if seed == book_seed else ""
@@ -673,7 +670,7 @@ print(f"\nGRPO gains more than chapter 5's verifier arm from "
 print(f"starts whose own interval leaves out 0: {clear} of {len(diffs)}")
 print("the two starts where chapter 5's arm gains least:", ", ".join(weak))
 print("mean difference over the starts: "
-      f"{pm(*experiment.mean_ci95(diffs), sign='+')}")
+      f"{pm(*mean_ci95(diffs), sign='+')}")
 
 # %% [markdown]
 # The answer is no, though less firmly than the means alone suggest. In the mean, GRPO with
@@ -779,7 +776,8 @@ print(f"so about {1 / (1 - zero[:, -5:].mean()):.2f} times the samples "
 #
 # Its $\beta$ is matched, not borrowed: a sweep on seeds 5 to 7, which the comparison below
 # does not use, picks the value whose KL at the end is closest to `grpo-verifier`'s on the
-# same seeds. The runs are stored in `outputs/remax_beta.json`.
+# same seeds. The runs are stored in `outputs/remax_beta.json`. The sweep and the pick are
+# `minirlhf.studies.matching`'s, the way a new arm's $\beta$ is matched to another arm's.
 
 # %%
 SWEEP_SEEDS, REMAX_BETAS = [5, 6, 7], [0.03, 0.06, 0.12, 0.24, 0.48]
@@ -788,39 +786,24 @@ SWEEP_SEEDS, REMAX_BETAS = [5, 6, 7], [0.03, 0.06, 0.12, 0.24, 0.48]
 def run_remax_sweep():
     """Return {'arms': {name: {seed: log}}}: grpo-verifier and ReMax at
     each beta of the sweep, seeds 5 to 7."""
-    jobs = ([("grpo-verifier", s, None) for s in SWEEP_SEEDS]
-            + [("remax-verifier", s, b) for b in REMAX_BETAS
-               for s in SWEEP_SEEDS])
-    logs = experiment.run_arms(jobs, policy, rm, cfg, progress=PROGRESS)
-    arms = {}
-    for (arm, s, b), log in zip(jobs, logs):
-        name = arm if b is None else f"{arm} {b:g}"
-        kept = {k: log[k] for k in ("accuracy", "kl")}
-        arms.setdefault(name, {})[str(s)] = kept
-    return {"arms": arms}
+    return matching.sweep("remax-verifier", REMAX_BETAS, SWEEP_SEEDS,
+                          policy, rm, cfg, against="grpo-verifier",
+                          progress=PROGRESS)
 
 
 sweep = load_or_run(OUTPUTS / "remax_beta.json",
                     {"seeds": SWEEP_SEEDS, "betas": REMAX_BETAS,
                      "ppo": asdict(cfg)}, {}, run_remax_sweep,
                     arms=("grpo-verifier", "remax-verifier"))["arms"]
-
-
-def end_kl(runs):
-    return float(np.mean([log["kl"][-1] for log in runs.values()]))
-
-
-target = end_kl(sweep["grpo-verifier"])
-print(f"grpo-verifier, seeds 5-7: KL at the end {target:.4f}")
+matched = matching.match_beta(sweep, "remax-verifier", REMAX_BETAS,
+                              "grpo-verifier")
+print(f"grpo-verifier, seeds 5-7: KL at the end {matched.target:.4f}")
 print(f"{'ReMax beta':<12}{'KL at the end':>14}{'minus target':>14}")
-for b in REMAX_BETAS:
-    kl = end_kl(sweep[f"remax-verifier {b:g}"])
-    print(f"{b:<12g}{kl:>14.4f}{kl - target:>+14.4f}")
-picked = min(REMAX_BETAS, key=lambda b: abs(
-    end_kl(sweep[f"remax-verifier {b:g}"]) - target))
-print(f"closest: beta {picked:g}; the arm's beta in minirlhf/arms.py: "
-      f"{experiment.DEFAULT_BETA['remax-verifier']:g}")
-assert picked == experiment.DEFAULT_BETA["remax-verifier"], "re-pick it"
+for b, (kl, _) in matched.final_kl.items():
+    print(f"{b:<12g}{kl:>14.4f}{matched.gap(b):>+14.4f}")
+print(f"closest: beta {matched.beta:g}; the arm's beta in minirlhf/arms.py: "
+      f"{DEFAULT_BETA['remax-verifier']:g}")
+assert matched.beta == DEFAULT_BETA["remax-verifier"], "re-pick it"
 
 # %% [markdown]
 # The four estimators side by side, over the five seeds: the three group estimators with
@@ -1130,8 +1113,8 @@ print(f"GRPO with the verifier, PPO seeds {PPO_SEEDS}, "
 print(f"{'shape':<25}{'samples':>8}  {'gain in accuracy':<18}KL at the end")
 for name, (batch, G) in SHAPES.items():
     logs = shapes[name].values()
-    gain = experiment.mean_ci95([log["accuracy"][-1] - log["accuracy"][0]
-                                 for log in logs])
+    gain = mean_ci95([log["accuracy"][-1] - log["accuracy"][0]
+                      for log in logs])
     kl = np.mean([log["kl"][-1] for log in logs])
     print(f"{name:<25}{batch * cfg.iterations:>8}  "
           f"{pm(*gain, sign='+'):<18}{kl:.3f}")
@@ -1154,7 +1137,7 @@ for a, b, note in (("64 prompts x 8", "chapter 5", "8 times the samples"),
                     "8 times the samples"),
                    ("16 prompts x 4", "8 prompts x 8 (the arm)",
                     "the same samples")):
-    m, h = experiment.mean_ci95(seed_gain[a] - seed_gain[b])
+    m, h = mean_ci95(seed_gain[a] - seed_gain[b])
     inside = "0 inside" if abs(m) <= h else "0 outside"
     print(f"  {short[a]} minus {short[b]:<9} {pm(m, h, sign='+')} "
           f"({inside}; {note})")

@@ -50,6 +50,7 @@ import torch
 
 from minirlhf import (dpo, experiment, parallel, ppo, reward_model, store,
                       task)
+from minirlhf.arms import DEFAULT_BETA, REGISTRY
 from minirlhf.course.cases import run_cases
 from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
@@ -59,7 +60,9 @@ from minirlhf.course.runs import (load_or_run, same_curves, stored_arms,
                                   stored_experiment)
 from minirlhf.model import completion_logprobs, completion_mask
 from minirlhf.paths import OUTPUTS
-from minirlhf.stats import paired_gap, pm, print_claims, print_gaps
+from minirlhf.plots import band
+from minirlhf.stats import (mean_ci95, paired_gap, pm, print_claims,
+                            print_gaps)
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
 # Progress bars and status lines for a person at JupyterLab; none in the
@@ -302,8 +305,8 @@ print(f"loss {driven['loss'][0]:.4f} at the first step (log 2 = "
 # %%
 SEEDS = [0, 1, 2, 3, 4]
 DPO_ARMS = ("dpo", "dpo-near-miss", "sft-chosen")
-CH5 = {"rm": experiment.DEFAULT_BETA["rm"],
-       "verifier": experiment.DEFAULT_BETA["verifier"]}
+CH5 = {"rm": DEFAULT_BETA["rm"],
+       "verifier": DEFAULT_BETA["verifier"]}
 
 ch5 = stored_experiment(SEEDS, cfg, CH5, {}, progress=PROGRESS)
 found = stored_arms(OUTPUTS / "dpo.json", SEEDS, DPO_ARMS, cfg,
@@ -340,20 +343,9 @@ for arm in MAIN:
 # each arm's 25 points after the start span its whole run.
 
 # %% tags=["hide-input"]
-COLORS = {arm: experiment.REGISTRY[arm].color for arm in experiment.ARMS}
+COLORS = {name: arm.color for name, arm in REGISTRY.items()}
 PANELS = [("accuracy", "true accuracy (greedy)"),
           ("kl", "KL to reference (nats/token)")]
-
-
-def band(ax, runs, arm, x):
-    """Draw the mean of runs (seeds, points) with a 95% band."""
-    runs = np.asarray(runs)
-    mean = runs.mean(0)
-    half = np.array([experiment.mean_ci95(c)[1] for c in runs.T])
-    ax.plot(x, mean, color=COLORS[arm], lw=2,
-            label=experiment.LABELS[arm])
-    ax.fill_between(x, mean - half, mean + half, color=COLORS[arm],
-                    alpha=0.2, lw=0)
 
 
 def draw_curves(arms=MAIN, narrow=False):
@@ -364,7 +356,7 @@ def draw_curves(arms=MAIN, narrow=False):
     for ax, (key, ylabel) in zip(axes, PANELS):
         for arm in arms:
             runs = [log[key] for log in results["arms"][arm].values()]
-            band(ax, runs, arm, np.arange(len(runs[0])))
+            band(ax, runs, COLORS[arm], REGISTRY[arm].label)
         ax.set_xlabel("point (PPO: iteration of 64 completions;\n"
                       "DPO: 8 steps of 64 pairs)", fontsize=7)
         ax.set_ylabel(ylabel, fontsize=8)
@@ -493,8 +485,8 @@ ROWS = (("random wrong number (pair accuracy)", "random"),
 def implicit(arm, kind):
     """Return (mean, half) over the seeds of the implicit reward's
     held-out accuracy against wrong answers of kind."""
-    return experiment.mean_ci95([log["implicit_reward"]["accuracy"][kind]
-                                 for log in results["arms"][arm].values()])
+    return mean_ci95([log["implicit_reward"]["accuracy"][kind]
+                      for log in results["arms"][arm].values()])
 
 
 print(f"{'right answer ranked above a':<37}{'RM':>6}  {'DPO':<14}"
@@ -567,13 +559,12 @@ print(f"{'right answer above a':<24}{'RM, random':<15}{'RM, from SFT':<15}"
       "DPO")
 for text, (_, kind) in zip(SHORT, ROWS):
     print(f"{text:<24}"
-          f"{pm(*experiment.mean_ci95(rm_acc('random', kind))):<15}"
-          f"{pm(*experiment.mean_ci95(rm_acc('sft', kind))):<15}"
-          f"{pm(*experiment.mean_ci95(dpo_acc(kind)))}")
-d_start = experiment.mean_ci95(rm_acc("sft", "near_miss")
-                               - rm_acc("random", "near_miss"))
-d_form = experiment.mean_ci95(dpo_acc("near_miss")
-                              - rm_acc("sft", "near_miss"))
+          f"{pm(*mean_ci95(rm_acc('random', kind))):<15}"
+          f"{pm(*mean_ci95(rm_acc('sft', kind))):<15}"
+          f"{pm(*mean_ci95(dpo_acc(kind)))}")
+d_start = mean_ci95(rm_acc("sft", "near_miss")
+                    - rm_acc("random", "near_miss"))
+d_form = mean_ci95(dpo_acc("near_miss") - rm_acc("sft", "near_miss"))
 print(f"\n{'near-miss accuracy, seed by seed':<36}{'mean':>7}"
       "   95% interval")
 for text, (m, h) in (("RM from SFT minus RM from random", d_start),
@@ -627,7 +618,7 @@ for text, holds in (
 
 # %%
 d_nm = diff("dpo-near-miss", "dpo", gains)
-d_nm_acc = experiment.mean_ci95(
+d_nm_acc = mean_ci95(
     np.array([log["implicit_reward"]["near_miss_accuracy"]
               for log in results["arms"]["dpo-near-miss"].values()])
     - np.array([log["implicit_reward"]["near_miss_accuracy"]
@@ -718,7 +709,7 @@ print(f"\nDPO's last 25 steps: {acc_pairs:.3f} of the training pairs "
 
 # %%
 BETAS = [0.1, 0.3, 0.5, 1.25, 3.0]
-OTHER_BETAS = [b for b in BETAS if b != experiment.DEFAULT_BETA["dpo"]]
+OTHER_BETAS = [b for b in BETAS if b != DEFAULT_BETA["dpo"]]
 HELD = {"heldout/logps_correct": ("right answer", "#009E73"),
         "heldout/logps_near_miss": ("near-miss", "#E69F00"),
         "heldout/logps_random": ("random wrong number", "#CC79A7")}
@@ -736,7 +727,7 @@ def run_betas():
 swept = load_or_run(OUTPUTS / "dpo_beta.json",
                     {"betas": OTHER_BETAS, "seed": 0}, {}, run_betas,
                     arms=("dpo",))["runs"]
-swept[f"{experiment.DEFAULT_BETA['dpo']:g}"] = {
+swept[f"{DEFAULT_BETA['dpo']:g}"] = {
     k: found["arms"]["dpo"]["0"][k] for k in KEEP}
 print("seed 0; log-prob of the right answers to the held-out prompts")
 print(f"{'beta':>5}{'accuracy':>9}{'KL':>7}{'start':>8}{'best':>14}"
@@ -788,7 +779,7 @@ def draw_beta(beta, narrow=False):
 
 
 explore(draw_beta, {"beta": BETAS},
-        default={"beta": experiment.DEFAULT_BETA["dpo"]},
+        default={"beta": DEFAULT_BETA["dpo"]},
         labels={"beta": "DPO's beta"},
         alt="One DPO run at beta = {beta}, seed 0: accuracy and KL to the "
             "reference over 200 steps, and how far the log-probs of the "
@@ -827,8 +818,8 @@ explore(draw_beta, {"beta": BETAS},
 print(f"{'arm':<15}{'right answers':<17}{'near-misses':<17}random wrong")
 for arm in DPO_ARMS:
     logs = list(results["arms"][arm].values())
-    moved = [experiment.mean_ci95([log[key][-1] - log[key][0]
-                                   for log in logs]) for key in HELD]
+    moved = [mean_ci95([log[key][-1] - log[key][0] for log in logs])
+             for key in HELD]
     print(f"{arm:<15}"
           + "".join(f"{pm(m, h, 2, '+'):<17}" for m, h in moved).rstrip())
 
@@ -875,10 +866,10 @@ print(f"DPO at beta {B_EQ:g}: of the sweep's betas, the one whose KL "
 print(f"{'arm':<16}{'gain in accuracy':<18}KL at the end")
 for name, g, k in (("sft-chosen", gain_c, kl_c),
                    (f"dpo, beta {B_EQ:g}", gain_e, kl_e)):
-    print(f"{name:<16}{pm(*experiment.mean_ci95(g), sign='+'):<18}"
-          f"{pm(*experiment.mean_ci95(k))}")
-d_g = experiment.mean_ci95(gain_c - gain_e)
-d_k = experiment.mean_ci95(kl_c - kl_e)
+    print(f"{name:<16}{pm(*mean_ci95(g), sign='+'):<18}"
+          f"{pm(*mean_ci95(k))}")
+d_g = mean_ci95(gain_c - gain_e)
+d_k = mean_ci95(kl_c - kl_e)
 print(f"\n{'sft-chosen minus DPO, seed by seed':<36}{'mean':>7}"
       "   95% interval")
 for text, (m, h) in (("gain in accuracy", d_g), ("KL at the end", d_k)):

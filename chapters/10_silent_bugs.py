@@ -39,13 +39,15 @@ import textwrap
 import torch
 import torch.nn.functional as F
 
-from minirlhf import ppo, store, task
+from minirlhf import store, task
 from minirlhf.course.exercises import check
 from minirlhf.course.exercises import ch10
 from minirlhf.course.exercises.ch10 import band_report
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.course.runs import stored_bug_runs
+from minirlhf.leashes import loss as loss_leash
+from minirlhf.leashes import reward as reward_leash
 from minirlhf.paths import OUTPUTS
 from minirlhf.studies import silent_bugs as sb
 
@@ -448,17 +450,17 @@ changed_line("E")
 # ### Exercise 10.8: fix it
 #
 # Write GRPO's loss `grpo_token_loss` again, as `fix_run_e`, with the contract of exercise
-# 8.2. The leash term is given, and the clipped policy loss (`ppo.ppo_token_loss`) is the line
-# to write.
+# 8.2. The leash term is given, and the clipped policy loss (chapter 5's `ppo_token_loss`,
+# here `reward_leash.ppo_token_loss`) is the line to write.
 
 # %% tags=["solution"]
 def fix_run_e(new_logp, old_logp, ref_logp, advantages, mask,
               epsilon=0.2, beta=0.04, kl_clamp=10.0):
     """Return the clipped policy loss plus beta times the mean k3."""
-    leash = ppo.k3_loss_term(new_logp, ref_logp, mask, kl_clamp)
+    leash = loss_leash.k3_loss_term(new_logp, ref_logp, mask, kl_clamp)
     # BEGIN SOLUTION
-    policy_loss = ppo.ppo_token_loss(new_logp, old_logp, advantages, mask,
-                                     epsilon)
+    policy_loss = reward_leash.ppo_token_loss(new_logp, old_logp,
+                                              advantages, mask, epsilon)
     # END SOLUTION
     return policy_loss + beta * leash
 

@@ -33,8 +33,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # run_experiment is imported on first use, so that `python -m minirlhf.experiment` does not
-    # find its own module already imported (runpy warns about that).
+    # run_experiment is imported on first use: the experiment brings matplotlib, which the
+    # engine's other users need not load.
     if name == "run_experiment":
         from .experiment import run_experiment
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-from .dpo import DPOConfig
+from . import trainers
 from .palette import BLACK, BLUE, DARK_YELLOW, GRAY, GREEN, ORANGE, PALETTE, PINK, SKY, YELLOW
-from .ppo import PPOConfig
 
 __all__ = [
     "Arm",
     "REWARDS",
-    "TRAINERS",
     "LINESTYLES",
     "REGISTRY",
     "ARMS",
@@ -35,7 +33,6 @@ REWARDS = {
     "verifier": "the verifier: 1 if the sum is right, else 0",
     "pairs": "no reward: chapter 4's preference pairs themselves (DPO)",
 }
-TRAINERS = {"ppo": PPOConfig, "dpo": DPOConfig}  # ppo_train (GRPO included), dpo.train_dpo
 LINESTYLES = ("-", "--", ":", "-.")  # once every color of the palette is taken, the next arms reuse them dashed
 
 
@@ -44,8 +41,6 @@ class Arm:
     """One arm of the experiment: what rewards it, its KL coefficient, the settings of its
     trainer's config it changes from the recipe (none for chapter 5's arms), which trainer
     runs it, and how figures draw it (left None, the registry picks a style no other arm has).
-
-    Defined in chapter 5.
     """
 
     name: str
@@ -54,7 +49,7 @@ class Arm:
     label: str  # for tables and legends
     help: str  # one line for --help
     settings: dict = field(default_factory=dict)  # PPOConfig (DPO: DPOConfig) fields set over the recipe
-    trainer: str = "ppo"  # a key of TRAINERS
+    trainer: str = "ppo"  # a key of minirlhf.trainers.TRAINERS
     color: str | None = None  # for figures
     linestyle: str | None = None  # for figures
 
@@ -62,21 +57,22 @@ class Arm:
         where = f"arm {self.name!r}"
         if not (isinstance(self.name, str) and self.name.strip() == self.name and self.name):
             raise ValueError(f"an arm's name must be a non-empty word, got {self.name!r}")
-        if self.trainer not in TRAINERS:
-            raise ValueError(f"{where}: trainer must be one of {tuple(TRAINERS)}, got {self.trainer!r}")
+        if self.trainer not in trainers.TRAINERS:
+            raise ValueError(f"{where}: trainer must be one of {tuple(trainers.TRAINERS)}, got {self.trainer!r}")
         if self.reward not in REWARDS:
             raise ValueError(f"{where}: reward must be one of {tuple(REWARDS)}, got {self.reward!r}")
-        if (self.reward == "pairs") != (self.trainer == "dpo"):
+        trainer = trainers.TRAINERS[self.trainer]
+        if self.reward not in trainer.rewards:
             raise ValueError(
-                f"{where}: DPO, and only DPO, learns from the pairs (reward 'pairs'); "
-                f"got reward {self.reward!r} with trainer {self.trainer!r}"
+                f"{where}: the trainer {self.trainer!r} learns from {' or '.join(map(repr, trainer.rewards))}; "
+                f"got reward {self.reward!r}"
             )
         if not (isinstance(self.beta, (int, float)) and math.isfinite(self.beta) and self.beta >= 0):
             raise ValueError(f"{where}: beta must be a finite number >= 0, got {self.beta!r}")
         for text in ("label", "help"):
             if not (isinstance(getattr(self, text), str) and getattr(self, text).strip()):
                 raise ValueError(f"{where}: {text} must be a non-empty string")
-        config = TRAINERS[self.trainer]
+        config = trainer.config
         unknown = set(self.settings) - {f.name for f in fields(config)}
         if unknown:
             raise ValueError(f"{where}: {config.__name__} has no setting {', '.join(sorted(unknown))}")
@@ -128,14 +124,20 @@ GRPO_SETTINGS = {"group_size": 8, "advantages": "group", "kl_placement": "loss"}
 # it does to the comparison. DeepSeekMath's 0.04 gave a KL several times chapter 5's in that
 # sweep; pass --beta-grpo-verifier / --beta-grpo-rm (or betas=) to run it.
 #
+# A new arm's beta is matched the same way, not borrowed: minirlhf.studies.matching runs the
+# arm at a few betas on seeds the comparison does not use, beside the arm it is matched to
+# (sweep), and picks the beta whose KL at the end is closest (match_beta), as chapter 8 does
+# for remax-verifier.
+#
 # DPO (Rafailov et al. 2023) on the RM's 12,800 pairs, one pass (200 steps of 64 pairs),
 # evaluated every 8 steps: 25 points after the start, as PPO's 25 iterations. Its beta follows
 # the rule of the GRPO arms: a short sweep (seeds 0-2, the default DPOConfig, in float32 as
 # above) picked the one whose KL to the reference at the end matched the rm arm's, since DPO
-# learns from the RM's own pairs. In float64 the match still holds over seeds 0-4 (chapter 9
-# tests it seed by seed). The default of the paper and of TRL, 0.1 (trl/trainer/dpo_config.py),
-# ends at 0.177 (seed 0, chapter 9's beta sweep), further than the verifier arm; pass
-# --beta-dpo 0.1 (or betas=) to run it.
+# learns from the RM's own pairs (minirlhf.studies.matching makes such a sweep for any arm).
+# In float64 the match still holds over seeds 0-4 (chapter 9 tests it seed by seed). The
+# default of the paper and of TRL, 0.1 (trl/trainer/dpo_config.py), ends at 0.177 (seed 0,
+# chapter 9's beta sweep), further than the verifier arm; pass --beta-dpo 0.1 (or betas=) to
+# run it.
 REGISTRY = _registry(
     # chapter 5
     Arm("rm", "rm", 0.5, "reward-model arm", "chapter 5: the reward model's score, leash in the reward", color=ORANGE),
@@ -187,6 +189,7 @@ REGISTRY = _registry(
     ),
     # ReMax (Li et al. 2023): one completion per prompt against its prompt's greedy completion;
     # beta from chapter 8's sweep on seeds 5-7, the one whose KL at the end is closest to grpo-verifier's
+    # (minirlhf.studies.matching: sweep, then match_beta)
     Arm(
         "remax-verifier",
         "verifier",

@@ -1,11 +1,12 @@
 """What the package's commands share: an argument parser whose errors are one line, parsers of
 numbers and folders that name their limits, and stop signals that keep what is finished.
 
-A command (``python -m minirlhf.experiment``, ``minirlhf.trl_run``, ``minirlhf.commands.bench``,
-``minirlhf.course.grader``) runs its work inside :func:`stops_as_interrupt`, so that SIGTERM and
-SIGHUP stop it as Ctrl-C does (a :class:`Stopped`, which is a KeyboardInterrupt); it writes what
-is finished inside :func:`signals_ignored`, so that a second signal cannot cut a write short; and
-it ends with :func:`stop_status`, 128 plus the signal's number, as a shell reports it.
+A command (``python -m minirlhf.commands.experiment``, ``minirlhf.commands.trl_run``,
+``minirlhf.commands.bench``, ``minirlhf.course.grader``) runs its work inside
+:func:`stops_as_interrupt`, so that SIGTERM and SIGHUP stop it as Ctrl-C does (a
+:class:`Stopped`, which is a KeyboardInterrupt); it writes what is finished inside
+:func:`signals_ignored`, so that a second signal cannot cut a write short; and it ends with
+:func:`stop_status`, 128 plus the signal's number, as a shell reports it.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ TRL computes its log-probs once for the whole data set, as :func:`train_dpo` doe
 implicit rewards are ``beta`` times the detached log-ratios, and the logged metrics carry
 TRL's names (:data:`DPO_METRICS`). Differences: Adam instead of AdamW, a learning rate
 fitted to this network (TRL's default is 1e-6), and an evaluation on the eval prompts every
-``eval_every`` steps with the same measures as every PPO arm (:func:`minirlhf.ppo.evaluate`).
+``eval_every`` steps with the same measures as every PPO arm (:func:`minirlhf.evaluation.evaluate`).
 
 Chapter 9 builds DPO and measures it against the other methods of the book.
 """
@@ -40,8 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from . import task
+from .evaluation import EvalSet, evaluate
 from .model import TinyGPT, completion_logprobs, completion_mask, make_generator, weights_digest
-from .ppo import EvalSet, evaluate
 from .progress import progress_bar
 from .reward_model import HELDOUT_SEED, RMConfig, margins_report, preference_batch
 
@@ -84,7 +84,7 @@ class DPOConfig:
     beta: float = 0.1
     """Weight of the log-ratios in the loss: the smaller, the further the policy may move
     from the reference for the same loss. TRL: ``beta`` (0.1 by default, as here). The
-    experiment's ``dpo`` arm sets its own (see :data:`minirlhf.experiment.REGISTRY`)."""
+    experiment's ``dpo`` arm sets its own (see :data:`minirlhf.arms.REGISTRY`)."""
     seed: int = 0
     """Seeds the order in which the pairs are visited; the pairs themselves are the RM's and
     do not depend on it. TRL: the trainer's ``seed`` (and ``data_seed``)."""
@@ -184,8 +184,6 @@ def implicit_rewards(policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta: 
     the reward under which the policy would be the KL-regularised optimum, up to a term that
     depends on the prompt only. TRL logs their means as ``rewards/chosen`` and
     ``rewards/rejected``.
-
-    Defined in chapter 9.
     """
     return beta * (policy_logps - ref_logps).detach()
 
@@ -238,8 +236,6 @@ def implicit_reward_margins(
     """Return the implicit reward's margin r(correct) - r(wrong answer of ``kind``) for each
     held-out pair (N,), with ``r = beta * (log pi - log ref)``: the same pairs as chapter 4's
     :func:`~minirlhf.reward_model.pair_margins` (default: the 400 eval prompts, ``seed`` 7).
-
-    Defined in chapter 9.
     """
     pairs = task.eval_pairs() if pairs is None else pairs
     prompts, chosen, rejected = preference_batch(pairs, make_generator(seed), kind)
@@ -254,13 +250,11 @@ def implicit_reward_report(policy: TinyGPT, reference: TinyGPT, beta: float) -> 
     """Return the implicit reward's held-out numbers in the layout of chapter 4's
     :func:`~minirlhf.reward_model.rm_report`: ``{'pair_accuracy', 'near_miss_accuracy',
     'margin': {kind: mean margin}, 'accuracy': {kind: fraction ranked right}}``.
-
-    Defined in chapter 9.
     """
     return margins_report({kind: implicit_reward_margins(policy, reference, beta, kind) for kind in task.WRONG_KINDS})
 
 
-# What the evaluations log besides :func:`minirlhf.ppo.evaluate`'s measures: the policy's mean
+# What the evaluations log besides :func:`minirlhf.evaluation.evaluate`'s measures: the policy's mean
 # sequence log-prob of the right answer and of a wrong one of two kinds on the held-out pairs
 # (the eval prompts), the same pairs at every evaluation, so that the curves carry no batch noise.
 HELDOUT_LOGPS = {
@@ -343,7 +337,7 @@ def train_dpo(
 
     The log holds, per evaluation (every ``config.eval_every`` steps, index 0 = before
     training), ``steps``, ``accuracy``, ``rm_score``, ``kl`` and ``kinds`` from
-    :func:`minirlhf.ppo.evaluate` (the KL at temperature 0.7, as for every PPO arm, so the
+    :func:`minirlhf.evaluation.evaluate` (the KL at temperature 0.7, as for every PPO arm, so the
     numbers compare) and the held-out log-probs of :data:`HELDOUT_LOGPS`; per step the
     metrics of :data:`DPO_METRICS`; at the end
     ``implicit_reward`` (:func:`implicit_reward_report` on the held-out pairs); and

@@ -1,15 +1,16 @@
 """The mini-RLHF experiment of chapter 5 (and GRPO's and DPO's arms), over several seeds, with its table and figures.
 
-    python -m minirlhf.experiment --seeds 5 --iterations 25 --beta-rm 0.5 --beta-verifier 0.08
-    python -m minirlhf.experiment --arms rm verifier grpo-verifier grpo-rm --seeds 5
-    python -m minirlhf.experiment --arms rm verifier dpo --seeds 5 --beta-dpo 0.1
+    python -m minirlhf.commands.experiment --seeds 5 --iterations 25 --beta-rm 0.5 --beta-verifier 0.08
+    python -m minirlhf.commands.experiment --arms rm verifier grpo-verifier grpo-rm --seeds 5
+    python -m minirlhf.commands.experiment --arms rm verifier dpo --seeds 5 --beta-dpo 0.1
 
 loads (or trains) the partial-SFT policy and the reward model, runs ``ppo_train`` for each
 PPO or GRPO arm (default: chapter 5's two) and :func:`minirlhf.dpo.train_dpo` for a DPO arm,
 every seed from the same starting policy, prints the results table beside the original run's
 values, and writes ``ppo_accuracy.png``, ``ppo_rm_score.png``, ``ppo_kl.png`` and
 ``results.json`` to ``--out`` (default: the project's ``outputs/``). The arms come from one
-registry, :data:`minirlhf.arms.REGISTRY`. The runs are made side by side by worker processes, one per core
+registry, :data:`minirlhf.arms.REGISTRY`, and each is run by its trainer, read from
+:data:`minirlhf.trainers.TRAINERS`. The runs are made side by side by worker processes, one per core
 (``--workers`` sets how many), with the same results as one after another.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from dataclasses import asdict, replace
 from functools import partial
@@ -26,27 +26,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import parallel, paths, task
-from .arms import ARMS, DEFAULT_ARMS, DEFAULT_BETA, GRPO_SETTINGS, LABELS, REGISTRY, Arm
-from .dpo import DPO_METRICS, HELDOUT_LOGPS, DPOConfig, train_dpo
+from . import parallel, paths, task, trainers
+from .arms import ARMS, DEFAULT_ARMS, DEFAULT_BETA, REGISTRY, Arm
+from .dpo import DPO_METRICS, HELDOUT_LOGPS, DPOConfig
+from .evaluation import EvalSet
 from .model import make_generator, reward_scores
 from .plots import FIGURES, plot_curves
-from .ppo import EvalSet, PPOConfig, ppo_train, rm_reward, verifier_reward
+from .ppo import PPOConfig
 from .reward_model import HELDOUT_SEED
 from .stats import mean_ci95, pm
 from .store import load_rm, load_sft
 
-# The arms' names, betas and labels are re-exported from minirlhf.arms, where they are defined.
 __all__ = [
-    "Arm",
-    "REGISTRY",
-    "ARMS",
-    "DEFAULT_ARMS",
-    "GRPO_SETTINGS",
-    "DEFAULT_BETA",
-    "LABELS",
     "ORIGINAL",
-    "mean_ci95",
     "arm_config",
     "run_arm",
     "run_arms",
@@ -80,15 +72,17 @@ def arm_config(arm: str, config, seed: int | None = None):
     """Return ``config`` with the settings of ``arm`` (see :data:`REGISTRY`) set over it, and
     ``seed`` if given. Chapter 5's arms change nothing. A DPO arm's config is a
     :class:`~minirlhf.dpo.DPOConfig`: ``config`` when it is one, else DPO's defaults.
-
-    Defined in chapter 5.
     """
     spec = _check_arm(arm)
+    trainer = trainers.get(spec.trainer)
     extra = {} if seed is None else {"seed": seed}
-    if spec.trainer == "dpo" and not isinstance(config, DPOConfig):
-        config = DPOConfig()
-    if spec.trainer == "ppo" and not isinstance(config, PPOConfig):
-        raise ValueError(f"the arm {arm} is trained by PPO: config must be a PPOConfig, got {type(config).__name__}")
+    if not isinstance(config, trainer.config):
+        if not trainer.own_defaults:
+            raise ValueError(
+                f"the arm {arm} is trained by {trainer.name.upper()}: config must be a "
+                f"{trainer.config.__name__}, got {type(config).__name__}"
+            )
+        config = trainer.config()
     return replace(config, **spec.settings, **extra)
 
 
@@ -112,39 +106,12 @@ def run_arm(
     logged for all. A DPO arm runs :func:`minirlhf.dpo.train_dpo` with ``beta`` as
     ``DPOConfig.beta`` and ``loss_fn`` in place of :func:`minirlhf.dpo.dpo_loss`; it has no
     advantages, so ``advantage_fn`` must be None.
-
-    Defined in chapter 5.
     """
     spec = _check_arm(arm)
     beta = spec.beta if beta is None else beta
-    if spec.trainer == "dpo":
-        if advantage_fn is not None:
-            raise ValueError(f"the arm {arm} is trained by DPO, which has no advantages: advantage_fn must be None")
-        cfg = replace(arm_config(arm, config, seed), beta=beta)
-        return train_dpo(
-            policy,
-            policy,
-            cfg,
-            rm=rm,
-            evalset=evalset,
-            progress=progress,
-            loss_fn=loss_fn,
-            desc=f"{arm} arm, seed {seed}",
-        )
-    reward_fn = rm_reward(rm) if spec.reward == "rm" else verifier_reward
-    return ppo_train(
-        policy,
-        policy,
-        reward_fn,
-        beta,
-        arm_config(arm, config, seed),
-        rm=rm,
-        loss_fn=loss_fn,
-        advantage_fn=advantage_fn,
-        evalset=evalset,
-        progress=progress,
-        desc=f"{arm} arm, seed {seed}",
-    )
+    run = trainers.get(spec.trainer).run
+    cfg = arm_config(arm, config, seed)
+    return run(spec, policy, rm, beta, cfg, evalset, loss_fn, advantage_fn, progress, f"{arm} arm, seed {seed}")
 
 
 def _log_of(job, policy, rm, config, evalset, progress, loss_fn, advantage_fn) -> dict:
@@ -171,8 +138,6 @@ def run_arms(
     ``evalset``, ``loss_fn`` and ``advantage_fn``; the runs made by ``workers`` worker
     processes (None: one per core; 1: here, one after another), with the same logs for any
     number (:func:`minirlhf.parallel.map_runs`).
-
-    Defined in chapter 5.
     """
     return parallel.map_runs(
         partial(
@@ -227,12 +192,16 @@ LOGGED = (
 )
 
 
+def _config_of(arm: str, cfg: PPOConfig, dpo_cfg: DPOConfig):
+    # The config an arm of the experiment starts from: its trainer's, of the two given.
+    return next(c for c in (cfg, dpo_cfg) if isinstance(c, trainers.get(REGISTRY[arm].trainer).config))
+
+
 def _run_one(job, policy, rm, beta, cfg, dpo_cfg, evalset, progress):
     # One run of the experiment, in this process or a worker: its kept log and its wall time.
     seed, arm = job
     began = time.perf_counter()
-    arm_cfg = dpo_cfg if REGISTRY[arm].trainer == "dpo" else cfg
-    _, log = run_arm(arm, policy, rm, seed, beta[arm], arm_cfg, evalset, progress=progress)
+    _, log = run_arm(arm, policy, rm, seed, beta[arm], _config_of(arm, cfg, dpo_cfg), evalset, progress=progress)
     return {key: log[key] for key in LOGGED if key in log}, time.perf_counter() - began
 
 
@@ -264,8 +233,6 @@ def run_experiment(
     (:func:`minirlhf.parallel.map_runs`). With ``keep_on_interrupt``, Ctrl-C returns the
     results of the seeds whose every run had finished (``settings["seeds"]`` lists them)
     instead of raising, unless none had.
-
-    Defined in chapter 5.
     """
     seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     if not seeds:
@@ -283,15 +250,16 @@ def run_experiment(
         if not (b >= 0 and math.isfinite(b)):
             raise ValueError(f"{name} must be a finite number >= 0, got {b}")
     for arm in arms:
-        if REGISTRY[arm].trainer == "dpo" and not beta[arm] > 0:
-            raise ValueError(f"the beta of the DPO arm {arm} must be > 0, got {beta[arm]}")
+        trainer = trainers.get(REGISTRY[arm].trainer)
+        if trainer.beta_zero and not beta[arm] > 0:
+            raise ValueError(f"the beta of the {trainer.name.upper()} arm {arm} must be > 0, got {beta[arm]}")
     dpo_cfg = dpo_config or DPOConfig()
     start = time.perf_counter()
     policy, sft_metrics = load_sft(progress=progress)
     rm, rm_metrics = load_rm(progress=progress)
     cfg = replace(config or PPOConfig(), iterations=iterations)
     for arm in arms:  # an arm's settings that do not fit the config fail now, not later
-        arm_config(arm, dpo_cfg if REGISTRY[arm].trainer == "dpo" else cfg)
+        arm_config(arm, _config_of(arm, cfg, dpo_cfg))
     evalset = EvalSet()
     rm_landmarks = _rm_landmarks(rm, evalset)
     jobs = [(seed, arm) for seed in seeds for arm in arms]  # seed by seed: seeds finish in turn
@@ -322,7 +290,7 @@ def run_experiment(
     changed = {arm: REGISTRY[arm].settings for arm in arms if REGISTRY[arm].settings}
     if changed:  # only when an arm sets its own settings: chapter 5's layout is unchanged
         settings["arm_settings"] = changed
-    if any(REGISTRY[arm].trainer == "dpo" for arm in arms):  # likewise, only with a DPO arm
+    if any(isinstance(_config_of(arm, cfg, dpo_cfg), DPOConfig) for arm in arms):  # likewise, with a DPO arm
         settings["dpo"] = asdict(dpo_cfg)
     return {
         "settings": settings,
@@ -387,10 +355,7 @@ def summarize(results: dict) -> dict:
 
 
 def format_table(results: dict) -> str:
-    """Return the results table (ours, mean ± 95% half-width over seeds, beside the original run's end).
-
-    Defined in chapter 5.
-    """
+    """Return the results table (ours, mean ± 95% half-width over seeds, beside the original run's end)."""
     s = summarize(results)
     arms = list(results["arms"])
     w = max(9, *(len(arm) for arm in arms))  # 9, as always, for chapter 5's arms
@@ -438,8 +403,6 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     ``rm_score``, ``kl`` (index 0 = before training) and the batch metrics (with
     ``frac_reward_zero_std`` for arms that sample groups), ``summary``, ``run_seconds[arm][seed]``
     (each run's wall time) and ``wall_seconds``.
-
-    Defined in chapter 5.
     """
     import matplotlib.pyplot as plt
 
@@ -457,9 +420,3 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     paths.write_atomic(out / "results.json", json.dumps(payload, indent=1))
     written.append(out / "results.json")
     return written
-
-
-if __name__ == "__main__":  # the command line lives in minirlhf/commands/experiment.py
-    from .commands.experiment import main
-
-    sys.exit(main())

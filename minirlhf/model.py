@@ -157,10 +157,7 @@ def n_params(model: nn.Module) -> int:
 
 
 def dtype_of(model: nn.Module) -> torch.dtype:
-    """Return the dtype of ``model``'s weights: every float tensor made for it follows it.
-
-    Defined in chapter 3.
-    """
+    """Return the dtype of ``model``'s weights: every float tensor made for it follows it."""
     return next(model.parameters()).dtype
 
 
@@ -236,29 +233,20 @@ def generate(
 
 
 def completion_logits(model: TinyGPT, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """Return the logits (B, 4, 13) that predicted each completion token, in one forward pass.
-
-    Defined in chapter 3.
-    """
+    """Return the logits (B, 4, 13) that predicted each completion token, in one forward pass."""
     _check_prompts(prompts)
     x = torch.cat([prompts, completions], dim=1)[:, :-1]  # (B, 9): the last token predicts nothing
     return model(x)[:, PROMPT_LEN - 1 :, :]  # (B, 4, 13): positions 5..8 predict tokens 6..9
 
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Return log p(token) under softmax(logits / temperature), shape of ``tokens``.
-
-    Defined in chapter 3.
-    """
+    """Return log p(token) under softmax(logits / temperature), shape of ``tokens``."""
     logp = F.log_softmax(logits / temperature, dim=-1)
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Return the entropy (nats) of softmax(logits / temperature) at each position.
-
-    Defined in chapter 3.
-    """
+    """Return the entropy (nats) of softmax(logits / temperature) at each position."""
     logp = F.log_softmax(logits / temperature, dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
@@ -276,10 +264,7 @@ def completion_logprobs(
 
 
 def exact_kl(logits_p: torch.Tensor, logits_q: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Return KL(p || q) in nats at each position, summed over the whole vocabulary.
-
-    Defined in chapter 3.
-    """
+    """Return KL(p || q) in nats at each position, summed over the whole vocabulary."""
     logp = F.log_softmax(logits_p / temperature, dim=-1)
     logq = F.log_softmax(logits_q / temperature, dim=-1)
     return (logp.exp() * (logp - logq)).sum(-1)
@@ -292,18 +277,13 @@ def score_positions(completions: torch.Tensor) -> torch.Tensor:
     """Return, per completion, the index in the full sequence where the RM is read (B,).
 
     That is the first `;` of the completion, or its last token when it has none.
-
-    Defined in chapter 3.
     """
     n_tokens = completion_mask(completions).sum(1).long()  # (B,) tokens up to the first `;`
     return PROMPT_LEN + n_tokens - 1
 
 
 def reward_scores(rm: TinyGPT, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """Return the reward model's scalar score (B,) for each prompt + completion.
-
-    Defined in chapter 3.
-    """
+    """Return the reward model's scalar score (B,) for each prompt + completion."""
     if not rm.scalar_head:
         raise ValueError("rm must be built with scalar_head=True")
     _check_prompts(prompts)

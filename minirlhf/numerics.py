@@ -14,16 +14,16 @@ models trained here rather than read from disk), and :func:`compare_kernel_sets`
 under each kernel set, each in its own process, and lists every metric whose printed digits
 differ::
 
-    python -m minirlhf.numerics                  # float64: every metric agrees
-    python -m minirlhf.numerics --dtype float32  # float32: many do not
+    python -m minirlhf.commands.numerics                  # float64: every metric agrees
+    python -m minirlhf.commands.numerics --dtype float32  # float32: many do not
 
-It exits with status 0 when every metric agrees and 1 otherwise; ``make test`` runs it for
-both dtypes (``tests/test_numerics.py``).
+The command (:mod:`minirlhf.commands.numerics`) exits with status 0 when every metric agrees
+and 1 otherwise; ``make test`` compares the kernel sets for both dtypes
+(``tests/test_numerics.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-__all__ = ["OTHER_KERNELS", "DIGITS", "core_metrics", "run_under", "differences", "compare_kernel_sets", "main"]
+__all__ = ["OTHER_KERNELS", "DIGITS", "core_metrics", "run_under", "differences", "compare_kernel_sets", "printed"]
 
 # torch's portable kernels and the BLAS's conservative path: another "CPU" on this one.
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
@@ -95,7 +95,8 @@ def run_under(env: dict, dtype: str = "float64", iterations: int = 25, arms=ARMS
     return json.loads(done.stdout)
 
 
-def _printed(x: float) -> str:
+def printed(x: float) -> str:
+    """Return ``x`` as the comparison prints it: :data:`DIGITS` decimals, or ``nan``."""
     return "nan" if math.isnan(x) else f"{x:.{DIGITS}f}"
 
 
@@ -107,7 +108,7 @@ def differences(a: dict, b: dict) -> list[tuple[str, float, float]]:
     return [
         (n, a.get(n, nan), b.get(n, nan))
         for n in names
-        if _printed(a.get(n, nan)) != _printed(b.get(n, nan)) or (n in a) != (n in b)
+        if printed(a.get(n, nan)) != printed(b.get(n, nan)) or (n in a) != (n in b)
     ]
 
 
@@ -133,28 +134,3 @@ def compare_kernel_sets(dtype: str = "float64", iterations: int = 25, arms=ARMS)
         "max_diff_at": where,
         "seconds": time.perf_counter() - start,
     }
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minirlhf.numerics", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
-    parser.add_argument("--iterations", type=int, default=25, help="PPO and GRPO iterations (default 25)")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="arms run for seed 0")
-    args = parser.parse_args(argv)
-    result = compare_kernel_sets(args.dtype, args.iterations, args.arms)
-    differ = result["differ"]
-    print(
-        f"{args.dtype}: {result['n_metrics']} metrics, {len(differ)} differ at {DIGITS} decimals between the "
-        f"default kernels and {' '.join(f'{k}={v}' for k, v in OTHER_KERNELS.items())}; the largest "
-        f"difference, relative to max(1, |value|), {result['max_diff']:.1e} ({result['max_diff_at']}); "
-        f"{result['seconds']:.0f} s"
-    )
-    for name, a, b in differ[:10]:
-        print(f"  {name}: {_printed(a)} against {_printed(b)}")
-    if len(differ) > 10:
-        print(f"  ... and {len(differ) - 10} more")
-    return 0 if not differ else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

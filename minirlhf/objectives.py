@@ -44,10 +44,7 @@ def _as_number(value, name: str) -> float:
 
 
 def as_logps(values, name: str) -> np.ndarray:
-    """Return ``values`` as a 1-D float array of finite numbers, or raise naming ``name``.
-
-    Defined in chapter 1.
-    """
+    """Return ``values`` as a 1-D float array of finite numbers, or raise naming ``name``."""
     if values is None:
         raise ValueError(f"{name} is None: expected a sequence of numbers (a list, an array or a tensor)")
     if isinstance(values, (str, bytes)):
@@ -91,10 +88,7 @@ def _check_same_length(**arrays: np.ndarray) -> None:
 
 
 def round2(x) -> float:
-    """Return ``x`` as a Python float rounded to 2 decimals, with -0.0 written as 0.0.
-
-    Defined in chapter 1.
-    """
+    """Return ``x`` as a Python float rounded to 2 decimals, with -0.0 written as 0.0."""
     return round(float(x), 2) + 0.0
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "folder_problem",
     "file_problem",
     "kind_of",
+    "open_regular",
     "NotRegularFile",
     "FolderInUse",
     "output_lock",
@@ -76,6 +77,28 @@ def kind_of(path: Path) -> str:
         if test(mode):
             return words
     return "not a regular file"
+
+
+def open_regular(path: Path):
+    """Return a binary file object for ``path`` if it is a regular file; None if nothing is
+    there; raise IsADirectoryError (a folder) or OSError (anything else). Opened without
+    blocking, so a named pipe at the path is refused, not waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:  # a file where a folder of the path should be
+        return None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise IsADirectoryError(path) if stat.S_ISDIR(mode) else OSError(f"{path} is not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def folder_problem(folder: Path, files=()) -> str:

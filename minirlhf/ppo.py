@@ -1,14 +1,18 @@
 """PPO for RLHF on the arithmetic task: one function, ``ppo_train``, for every arm of the book.
 
-Defined in chapter 5 (``ppo_train``, ``ppo_token_loss``), chapter 7 (``adaptive_kl_update``,
-``gae``) and chapter 8 (GRPO: ``group_advantages``, ``grpo_token_loss`` and the variants
-``group_centred_advantages`` and ``rloo_advantages``).
+Defined in chapter 5 (``ppo_train`` and its stages) and chapter 7 (``adaptive_kl_update``,
+``gae``). The pieces that vary live in two tables, one module per entry: the advantage
+estimators (:mod:`minirlhf.estimators`: chapter 5's ``kl_shaped_advantages`` in ``batch``,
+chapter 8's ``group_advantages`` in ``group``, ...) and the places of the leash
+(:mod:`minirlhf.leashes`: chapter 5's ``ppo_token_loss`` in ``reward``, chapter 8's
+``grpo_token_loss`` and ``k3_loss_term`` in ``loss``). The measurement after each iteration is
+:func:`minirlhf.evaluation.evaluate`.
 
 Chapter 5's arms differ in one argument, ``reward_fn``: the reward model's score, or the
 verifier. GRPO (Shao et al. 2024) differs from them in three settings of :class:`PPOConfig`
 and nothing else: ``group_size`` (G completions of each prompt), ``advantages="group"``
-(:func:`group_advantages`) and ``kl_placement="loss"`` (:func:`grpo_token_loss`: the clipped
-surrogate plus ``beta`` times :func:`k3_loss_term`).
+(``group_advantages``) and ``kl_placement="loss"`` (``grpo_token_loss``: the clipped
+surrogate plus ``beta`` times ``k3_loss_term``).
 One iteration of chapter 5's recipe does what every RLHF trainer does, at toy scale:
 
 1. rollout: sample a completion for each of 64 training prompts at temperature 0.7 (with
@@ -36,14 +40,14 @@ temperature 0.7, as TRL does (it divides the logits by the temperature).
 
 GRPO here against TRL's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py`` and
 ``grpo_config.py``, commit f2cd577): the group advantages and the logged
-``frac_reward_zero_std`` follow it (:func:`group_advantages`). Its ``per_token_kl`` is the same
+``frac_reward_zero_std`` follow it (``group_advantages``). Its ``per_token_kl`` is the same
 k3 with the same sign, added as ``beta * per_token_kl`` to each token's loss, with
 ``use_bias_correction_kl`` off, the default at that commit. Release 1.12.0 turns that flag on by
 default (``grpo_config.py``, lines 357-363 and 965-973): k3 is then multiplied by the ratio
 new/old (``grpo_trainer.py``, lines 3193-3194), the correction of the DeepSeek-V3.2 report, and
 its gradient becomes that of the reverse KL, KL(pi || ref). k3 differentiated as it is, here
 and in TRL with the flag off, follows the gradient of the forward KL, KL(ref || pi);
-``minirlhf.trl_run`` sets the flag off to compare like for like. The loss here is averaged over
+``minirlhf.trl`` sets the flag off to compare like for like. The loss here is averaged over
 every kept token of the batch, as TRL's default ``loss_type="dapo"`` (and ``"bnpo"``) on one
 process, not per completion first as in the paper's equation (TRL's ``"grpo"``). Differences
 kept from chapter 5's recipe: two gradient steps per batch (TRL's ``num_iterations`` defaults to
@@ -59,19 +63,21 @@ Each stage is a short public function that ``ppo_train`` calls in turn and chapt
 from __future__ import annotations
 
 import copy
+import inspect
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
 import torch
 
-from . import estimators, task
+from . import estimators, leashes, task
+from .estimators._groups import same_groups
+from .evaluation import EvalSet, evaluate
 from .model import (
     TinyGPT,
     completion_logits,
     completion_mask,
     entropy_from_logits,
-    exact_kl,
     generate,
     logprobs_from_logits,
     make_generator,
@@ -81,27 +87,15 @@ from .progress import progress_bar
 
 __all__ = [
     "PPOConfig",
-    "KL_PLACEMENTS",
-    "ppo_token_loss",
-    "standardized_scores",
-    "kl_shaped_advantages",
-    "k3_loss_term",
-    "grpo_token_loss",
-    "Leash",
-    "LEASHES",
+    "check_token_shapes",
     "adaptive_kl_update",
     "gae",
-    "group_advantages",
-    "group_centred_advantages",
-    "rloo_advantages",
-    "same_groups",
-    "GROUP_METRICS",
     "rm_reward",
     "verifier_reward",
-    "evaluate",
-    "EvalSet",
     "ppo_train",
+    "check_replacements",
     "TRAIN_METRICS",
+    "GROUP_METRICS",
     "Rollout",
     "rollout",
     "score_and_advantages",
@@ -168,30 +162,24 @@ class PPOConfig:
     """Seeds the prompts and the sampling of this run (the starting policy is given). TRL:
     the trainer's ``seed``."""
     kl_placement: str = "reward"
-    """Where the leash acts. ``"reward"``: ``-beta * kl_t`` is a per-token reward and reaches
-    the advantages through the returns (InstructGPT; TRL's PPO trainer). ``"loss"``: the
-    advantages come from the score alone (the same baseline) and ``beta * mean_t k3_t``,
-    computed from the current policy, is added to the loss (GRPO; TRL's ``GRPOTrainer`` with
-    ``beta > 0``). Never both."""
+    """Where the leash acts, a name of the table :mod:`minirlhf.leashes` (one module each).
+    ``"reward"``: ``-beta * kl_t`` is a per-token reward and reaches the advantages through
+    the returns (InstructGPT; TRL's PPO trainer). ``"loss"``: the advantages come from the
+    score alone and ``beta * mean_t k3_t``, computed from the current policy, is added to the
+    loss (GRPO; TRL's ``GRPOTrainer`` with ``beta > 0``). Never both."""
     group_size: int = 1
     """Completions sampled per prompt, G, side by side in the batch; ``batch_size`` must be a
     multiple of it. 1 is chapter 5's recipe. TRL: ``GRPOConfig.num_generations`` (8 by
     default); TRL's PPO trainer samples one completion per prompt."""
     advantages: str = "batch"
-    """The advantage estimator, a name of :data:`minirlhf.estimators.ESTIMATORS`, which says
-    what each needs. ``"batch"``: the score standardized over the batch, then
-    :func:`kl_shaped_advantages` (chapter 5). The group estimators of chapter 8 score each
-    completion against its own group of ``group_size`` (they need ``group_size >= 2`` and
-    ``kl_placement="loss"``: they put no leash in the advantages): ``"group"``, GRPO's
-    :func:`group_advantages` (TRL: ``GRPOTrainer`` with ``scale_rewards="group"``);
-    ``"group-centred"``, the same without dividing by the group's std,
-    :func:`group_centred_advantages` (Liu et al. 2025; TRL: ``scale_rewards="none"``);
-    ``"rloo"``, the leave-one-out baseline, :func:`rloo_advantages` (Ahmadian et al. 2024).
-    No counterpart in TRL's PPO trainer."""
+    """The advantage estimator, a name of the table :mod:`minirlhf.estimators` (one module
+    each), which says what each needs and its TRL counterpart. ``"batch"``: the score
+    standardized over the batch with the leash inside (chapter 5); the group estimators of
+    chapter 8 score each completion against its own group of ``group_size`` (they need
+    ``group_size >= 2`` and the leash in the loss). No counterpart in TRL's PPO trainer."""
 
     def __post_init__(self):
-        if self.kl_placement not in KL_PLACEMENTS:
-            raise ValueError(f"kl_placement must be one of {KL_PLACEMENTS}, got {self.kl_placement!r}")
+        leashes.get(self.kl_placement)  # a ValueError naming the choices
         estimator = estimators.get(self.advantages)
         if not (isinstance(self.group_size, int) and self.group_size >= 1):
             raise ValueError(f"group_size must be a whole number >= 1, got {self.group_size!r}")
@@ -203,28 +191,10 @@ class PPOConfig:
         estimator.check(self)
 
 
-KL_PLACEMENTS = ("reward", "loss")
-
-
 # ----------------------------------------------------------------------------- the pieces
 
 
-def standardized_scores(scores: torch.Tensor, clip: float = 3.0, eps: float = 1e-4) -> torch.Tensor:
-    """Return ``clip((s - mean) / (std + eps), -clip, clip)`` for a batch of scores (B,).
-
-    ``std`` is the population std (divide by B). With every score equal, all are 0.
-
-    Defined in chapter 5.
-    """
-    if scores.dim() != 1 or scores.numel() < 1:
-        raise ValueError(f"scores must be a non-empty 1-D tensor, got shape {tuple(scores.shape)}")
-    if clip <= 0 or eps <= 0:
-        raise ValueError(f"clip and eps must be > 0, got clip={clip}, eps={eps}")
-    z = (scores - scores.mean()) / (scores.std(unbiased=False) + eps)
-    return z.clamp(-clip, clip)
-
-
-def _check_token_shapes(mask: torch.Tensor, scores: torch.Tensor | None = None, **tensors) -> None:
+def check_token_shapes(mask: torch.Tensor, scores: torch.Tensor | None = None, **tensors) -> None:
     if mask.dim() != 2:
         raise ValueError(f"mask must be (B, T), got shape {tuple(mask.shape)}")
     for name, x in tensors.items():
@@ -232,224 +202,6 @@ def _check_token_shapes(mask: torch.Tensor, scores: torch.Tensor | None = None, 
             raise ValueError(f"{name} must have the mask's shape {tuple(mask.shape)}, got {tuple(x.shape)}")
     if scores is not None and tuple(scores.shape) != (mask.shape[0],):
         raise ValueError(f"scores must be (B,) = ({mask.shape[0]},), one per row of mask; got {tuple(scores.shape)}")
-
-
-def kl_shaped_advantages(
-    scores: torch.Tensor,
-    old_logp: torch.Tensor,
-    ref_logp: torch.Tensor,
-    mask: torch.Tensor,
-    beta: float,
-    kl_clamp: float = 10.0,
-) -> torch.Tensor:
-    """Return the advantages (B, T) of the leash in the reward, with a batch baseline.
-
-    scores: (B,), one (standardized) score per completion; old_logp, ref_logp, mask: (B, T),
-    the mask 1 on each completion's tokens (a prefix of the row, at least one token).
-
-    1. per-token reward ``r_t = -beta * kl_t`` on kept tokens, with
-       ``kl_t = clamp(old_logp_t - ref_logp_t, -kl_clamp, kl_clamp)``, plus the score at the
-       completion's last kept token;
-    2. return-to-go ``G_t = r_t + r_{t+1} + ...`` (no discount);
-    3. ``A_t = G_t - b_t``, where ``b_t`` is the mean of ``G_t`` over the rows that keep
-       position t; 0 on the tokens the mask drops.
-
-    Defined in chapter 5.
-    """
-    _check_token_shapes(mask, scores, old_logp=old_logp, ref_logp=ref_logp)
-    mask = mask.to(old_logp.dtype)
-    kl = (old_logp - ref_logp).clamp(-kl_clamp, kl_clamp)  # (B, T), fixed at rollout
-    rewards = -beta * kl * mask  # (B, T): the leash, token by token
-    last = (mask.sum(1).long() - 1).clamp(min=0)  # (B,): each completion's last token
-    rewards = rewards + torch.nn.functional.one_hot(last, mask.shape[1]).to(rewards.dtype) * scores[:, None]
-    returns = rewards.flip(1).cumsum(1).flip(1) * mask  # (B, T): G_t, the reward from t on
-    kept = mask.sum(0)  # (T,): how many completions reach each position
-    baseline = returns.sum(0) / kept.clamp(min=1)  # (T,)
-    return (returns - baseline) * mask
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
-    """Return GRPO's advantages (B,): each reward against the other rewards of its group.
-
-    rewards: (B,), the ``group_size`` (G) completions of each prompt side by side: rows 0 to
-    G - 1 answer the first prompt, rows G to 2G - 1 the second, and so on.
-    ``A_i = (r_i - mean_group) / (std_group + eps)`` (Shao et al. 2024, outcome supervision).
-    A group whose rewards are all equal gets exactly 0 for each completion (never NaN): it
-    carries no signal. The caller copies ``A_i`` to every completion token (0 on padding).
-
-    ``std_group`` is the sample std (divide by G - 1), as TRL's ``GRPOTrainer`` computes it
-    (``trl/trainer/grpo_trainer.py``, ``scale_rewards="group"``: ``nanstd`` of
-    ``trl/trainer/utils.py`` applies Bessel's correction), with the same ``eps`` = 1e-4. The
-    paper writes ``std`` without saying which; at G = 8 the sample std is sqrt(8 / 7), about
-    1.07 times the population std, so the advantages are that much smaller. Chapter 5's
-    :func:`standardized_scores` uses the population std of the batch.
-
-    Defined in chapter 8 (exercise 8.1).
-    """
-    _check_groups(rewards, group_size, eps)
-    grouped = rewards.view(-1, group_size)  # (B / G, G): one row per prompt
-    mean = grouped.mean(1, keepdim=True)
-    std = grouped.std(1, keepdim=True)  # sample std, as TRL
-    same = same_groups(rewards, group_size)  # all equal: no signal
-    adv = torch.where(same, torch.zeros_like(grouped), (grouped - mean) / (std + eps))
-    return adv.reshape(-1)
-
-
-def _check_groups(rewards: torch.Tensor, group_size: int, eps: float) -> None:
-    """Raise ValueError unless ``rewards`` (B,) holds finite rewards in groups of ``group_size``
-    >= 2 side by side, and ``eps`` > 0: what every group estimator needs of its inputs."""
-    if rewards.dim() != 1 or rewards.numel() < 1:
-        raise ValueError(f"rewards must be a non-empty 1-D tensor, got shape {tuple(rewards.shape)}")
-    if not torch.isfinite(rewards).all():
-        raise ValueError("rewards must be finite numbers (no NaN or inf)")
-    if not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(
-            f"group_size must be a whole number >= 2 (a group of one has no baseline but itself), got {group_size!r}"
-        )
-    if rewards.numel() % group_size:
-        raise ValueError(
-            f"group_size ({group_size}) must divide the number of rewards "
-            f"({rewards.numel()}): G completions of each prompt, side by side"
-        )
-    if eps <= 0:
-        raise ValueError(f"eps must be > 0, got {eps}")
-
-
-def same_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Return (B / G, 1) booleans: True for each group of ``group_size`` side-by-side rewards
-    that are all equal, a group that carries no signal (every group estimator gives it 0).
-
-    Defined in chapter 8.
-    """
-    grouped = rewards.view(-1, group_size)  # (B / G, G)
-    return (grouped == grouped[:, :1]).all(1, keepdim=True)
-
-
-def group_centred_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
-    """Return ``r_i - mean_group`` (B,): :func:`group_advantages` without dividing by the
-    group's std, so that a group of nearly equal rewards is not scaled up. That is one of the
-    two changes of Liu et al. 2025 ("Dr. GRPO"); the other replaces each completion's
-    division by its own length with a constant (TRL's ``loss_type="dr_grpo"``), where this
-    book's loss keeps DAPO's batch token mean. ``eps`` is unused (the signature of the other
-    group estimators). A group of equal rewards gets exactly 0. TRL: ``GRPOTrainer`` with
-    ``scale_rewards="none"`` (``trl/trainer/grpo_trainer.py``).
-
-    Defined in chapter 8.
-    """
-    _check_groups(rewards, group_size, eps)
-    grouped = rewards.view(-1, group_size)  # (B / G, G)
-    same = same_groups(rewards, group_size)
-    adv = torch.where(same, torch.zeros_like(grouped), grouped - grouped.mean(1, keepdim=True))
-    return adv.reshape(-1)
-
-
-def rloo_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
-    """Return ``r_i - mean of the other G - 1 rewards of the group`` (B,): the leave-one-out
-    baseline of RLOO (Kool et al. 2019; Ahmadian et al. 2024), which does not use the
-    completion's own reward in its baseline. It equals ``G / (G - 1)`` times
-    :func:`group_centred_advantages`. ``eps`` is unused. TRL's ``RLOOTrainer`` computes the
-    same baseline (``trl/trainer/rloo_trainer.py``) but differs elsewhere: a ratio per
-    completion, the KL in the reward.
-
-    Defined in chapter 8.
-    """
-    _check_groups(rewards, group_size, eps)
-    grouped = rewards.view(-1, group_size)  # (B / G, G)
-    others = (grouped.sum(1, keepdim=True) - grouped) / (group_size - 1)
-    same = same_groups(rewards, group_size)
-    adv = torch.where(same, torch.zeros_like(grouped), grouped - others)
-    return adv.reshape(-1)
-
-
-def ppo_token_loss(
-    new_logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    epsilon: float = 0.2,
-) -> torch.Tensor:
-    """Return the clipped-surrogate loss (a scalar tensor to minimise): minus the mean over
-    masked tokens of ``min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)``.
-
-    new_logp, old_logp, advantages, mask: (B, T); ``ratio = exp(new_logp - old_logp)``.
-    The leash is already inside the advantages (:func:`kl_shaped_advantages`).
-
-    Defined in chapter 5.
-    """
-    ratio = torch.exp(new_logp - old_logp)  # (B, T)
-    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - epsilon, 1 + epsilon) * advantages)
-    return -(surrogate * mask).sum() / mask.sum()
-
-
-def k3_loss_term(
-    new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, kl_clamp: float = 10.0
-) -> torch.Tensor:
-    """Return the mean over masked tokens of ``k3 = exp(d) - d - 1`` with
-    ``d = clamp(ref_logp - new_logp, -kl_clamp, kl_clamp)``: GRPO's leash as a loss term (to
-    be multiplied by beta), with its gradient through ``new_logp``. On-policy its expected
-    gradient is that of the forward KL, ``KL(ref || policy)``, although GRPO's paper writes
-    the penalty as the reverse ``KL(policy || ref)``; TRL 1.12's default
-    ``use_bias_correction_kl=True`` multiplies k3 by the ratio, which gives the reverse KL's
-    gradient.
-
-    Defined in chapter 5 (the leash in the loss); part of chapter 8's :func:`grpo_token_loss`.
-    """
-    d = (ref_logp - new_logp).clamp(-kl_clamp, kl_clamp)
-    return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
-
-
-def grpo_token_loss(
-    new_logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    ref_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    epsilon: float = 0.2,
-    beta: float = 0.04,
-    kl_clamp: float = 10.0,
-) -> torch.Tensor:
-    """Return GRPO's loss (a scalar tensor to minimise): the clipped surrogate of
-    :func:`ppo_token_loss` plus ``beta`` times the mean k3 of :func:`k3_loss_term`, both
-    averaged over every token the mask keeps.
-
-    new_logp, old_logp, ref_logp, advantages, mask: (B, T); each completion's group advantage
-    is copied to its kept tokens. Shao et al. 2024 average each completion's tokens first and
-    then the completions; this averages all kept tokens at once, as TRL's ``GRPOTrainer``
-    does with its default ``loss_type="dapo"`` (``trl/trainer/grpo_trainer.py``).
-
-    Defined in chapter 8 (exercise 8.2).
-    """
-    return ppo_token_loss(new_logp, old_logp, advantages, mask, epsilon) + beta * k3_loss_term(
-        new_logp, ref_logp, mask, kl_clamp
-    )
-
-
-@dataclass(frozen=True)
-class Leash:
-    """Where the KL leash acts (``PPOConfig.kl_placement``), and so which loss the update
-    minimises: ``fn``, the function ``ppo_train``'s ``loss_fn`` replaces with the same
-    signature, and ``loss(fn, new_logp, batch, adv, beta, cfg)``, how the update calls it."""
-
-    fn_name: str  # the loss's name in this module, looked up at each call (chapter 10 plants copies)
-    loss: Callable
-
-    @property
-    def fn(self) -> Callable:
-        return globals()[self.fn_name]
-
-
-def _surrogate(fn, new_logp, batch, adv, beta, cfg):
-    # the leash in the reward: it is inside the advantages already
-    return fn(new_logp, batch.old_logp, adv, batch.mask, cfg.epsilon)
-
-
-def _surrogate_and_k3(fn, new_logp, batch, adv, beta, cfg):
-    # the leash in the loss: the surrogate plus beta times k3, from the current policy
-    return fn(new_logp, batch.old_logp, batch.ref_logp, adv, batch.mask, cfg.epsilon, beta, cfg.kl_clamp)
-
-
-LEASHES = {"reward": Leash("ppo_token_loss", _surrogate), "loss": Leash("grpo_token_loss", _surrogate_and_k3)}
-"""The places of :attr:`PPOConfig.kl_placement`, by name."""
 
 
 def adaptive_kl_update(beta: float, kl: float, target: float, n_steps: int, horizon: int) -> float:
@@ -531,77 +283,32 @@ def rm_reward(rm: TinyGPT) -> Callable:
     return reward
 
 
-# ----------------------------------------------------------------------------- evaluation
-
-
-class EvalSet:
-    """The 400 fixed eval prompts, encoded once, with the reference's answers cached lazily.
-
-    Defined in chapter 5.
-    """
-
-    def __init__(self, pairs: torch.Tensor | None = None):
-        self.pairs = task.eval_pairs() if pairs is None else pairs  # (N, 2)
-        self.prompts = task.encode_prompts(self.pairs)  # (N, 6)
-
-
-def _frozen_outputs(reference, rm, prompts, completions, cache: dict | None):
-    # The reference and the RM never change during a run, and from one iteration to the next
-    # only a few greedy answers do: recompute their outputs for the changed rows only.
-    if cache is None or "completions" not in cache:
-        ref_logits = completion_logits(reference, prompts, completions)
-        scores = reward_scores(rm, prompts, completions) if rm is not None else None
-    else:
-        ref_logits, scores = cache["ref_logits"].clone(), cache["scores"]
-        changed = (completions != cache["completions"]).any(1)  # (N,)
-        if changed.any():
-            ref_logits[changed] = completion_logits(reference, prompts[changed], completions[changed])
-            if scores is not None:
-                scores = scores.clone()
-                scores[changed] = reward_scores(rm, prompts[changed], completions[changed])
-    if cache is not None:
-        cache.update(completions=completions, ref_logits=ref_logits, scores=scores)
-    return ref_logits, scores
-
-
-@torch.no_grad()
-def evaluate(
-    policy: TinyGPT,
-    reference: TinyGPT,
-    rm: TinyGPT | None,
-    evalset: EvalSet | None = None,
-    temperature: float = 0.7,
-    cache: dict | None = None,
-) -> dict:
-    """Return the greedy answers' numbers on the eval set (default: the 400 eval prompts).
-
-    ``{'accuracy', 'rm_score' (NaN without rm), 'kl', 'kinds': {kind: fraction}}``. ``kl`` is
-    the exact KL(policy || reference) at ``temperature``, summed over the vocabulary at each
-    completion position of the greedy answer, averaged over those tokens: per token, and
-    deterministic (no sampling noise). ``cache`` (a dict kept across calls with the same
-    reference and rm) saves recomputing their outputs for answers that did not change.
-
-    Defined in chapter 5.
-    """
-    evalset = evalset or EvalSet()
-    completions, logits = generate(policy, evalset.prompts, greedy=True, return_logits=True)  # (N, 4), (N, 4, 13)
-    mask = completion_mask(completions)  # (N, 4)
-    ref_logits, scores = _frozen_outputs(reference, rm, evalset.prompts, completions, cache)
-    # The exact KL is never negative; where policy and reference agree (the start of every run)
-    # rounding leaves about 1e-18 of either sign, and the sign depends on the CPU's kernels.
-    kl = (exact_kl(logits, ref_logits, temperature).clamp(min=0) * mask).sum() / mask.sum()
-    correct = task.batch_verify(evalset.pairs, completions)
-    kinds = task.batch_kinds(evalset.pairs, completions)
-    n = len(kinds)
-    return {
-        "accuracy": correct.double().mean().item(),
-        "rm_score": scores.double().mean().item() if scores is not None else float("nan"),
-        "kl": kl.item(),
-        "kinds": {k: sum(x == k for x in kinds) / n for k in task.KINDS},
-    }
-
-
 # ----------------------------------------------------------------------------- training
+
+
+def check_replacements(cfg: PPOConfig, advantage_fn=None, loss_fn=None) -> None:
+    """Raise ValueError, in one line, when ``advantage_fn`` or ``loss_fn`` cannot be called the
+    way the run calls the function it replaces: with the arguments of the ``signature`` that the
+    estimator ``cfg.advantages`` or the leash ``cfg.kl_placement`` gives."""
+    for what, fn, entry in (
+        ("advantage_fn", advantage_fn, estimators.get(cfg.advantages)),
+        ("loss_fn", loss_fn, leashes.get(cfg.kl_placement)),
+    ):
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise ValueError(f"{what} must be a function, got {type(fn).__name__}")
+        try:
+            inspect.signature(fn).bind(*entry.signature)
+        except TypeError:
+            raise ValueError(
+                f"{what} must take ({', '.join(entry.signature)}), the arguments of {entry.fn.__name__}, "
+                f"which it replaces for {type(entry).__name__.lower()} {entry.name!r}; "
+                f"{getattr(fn, '__name__', 'it')} takes {inspect.signature(fn)}"
+            ) from None
+        except ValueError:
+            pass  # a builtin or C function whose signature Python cannot read: let the run tell
+
 
 TRAIN_METRICS = {
     "objective/scores": "mean reward of the batch, before normalisation",
@@ -683,23 +390,22 @@ def score_and_advantages(batch, reward_fn, beta, cfg,
     """Return (rewards (B,), advantages (B, 4)) of a :class:`Rollout`.
 
     One score per completion from ``reward_fn``; then the estimator
-    ``cfg.advantages`` of :data:`minirlhf.estimators.ESTIMATORS` makes
-    per-token advantages with its function, or with ``advantage_fn``,
-    which replaces it (same signature). Chapter 5's, ``"batch"``,
+    ``cfg.advantages`` (:mod:`minirlhf.estimators`) makes per-token
+    advantages with its function, or with ``advantage_fn``, which
+    replaces it (same signature). Chapter 5's, ``"batch"``,
     standardizes the scores over the batch and calls
-    :func:`kl_shaped_advantages`, with beta = 0 when the leash is in the
-    loss (``cfg.kl_placement == "loss"``); GRPO's, ``"group"`` (chapter
-    8), calls :func:`group_advantages` and copies each completion's
-    advantage to its kept tokens.
+    ``kl_shaped_advantages``, with beta = 0 when the leash is in the
+    loss; GRPO's, ``"group"`` (chapter 8), calls ``group_advantages``
+    and copies each completion's advantage to its kept tokens.
 
     Defined in chapter 5.
     """
     rewards = reward_fn(batch.pairs, batch.prompts, batch.completions)
     rewards = rewards.to(batch.old_logp.dtype)  # (B,), the policy's dtype
     estimator = estimators.get(cfg.advantages)
-    adv = estimator.advantages(advantage_fn or estimator.fn, batch,
-                               rewards, reward_fn, beta, cfg)  # (B, 4)
-    _check_token_shapes(batch.mask, advantages=adv)
+    adv = estimator.apply(advantage_fn or estimator.fn, batch,
+                          rewards, reward_fn, beta, cfg)  # (B, 4)
+    check_token_shapes(batch.mask, advantages=adv)
     return rewards, adv
 
 
@@ -708,14 +414,15 @@ def ppo_update(policy, opt, batch, adv, beta, cfg, loss_fn=None):
 
     Return the clip statistics, averaged over the steps (TRL's names):
     ``policy/clipfrac_avg``, ``policy/approxkl_avg``, ``loss/policy_avg``.
-    Where the leash acts (:data:`LEASHES`) decides the loss: the clipped
-    surrogate, :func:`ppo_token_loss`, when it is in the reward; GRPO's
-    :func:`grpo_token_loss`, which adds beta times k3, when it is in the
-    loss. ``loss_fn`` replaces that function (same signature).
+    Where the leash acts (``cfg.kl_placement``, :mod:`minirlhf.leashes`)
+    decides the loss: the clipped surrogate, ``ppo_token_loss``, when it
+    is in the reward; GRPO's ``grpo_token_loss``, which adds beta times
+    k3, when it is in the loss. ``loss_fn`` replaces that function
+    (same signature).
 
     Defined in chapter 5.
     """
-    leash = LEASHES[cfg.kl_placement]
+    leash = leashes.get(cfg.kl_placement)
     loss_fn = loss_fn or leash.fn
     eps, mask, old_logp = cfg.epsilon, batch.mask, batch.old_logp
     stats = {"clipfrac": [], "approxkl": [], "loss": []}
@@ -723,7 +430,7 @@ def ppo_update(policy, opt, batch, adv, beta, cfg, loss_fn=None):
         logits = completion_logits(policy, batch.prompts, batch.completions)
         new_logp = logprobs_from_logits(
             logits, batch.completions, cfg.temperature)  # (B, 4)
-        loss = leash.loss(loss_fn, new_logp, batch, adv, beta, cfg)
+        loss = leash.apply(loss_fn, new_logp, batch, adv, beta, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(),
@@ -797,12 +504,12 @@ def ppo_train(
     ``reward_fn(pairs, prompts, completions) -> (B,)`` scores completions:
     :func:`rm_reward` or :func:`verifier_reward`. ``rm`` (optional) only
     logs the RM's score of the greedy answers. ``advantage_fn`` replaces
-    the estimator's function (:func:`kl_shaped_advantages` in chapter 5,
-    :func:`group_advantages` when ``config.advantages == "group"``) and
-    ``loss_fn`` the leash's loss (:func:`ppo_token_loss`;
-    :func:`grpo_token_loss` with ``config.kl_placement == "loss"``), each
-    with the signature of what it replaces, so a learner's own functions
-    can drive the run.
+    the function of the estimator ``config.advantages`` and ``loss_fn``
+    the loss of the leash ``config.kl_placement``, each with the
+    ``signature`` its table gives (``kl_shaped_advantages`` and
+    ``ppo_token_loss`` in chapter 5; ``group_advantages`` and
+    ``grpo_token_loss`` for GRPO), so a learner's own functions can
+    drive the run.
     ``callback(iteration, log, policy)`` runs after each iteration (the
     policy in eval mode, to be read, not changed);
     ``desc`` labels the progress bar.
@@ -826,6 +533,7 @@ def ppo_train(
             or cfg.updates_per_batch < 1):
         raise ValueError("config needs iterations >= 0, batch_size >= 2, "
                          "updates_per_batch >= 1")
+    check_replacements(cfg, advantage_fn, loss_fn)
     evalset = evalset or EvalSet()
     policy = copy.deepcopy(policy).train().requires_grad_(True)
     reference.eval()  # read under no_grad only: it never changes

@@ -101,8 +101,6 @@ def train_reward_model(
     is copied from ``init`` (not changed), and only the scalar head starts at random, the same
     head as with ``init`` None for the same seed. That is how InstructGPT starts its RM, from
     a language model with its last layer replaced; chapter 9 compares the two starts.
-
-    Defined in chapter 4.
     """
     cfg = config or RMConfig()
     if cfg.steps < 1 or cfg.batch_size < 1:
@@ -181,8 +179,6 @@ def margin_by_offset(rm: TinyGPT, offsets, pairs: torch.Tensor | None = None) ->
 
     Prompts whose truth + offset would be negative or longer than 3 digits are left out of
     that offset's mean. A margin near 0 means the RM cannot tell that answer from the truth.
-
-    Defined in chapter 4.
     """
     pairs = task.eval_pairs() if pairs is None else pairs
     prompts, truth = task.encode_prompts(pairs), pairs.sum(1)
@@ -229,8 +225,6 @@ def margins_report(margins: dict) -> dict:
     r(correct) - r(wrong answer of that kind) per held-out pair: the share ranked right and
     the mean margin per kind, and the pair and near-miss accuracy. Chapter 9 reads DPO's
     implicit reward with it too.
-
-    Defined in chapter 4.
     """
     acc = {kind: (m > 0).double().mean().item() for kind, m in margins.items()}
     return {

@@ -20,8 +20,6 @@ import importlib
 import importlib.util
 import io
 import json
-import os
-import stat
 import time
 from dataclasses import asdict, is_dataclass
 from functools import partial
@@ -56,10 +54,7 @@ FORMAT = 1  # bump when the file layout changes what a stored setting means
 
 
 def models_dir() -> Path:
-    """Return the folder of trained models, ``OUTPUTS / "models"`` (created on first save).
-
-    Defined in chapter 3.
-    """
+    """Return the folder of trained models, ``OUTPUTS / "models"`` (created on first save)."""
     return paths.OUTPUTS / "models"
 
 
@@ -73,8 +68,13 @@ def _package_imports(module: ModuleType) -> set[str]:
     for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
         if isinstance(node, ast.ImportFrom) and node.level > 0:
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), module.__package__)
-            # `from .model import TinyGPT` names a module; `from . import task` names modules in it
-            found.update([base] if node.module else [f"{base}.{alias.name}" for alias in node.names])
+            # `from .model import TinyGPT` names a module; `from . import task` names modules in it,
+            # and `from . import Leash` a name of the package itself
+            if node.module:
+                found.add(base)
+            for alias in [] if node.module else node.names:
+                name = f"{base}.{alias.name}"
+                found.add(name if importlib.util.find_spec(name) is not None else base)
     return found
 
 
@@ -132,8 +132,6 @@ def code_fingerprint(*modules: ModuleType, skip=()) -> str:
 def settings_hash(settings) -> str:
     """Return a short hex digest of ``settings`` (a dataclass or dict), the code that trains
     the models and the file format.
-
-    Defined in chapter 3.
     """
     from . import reward_model, sft
 
@@ -144,10 +142,7 @@ def settings_hash(settings) -> str:
 
 
 def save_model(model: TinyGPT, path: Path, settings, metrics: dict | None = None) -> None:
-    """Write ``model`` with its settings and metrics to ``path``, atomically.
-
-    Defined in chapter 3.
-    """
+    """Write ``model`` with its settings and metrics to ``path``, atomically."""
     payload = {
         "format": FORMAT,
         "gpt_config": asdict(model.cfg),
@@ -162,39 +157,15 @@ def save_model(model: TinyGPT, path: Path, settings, metrics: dict | None = None
     paths.write_atomic(path, buf.getvalue())
 
 
-def _open_regular(path: Path):
-    """Return a binary file object for ``path`` if it is a regular file; None if nothing is
-    there; raise IsADirectoryError (a folder) or OSError (anything else). Opened without
-    blocking, so a named pipe at the path is refused, not waited on."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:  # a file where a folder of the path should be
-        return None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise IsADirectoryError(path) if stat.S_ISDIR(mode) else OSError(f"{path} is not a regular file")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def load_model(path: Path, settings) -> tuple[TinyGPT | None, dict, str]:
     """Return (model, metrics, status); status is 'ok', 'missing', 'stale', 'corrupt' or
     'not a file' (a folder, a named pipe, ... at the path).
 
     The model is None unless the status is 'ok'.
-
-    Defined in chapter 3.
     """
     path = Path(path)
     try:
-        file = _open_regular(path)
+        file = paths.open_regular(path)
     except OSError:  # a folder, a pipe, a device, or no permission: not a model file
         return None, {}, "not a file"
     if file is None:
@@ -232,8 +203,6 @@ def load_or_train(
     ``train()`` must return (model, metrics) for exactly ``settings``. When the file is
     missing, stale or corrupt, the model is trained and the file replaced; with ``progress``
     a status line says which. ``metrics`` gains ``train_seconds`` when training ran here.
-
-    Defined in chapter 3.
     """
     path = Path(directory or models_dir()) / f"{name}.pt"
     model, metrics, found = load_model(path, settings)

@@ -29,7 +29,6 @@ import torch
 
 __all__ = [
     "VOCAB",
-    "PAD",
     "SEMI",
     "PROMPT_LEN",
     "COMPLETION_LEN",
@@ -69,7 +68,7 @@ __all__ = [
 
 VOCAB = "0123456789+=;"
 STOI = {ch: i for i, ch in enumerate(VOCAB)}
-PAD = SEMI = STOI[";"]  # `;` ends an answer and also pads prompts on the left
+SEMI = STOI[";"]  # `;` ends an answer and also pads prompts on the left
 PROMPT_LEN = 6  # "99+99=" is the longest prompt
 COMPLETION_LEN = 4  # "198;" is the longest completion
 CONTEXT_LEN = PROMPT_LEN + COMPLETION_LEN
@@ -149,10 +148,7 @@ def encode_answers(numbers) -> torch.Tensor:
 
 
 def all_pairs() -> torch.Tensor:
-    """Return every (a, b) with 0 <= a, b <= 99, as a (10000, 2) long tensor.
-
-    Defined in chapter 3.
-    """
+    """Return every (a, b) with 0 <= a, b <= 99, as a (10000, 2) long tensor."""
     r = torch.arange(MAX_OPERAND + 1)
     return torch.cartesian_prod(r, r)
 
@@ -266,10 +262,7 @@ def batch_verify(pairs: torch.Tensor, completions: torch.Tensor) -> torch.Tensor
 
 
 def answer_offsets(pairs: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """Return answer - truth for each completion (N,) as floats, NaN where it is malformed.
-
-    Defined in chapter 3.
-    """
+    """Return answer - truth for each completion (N,) as floats, NaN where it is malformed."""
     answers = [parse_completion(t) for t in decode_completions(completions)]
     return torch.tensor([float("nan") if n is None else float(n - a - b) for n, (a, b) in zip(answers, pairs.tolist())])
 
@@ -288,8 +281,6 @@ def kind_transitions(before: list[str], after: list[str]) -> dict:
 
     ``before`` and ``after`` are the kinds of the same prompts' answers at two times (see
     :func:`batch_kinds`); each row sums to 1 (kinds that never occur before are left out).
-
-    Defined in chapter 3.
     """
     if len(before) != len(after):
         raise ValueError(f"before has {len(before)} kinds but after has {len(after)}")
@@ -308,18 +299,12 @@ MAX_SUM = 2 * MAX_OPERAND
 
 
 def near_miss_mask(truth: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
-    """Return, elementwise, whether ``answer`` is a near-miss of ``truth`` (bool tensor).
-
-    Defined in chapter 3.
-    """
+    """Return, elementwise, whether ``answer`` is a near-miss of ``truth`` (bool tensor)."""
     return (answer != truth) & ((answer - truth).abs() <= NEAR_MISS_WINDOW)
 
 
 def random_wrong_numbers(truth: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Return, per truth, a number in 0..198 more than 10 away from it: garbage, never a near-miss.
-
-    Defined in chapter 3.
-    """
+    """Return, per truth, a number in 0..198 more than 10 away from it: garbage, never a near-miss."""
     out = torch.randint(MAX_SUM + 1, truth.shape, generator=generator)
     bad = (out == truth) | near_miss_mask(truth, out)
     while bad.any():  # redraw the few that hit the truth or a near-miss
@@ -365,8 +350,6 @@ def wrong_answers(pairs: torch.Tensor, kind: str, generator: torch.Generator) ->
     model's training negatives), 'near_miss' (uniform over :func:`near_misses`),
     'ones_off_by_one' (68 -> 67 or 69, the tens digit unchanged), 'tens_off_by_one' (68 -> 58
     or 78), 'wrong_length' (68 -> 6 or 68x, 168 -> 16).
-
-    Defined in chapter 3.
     """
     if kind not in WRONG_KINDS:
         raise ValueError(f"kind must be one of {WRONG_KINDS}, got {kind!r}")

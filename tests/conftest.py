@@ -17,8 +17,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from minirlhf import task  # noqa: E402
+from minirlhf.evaluation import EvalSet  # noqa: E402
 from minirlhf.model import GPTConfig, TinyGPT  # noqa: E402
-from minirlhf.ppo import EvalSet  # noqa: E402
 
 torch.set_num_threads(1)
 signal.signal(signal.SIGINT, signal.default_int_handler)

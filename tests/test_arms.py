@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from minirlhf import arms, experiment
+from minirlhf import arms, experiment, trainers
+from minirlhf import arms as arm_table
 from minirlhf.arms import REGISTRY, Arm, _registry
 from minirlhf.dpo import DPOConfig
 from minirlhf.palette import PALETTE
@@ -15,18 +16,18 @@ from minirlhf.ppo import PPOConfig
 def test_every_arm_is_complete_and_its_config_is_accepted(name):
     arm = REGISTRY[name]
     assert arm.name == name and arm.help.strip() and arm.label.strip()
-    assert arm.reward in arms.REWARDS and arm.trainer in arms.TRAINERS
+    assert arm.reward in arms.REWARDS and arm.trainer in trainers.TRAINERS
     assert arm.color in PALETTE and arm.linestyle in arms.LINESTYLES
     base = DPOConfig() if arm.trainer == "dpo" else PPOConfig()
     cfg = experiment.arm_config(name, base, seed=7)
-    assert isinstance(cfg, arms.TRAINERS[arm.trainer]) and cfg.seed == 7
+    assert isinstance(cfg, trainers.TRAINERS[arm.trainer].config) and cfg.seed == 7
     assert all(getattr(cfg, key) == value for key, value in arm.settings.items())
 
 
 def test_no_two_arms_look_alike_in_a_figure():
     styles = [(arm.color, arm.linestyle) for arm in REGISTRY.values()]
     assert len(set(styles)) == len(styles)
-    assert set(experiment.DEFAULT_ARMS) <= set(REGISTRY) and experiment.ARMS == tuple(REGISTRY)
+    assert set(arm_table.DEFAULT_ARMS) <= set(REGISTRY) and arm_table.ARMS == tuple(REGISTRY)
 
 
 def test_when_the_palette_runs_out_the_next_arms_are_dashed():
@@ -43,8 +44,8 @@ def test_when_the_palette_runs_out_the_next_arms_are_dashed():
     [
         (dict(reward="verfier"), "reward must be one of"),
         (dict(trainer="ppo2"), "trainer must be one of"),
-        (dict(reward="pairs"), "only DPO, learns from the pairs"),
-        (dict(trainer="dpo"), "only DPO, learns from the pairs"),
+        (dict(reward="pairs"), "the trainer .ppo. learns from .rm. or .verifier.; got reward .pairs."),
+        (dict(trainer="dpo"), "the trainer .dpo. learns from .pairs.; got reward .verifier."),
         (dict(beta=-0.1), "beta must be a finite number >= 0"),
         (dict(beta=float("nan")), "beta must be a finite number >= 0"),
         (dict(help=""), "help must be a non-empty string"),

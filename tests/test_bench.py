@@ -2,6 +2,7 @@
 
 import pytest
 
+from minirlhf import arms as arm_table
 from minirlhf.commands import bench
 
 
@@ -44,7 +45,7 @@ def test_the_grpo_stage_runs_both_grpo_arms_for_one_seed(monkeypatch):
     monkeypatch.setattr(experiment, "run_experiment", lambda **kw: calls.append(kw))
     bench._work("one_seed_grpo_arms")
     assert calls == [{"seeds": 1, "progress": False, "arms": ("grpo-verifier", "grpo-rm")}]
-    assert all(arm in experiment.REGISTRY for arm in calls[0]["arms"])
+    assert all(arm in arm_table.REGISTRY for arm in calls[0]["arms"])
     calls.clear()
     bench._work("one_seed_both_arms")  # chapter 5's stage is unchanged: the default arms
     assert calls == [{"seeds": 1, "progress": False}]
@@ -57,24 +58,25 @@ def test_the_dpo_stage_runs_the_dpo_arm_for_one_seed_within_a_measured_budget(mo
     monkeypatch.setattr(experiment, "run_experiment", lambda **kw: calls.append(kw))
     bench._work("one_seed_dpo_arm")
     assert calls == [{"seeds": 1, "progress": False, "arms": ("dpo",)}]
-    assert experiment.REGISTRY["dpo"].trainer == "dpo"
+    assert arm_table.REGISTRY["dpo"].trainer == "dpo"
     what, budget = bench.STAGES["one_seed_dpo_arm"]
     assert budget == bench.DPO_BUDGET and "DPO" in what
     assert bench.ORDER.index("one_seed_dpo_arm") < bench.ORDER.index("pipeline")
 
 
 def test_the_trl_stages_run_trl_arms(monkeypatch):
-    from minirlhf import store, trl_run
+    from minirlhf import store
+    from minirlhf import trl as bridge
 
     calls = []
     monkeypatch.setattr(store, "load_sft", lambda progress: ("policy", {}))
     monkeypatch.setattr(store, "load_rm", lambda progress: ("rm", {}))
-    monkeypatch.setattr(trl_run, "run_trl_arm", lambda *a, **kw: calls.append((a, kw)))
+    monkeypatch.setattr(bridge, "run_trl_arm", lambda *a, **kw: calls.append((a, kw)))
     for stage, arm in bench.TRL_STAGES.items():
         bench._work(stage)
         assert calls[-1] == ((arm, "policy", "rm", 0), {"progress": False})
         assert "TRL" in bench.STAGES[stage][0] and bench.ORDER.index(stage) < bench.ORDER.index("pipeline")
-    assert set(trl_run.TRL_ARMS) >= set(bench.TRL_STAGES.values())
+    assert set(bridge.TRL_ARMS) >= set(bench.TRL_STAGES.values())
 
 
 def test_one_and_two_workers_take_turns_and_give_the_median_and_the_speed_up(monkeypatch, tmp_path):

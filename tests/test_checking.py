@@ -152,8 +152,8 @@ def test_dict_comparator_says_what_is_wrong(got, words):
 
 def test_array_comparator_checks_type_shape_nan_and_values():
     want = torch.tensor([0.5, 0.5])
-    assert ExpectArray(kind="torch").problem(torch.tensor([0.5, 0.5]), want) is None
-    assert ExpectArray(kind="torch").problem([0.5, 0.5], want) == (
+    assert ExpectArray(container="torch").problem(torch.tensor([0.5, 0.5]), want) is None
+    assert ExpectArray(container="torch").problem([0.5, 0.5], want) == (
         "the result is a list; the contract asks for a torch tensor"
     )
     assert ExpectArray().problem(np.zeros(3), want) == "the result has shape (3,), expected (2,)"
@@ -166,7 +166,7 @@ def test_array_comparator_checks_type_shape_nan_and_values():
     assert advantages.problem(np.array([[0.0, 0.425]]), np.array([[0.0, 0.35]])) == (
         "the advantages differ in 1 of 2 places; the largest gap is at [0, 1]: 0.425, expected 0.35"
     )
-    assert ExpectArray(kind="numpy").problem(np.float64(0.5), want) == (
+    assert ExpectArray(container="numpy").problem(np.float64(0.5), want) == (
         "the result is a NumPy float; the contract asks for a NumPy array: np.asarray(...)"
     )
 
@@ -447,11 +447,12 @@ def test_the_words_of_the_code_line_do_not_count_as_the_message():
 
 def test_a_raise_case_gets_the_same_verdict_from_a_grader_record():
     """What the kernel sends back (a JSON record) is judged like the check cell's call."""
-    from minirlhf.course import grader
+    from minirlhf.course.grader.kernel import _call_record
+    from minirlhf.course.grader.records import _judge_record, _parse_record
 
     for fn, passed in ((_needs_two, True), (lambda x, n: float(x), False)):
         call = call_safely(fn, RAISING.cases[1].kwargs)
-        line = json.dumps(grader._call_record(1, call))
-        result = grader._judge_record(grader._parse_record(line, 1), RAISING.cases[1], RAISING)
+        line = json.dumps(_call_record(1, call))
+        result = _judge_record(_parse_record(line, 1), RAISING.cases[1], RAISING)
         assert result.passed is passed
         assert result.passed == run_cases(fn, RAISING).results[1].passed

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from minirlhf import dpo, reward_model, task
+from minirlhf.evaluation import EvalSet
 from minirlhf.model import GPTConfig, TinyGPT, completion_mask
-from minirlhf.ppo import EvalSet
 from minirlhf.reward_model import RMConfig
 
 

@@ -1,6 +1,7 @@
 """Advantage estimators as one table: the config's checks, the rollout's extras and the
 advantages all come from it, and a new estimator is one module."""
 
+import inspect
 import sys
 import textwrap
 
@@ -15,7 +16,7 @@ from minirlhf.ppo import PPOConfig, rollout, score_and_advantages
 @pytest.mark.parametrize("name", estimators.names())
 def test_every_estimator_is_complete_and_its_settings_run(name):
     est = estimators.get(name)
-    assert est.name == name and est.help.strip() and callable(est.fn) and callable(est.advantages)
+    assert est.name == name and est.help.strip() and callable(est.fn) and callable(est.apply)
     assert estimators.module_of(name).ESTIMATOR is est
     cfg = PPOConfig(
         batch_size=8,
@@ -26,8 +27,17 @@ def test_every_estimator_is_complete_and_its_settings_run(name):
     est.check(cfg)
 
 
+@pytest.mark.parametrize("name", estimators.names())
+def test_each_estimator_states_its_functions_signature(name):
+    """The contract a learner's advantage_fn must meet is written in the table, and true."""
+    est = estimators.get(name)
+    params = tuple(inspect.signature(est.fn).parameters)
+    assert params[: len(est.signature)] == est.signature, (name, params, est.signature)
+    assert est.per_group == (est.apply is estimators.copied_to_tokens)
+
+
 def test_the_table_decides_what_the_config_accepts():
-    assert estimators.names()[0] == "batch" and set(estimators.ESTIMATORS) == set(estimators.names())
+    assert estimators.names()[0] == "batch" and len(set(estimators.names())) == len(estimators.names())
     with pytest.raises(ValueError, match=r"advantages must be one of \('batch', .*got 'nope'"):
         PPOConfig(advantages="nope")
     for name in estimators.names():
@@ -57,12 +67,14 @@ def test_a_new_estimator_is_one_module(tmp_path, monkeypatch):
         def extras(policy, prompts, cfg):
             return {"half": torch.full((prompts.shape[0],), 0.5, dtype=torch.float64)}
 
-        ESTIMATOR = Estimator("toy-greedy", toy, advantages, "a test: r minus one half", extras=extras)
+        ESTIMATOR = Estimator(
+            "toy-greedy", toy, advantages, ("rewards", "baseline"), "a test: r minus one half", extras=extras
+        )
     """)
     )
     monkeypatch.setattr(estimators, "__path__", [*estimators.__path__, str(tmp_path)])
-    monkeypatch.setattr(estimators, "_TABLE", {})
-    monkeypatch.setattr(estimators, "_MODULES", {})
+    monkeypatch.setattr(estimators._TABLE, "_table", {})
+    monkeypatch.setattr(estimators._TABLE, "_modules", {})
     monkeypatch.delitem(sys.modules, "minirlhf.estimators.toy_greedy", raising=False)
     assert "toy-greedy" in estimators.names() and estimators.names()[0] == "batch"
     cfg = PPOConfig(batch_size=4, advantages="toy-greedy", kl_placement="loss")
@@ -84,4 +96,5 @@ def test_chapter_5s_rollout_has_no_extras_and_the_estimators_module_imports_noth
     assert rollout(policy, policy, task.train_pairs(), cfg, make_generator(0)).extras == {}
     from minirlhf.store import package_modules
 
-    assert set(package_modules(estimators)) == {"minirlhf.estimators"}  # the table's modules are found, not imported
+    # the table's modules are found, not imported
+    assert set(package_modules(estimators)) == {"minirlhf.estimators", "minirlhf.leashes", "minirlhf.registry"}

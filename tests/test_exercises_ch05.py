@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+import minirlhf.estimators.batch as batch_estimator
+import minirlhf.evaluation as evaluation
+import minirlhf.leashes.reward as reward_leash
 from minirlhf import ppo
 from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import get
@@ -102,7 +105,7 @@ def test_random_advantage_inputs_are_prefix_masks_the_reference_accepts():
         assert kw["scores"].shape == (B,) and kw["ref_logp"].shape == kw["mask"].shape == (B, T)
         lengths = kw["mask"].sum(1)
         assert (lengths >= 1).all() and torch.equal(kw["mask"], (torch.arange(T) < lengths[:, None]).float())
-        assert torch.isfinite(ppo.kl_shaped_advantages(**kw)).all()
+        assert torch.isfinite(batch_estimator.kl_shaped_advantages(**kw)).all()
         clamped += bool(((kw["old_logp"] - kw["ref_logp"]).abs() > kw["kl_clamp"]).any())
     assert clamped > 20, "the random inputs should often exercise the clamp"
 
@@ -181,7 +184,7 @@ def test_random_loss_inputs_are_tensors_the_reference_accepts():
         for name in ("new_logp", "advantages", "mask"):
             assert isinstance(kw[name], torch.Tensor) and kw[name].shape == (B, T)
         assert kw["mask"].sum() >= 1
-        assert torch.isfinite(ppo.ppo_token_loss(**kw))
+        assert torch.isfinite(reward_leash.ppo_token_loss(**kw))
 
 
 @pytest.mark.parametrize("ex", [ADV, LOSS], ids=lambda e: e.name)
@@ -196,7 +199,7 @@ def test_functions_written_to_the_contracts_drive_ppo_train():
     torch.set_num_threads(1)
     policy = TinyGPT(GPTConfig())
     cfg = ppo.PPOConfig(iterations=2, batch_size=16, seed=3)
-    evalset = ppo.EvalSet(ppo.task.eval_pairs()[:32])
+    evalset = evaluation.EvalSet(ppo.task.eval_pairs()[:32])
 
     def first_digit_reward(pairs, prompts, completions):  # an untrained policy never adds right
         return completions[:, 0].float()

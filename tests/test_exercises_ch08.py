@@ -12,6 +12,11 @@ import numpy as np
 import pytest
 import torch
 
+import minirlhf.estimators.group as group_estimator
+import minirlhf.estimators.group_centred as centred_estimator
+import minirlhf.evaluation as evaluation
+import minirlhf.leashes.loss as loss_leash
+import minirlhf.leashes.reward as reward_leash
 from minirlhf import ppo
 from minirlhf.course import grader
 from minirlhf.course.cases import Raises, run_cases
@@ -121,7 +126,7 @@ def test_the_cases_cover_what_the_brief_asks():
 def test_beta_zero_is_chapter_5s_loss():
     case = next(c for c in LOSS.cases if c.kwargs["beta"] == 0.0)
     kw = {k: case.kwargs[k] for k in ("new_logp", "old_logp", "advantages", "mask", "epsilon")}
-    assert float(ppo.ppo_token_loss(**kw)) == pytest.approx(case.expected, abs=1e-6)
+    assert float(reward_leash.ppo_token_loss(**kw)) == pytest.approx(case.expected, abs=1e-6)
 
 
 # ----------------------------------------------------------------------------- 8.1 learners' versions
@@ -216,7 +221,9 @@ def test_the_advantage_report_names_the_slip(slip, words):
 
 
 def test_the_dr_grpo_slip_says_it_is_a_real_variant_but_not_grpos():
-    message = next(r.message for r in run_cases(ppo.group_centred_advantages, ADV).results if not r.passed)
+    message = next(
+        r.message for r in run_cases(centred_estimator.group_centred_advantages, ADV).results if not r.passed
+    )
     assert "a real variant" in message and "not GRPO's" in message
 
 
@@ -255,7 +262,7 @@ def test_random_advantage_inputs_are_fair_and_often_hold_equal_groups():
         r, G = kw["rewards"], kw["group_size"]
         assert r.dtype == torch.float32 and r.dim() == 1 and len(r) % G == 0
         assert torch.equal(r * 8, (r * 8).round())  # on a grid of 1/8, so equal means equal
-        adv = ppo.group_advantages(**kw)
+        adv = group_estimator.group_advantages(**kw)
         assert torch.isfinite(adv).all()
         assert adv.tolist() == pytest.approx(_adv_by_hand(r.tolist(), G, kw["eps"]), abs=1e-4)
         sizes.add(G)
@@ -388,7 +395,7 @@ def test_random_loss_inputs_are_fair_and_exercise_the_clamp():
         for name in ("new_logp", "old_logp", "ref_logp", "advantages"):
             assert kw[name].shape == (B, T)
         assert (kw["mask"].sum(1) >= 1).all() and (kw["advantages"][kw["mask"] == 0] == 0).all()
-        got = ppo.grpo_token_loss(**kw)
+        got = loss_leash.grpo_token_loss(**kw)
         assert torch.isfinite(got) and float(got) == pytest.approx(_loss_by_hand(**kw), abs=1e-4)
         kept = kw["mask"].bool()
         clamped += bool(((kw["ref_logp"] - kw["new_logp"]).abs()[kept] > kw["kl_clamp"]).any())
@@ -421,7 +428,7 @@ def test_functions_written_to_the_contracts_drive_a_grpo_run():
     torch.set_num_threads(1)
     policy = TinyGPT(GPTConfig())
     cfg = ppo.PPOConfig(iterations=2, batch_size=16, group_size=4, advantages="group", kl_placement="loss", seed=3)
-    evalset = ppo.EvalSet(ppo.task.eval_pairs()[:32])
+    evalset = evaluation.EvalSet(ppo.task.eval_pairs()[:32])
 
     def first_digit_reward(pairs, prompts, completions):  # an untrained policy never adds right
         return completions[:, 0].float()

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from minirlhf import cli, dpo, experiment, task
+from minirlhf import arms as arm_table
+from minirlhf import cli, dpo, experiment, stats, task
 from minirlhf.commands import experiment as command
 from minirlhf.model import GPTConfig, TinyGPT
 from minirlhf.reward_model import RMConfig
@@ -14,12 +15,12 @@ from minirlhf.reward_model import RMConfig
 
 def test_mean_ci95_by_hand():
     # (1, 2, 3): mean 2, sample sd 1, t(2 df) = 4.303, half-width 4.303 / sqrt(3) = 2.4843
-    mean, half = experiment.mean_ci95([1.0, 2.0, 3.0])
+    mean, half = stats.mean_ci95([1.0, 2.0, 3.0])
     assert mean == 2.0 and math.isclose(half, 2.4843, rel_tol=1e-4)
-    mean, half = experiment.mean_ci95([0.5])
+    mean, half = stats.mean_ci95([0.5])
     assert mean == 0.5 and math.isnan(half)
     with pytest.raises(ValueError, match="empty"):
-        experiment.mean_ci95([])
+        stats.mean_ci95([])
 
 
 @pytest.mark.parametrize(
@@ -57,7 +58,9 @@ def tiny_models(monkeypatch):
     monkeypatch.setattr(experiment, "load_sft", lambda **kw: (policy, {"accuracy": 0.0}))
     monkeypatch.setattr(experiment, "load_rm", lambda **kw: (rm, {"pair_accuracy": 0.5, "near_miss_accuracy": 0.5}))
     monkeypatch.setattr(
-        experiment, "EvalSet", lambda: __import__("minirlhf.ppo", fromlist=["EvalSet"]).EvalSet(task.eval_pairs()[:40])
+        experiment,
+        "EvalSet",
+        lambda: __import__("minirlhf.evaluation", fromlist=["EvalSet"]).EvalSet(task.eval_pairs()[:40]),
     )
 
 
@@ -66,7 +69,7 @@ def test_cli_writes_the_figures_and_results(tiny_models, tmp_path, capsys):
     printed = capsys.readouterr().out
     table = printed[printed.index("arm ") :].splitlines()
     assert "end (orig)" in table[0] and "original run" in printed
-    for arm, line in zip(experiment.ARMS, table[1:3]):  # ours, then the original run's end beside it
+    for arm, line in zip(arm_table.ARMS, table[1:3]):  # ours, then the original run's end beside it
         assert line.split()[0] == arm and f"{experiment.ORIGINAL[arm]['end']:.3f}" in line.split()
     for name in ("ppo_accuracy.png", "ppo_rm_score.png", "ppo_kl.png", "results.json"):
         assert (tmp_path / name).stat().st_size > 0
@@ -209,25 +212,25 @@ def test_help_lists_every_registered_arm(capsys):
     out = capsys.readouterr().out
     assert "--arms ARM [ARM ...]" in out and "default: rm verifier" in out
     listed = out[out.index("arms (--arms):") :].splitlines()[1:]
-    assert [line.split()[0] for line in listed] == list(experiment.REGISTRY)
-    for arm in experiment.REGISTRY:
+    assert [line.split()[0] for line in listed] == list(arm_table.REGISTRY)
+    for arm in arm_table.REGISTRY:
         assert f"--beta-{arm}" in out
 
 
 def test_the_registry_names_each_arms_reward_beta_and_settings():
-    assert experiment.DEFAULT_ARMS == ("rm", "verifier")
-    assert experiment.DEFAULT_BETA["rm"] == 0.5 and experiment.DEFAULT_BETA["verifier"] == 0.08
+    assert arm_table.DEFAULT_ARMS == ("rm", "verifier")
+    assert arm_table.DEFAULT_BETA["rm"] == 0.5 and arm_table.DEFAULT_BETA["verifier"] == 0.08
     for name in ("rm", "verifier"):  # chapter 5's arms change nothing in the recipe
-        assert experiment.REGISTRY[name].settings == {}
+        assert arm_table.REGISTRY[name].settings == {}
         assert experiment.arm_config(name, experiment.PPOConfig()) == experiment.PPOConfig()
     for name, reward in (("grpo-verifier", "verifier"), ("grpo-rm", "rm")):
-        arm = experiment.REGISTRY[name]
+        arm = arm_table.REGISTRY[name]
         cfg = experiment.arm_config(name, experiment.PPOConfig(), seed=3)
         assert arm.reward == reward and cfg.seed == 3
         assert (cfg.group_size, cfg.advantages, cfg.kl_placement) == (8, "group", "loss")
         assert cfg.batch_size // cfg.group_size == 8  # 8 prompts x 8 completions = 64, as chapter 5
     for name, share in (("dpo", 0.0), ("dpo-near-miss", 0.5)):  # DPO's arms differ only in the pairs
-        arm = experiment.REGISTRY[name]
+        arm = arm_table.REGISTRY[name]
         cfg = experiment.arm_config(name, experiment.PPOConfig(), seed=3)
         assert (arm.trainer, arm.reward, arm.beta) == ("dpo", "pairs", 1.25)
         assert cfg == experiment.DPOConfig(seed=3, near_miss_share=share)
@@ -258,7 +261,7 @@ def test_cli_runs_any_registered_arms_keyed_by_name(tiny_models, tmp_path, capsy
     results = json.loads((tmp_path / "results.json").read_text())
     assert list(results["arms"]) == ["grpo-verifier", "rm"]
     assert results["settings"]["beta"] == {"grpo-verifier": 0.3, "rm": 0.5}
-    assert results["settings"]["arm_settings"] == {"grpo-verifier": experiment.GRPO_SETTINGS}
+    assert results["settings"]["arm_settings"] == {"grpo-verifier": arm_table.GRPO_SETTINGS}
     grpo, rm = results["arms"]["grpo-verifier"]["1"], results["arms"]["rm"]["1"]
     assert len(grpo["frac_reward_zero_std"]) == 2 and "frac_reward_zero_std" not in rm
     assert set(results["run_seconds"]["rm"]) == {"0", "1"}
@@ -282,12 +285,12 @@ def test_the_default_run_keeps_chapter_5s_layout(tiny_models):
 
 
 def test_the_dpo_arm_is_trained_by_dpo_with_its_own_config():
-    arm = experiment.REGISTRY["dpo"]
-    assert (arm.trainer, arm.reward, arm.beta) == ("dpo", "pairs", experiment.DEFAULT_BETA["dpo"])
+    arm = arm_table.REGISTRY["dpo"]
+    assert (arm.trainer, arm.reward, arm.beta) == ("dpo", "pairs", arm_table.DEFAULT_BETA["dpo"])
     assert all(
-        experiment.REGISTRY[name].trainer == "ppo"
-        for name in experiment.ARMS
-        if experiment.REGISTRY[name].reward != "pairs"
+        arm_table.REGISTRY[name].trainer == "ppo"
+        for name in arm_table.ARMS
+        if arm_table.REGISTRY[name].reward != "pairs"
     )
     cfg = experiment.arm_config("dpo", experiment.PPOConfig(), seed=3)  # a PPOConfig is not DPO's
     assert cfg == experiment.DPOConfig(seed=3)
@@ -389,7 +392,7 @@ import torch
 from minirlhf import experiment, task
 from minirlhf.commands import experiment as command
 from minirlhf.model import GPTConfig, TinyGPT
-from minirlhf.ppo import EvalSet
+from minirlhf.evaluation import EvalSet
 
 torch.manual_seed(0)
 small = GPTConfig(n_layer=1, n_embd=16, n_head=2)

@@ -37,7 +37,19 @@ from minirlhf.course import nbgen
 from minirlhf.course.cases import Case, Exercise
 from minirlhf.course.exercises import get
 from minirlhf.course.expect import ExpectArray
+from minirlhf.course.grader.grading import _after_last_exercise, _where_in_lab
+from minirlhf.course.grader.kernel import (
+    _BLOCKED,
+    _block_reference,
+    _call_record,
+    _ReferenceNotAvailable,
+    _unblock_references,
+)
+from minirlhf.course.grader.notebook_file import _check_file
+from minirlhf.course.grader.records import _RECORD_CAP, _judge_record, _read_records
+from minirlhf.course.grader.runner import SLICE, WARM_UP, WARM_UP_TIMEOUT, _call_in_kernel, _Runner
 from minirlhf.course.plain import RETURN_CAP, to_plain
+from minirlhf.course.sandbox import Call
 from minirlhf.paths import ROOT
 
 FIXTURES = Path(__file__).parent / "grader_fixtures"
@@ -255,7 +267,7 @@ def test_the_analyses_after_the_last_exercise_are_not_run(graded):
 )
 def test_which_cells_an_exercise_needs(first, after):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(first), nbformat.v4.new_code_cell("y = 2")])
-    assert check._after_last_exercise(nb, [get("kl_penalty")]) == after
+    assert _after_last_exercise(nb, [get("kl_penalty")]) == after
 
 
 def test_the_note_on_cells_not_run_names_them_as_jupyterlab_shows_them():
@@ -273,11 +285,11 @@ def test_the_note_on_cells_not_run_names_them_as_jupyterlab_shows_them():
             new_code("   "),
         ]
     )
-    after = check._after_last_exercise(nb, [get("kl_penalty")])
+    after = _after_last_exercise(nb, [get("kl_penalty")])
     assert after == [5, 6]  # the empty cell is no cell to run
-    assert check._where_in_lab(nb, after[0]) == (6, "# the long run")
+    assert _where_in_lab(nb, after[0]) == (6, "# the long run")
     with pytest.raises(ValueError, match="index must name one of the notebook's 8 cells, got 8"):
-        check._where_in_lab(nb, 8)
+        _where_in_lab(nb, 8)
     grade = check.NotebookGrade(Path("03_x.ipynb"), seed=1, not_run=[3, 4], first_not_run=(6, "# the long run"))
     assert (
         "note  the last 2 code cells, from cell 6 of the notebook, text cells counted, which "
@@ -397,7 +409,7 @@ def test_correct_but_slow_is_never_wrong(graded):
 def test_a_result_too_big_is_refused_in_the_kernel(graded):
     exercise, _ = only_exercise(graded, "01_returns_huge")
     assert exercise.n_passed == 0 and graded["01_returns_huge"].seconds < 30
-    record = check._call_record(0, check.Call("ok", np.zeros(1_000_000, dtype=np.float32)))
+    record = _call_record(0, Call("ok", np.zeros(1_000_000, dtype=np.float32)))
     assert len(json.dumps(record)) < 1000  # the record, not 4 MB of numbers
 
 
@@ -449,7 +461,7 @@ def test_input_and_keyboard_interrupt_are_named(graded):
 def test_the_kernel_runs_in_a_session_of_its_own_in_an_empty_folder(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    runner = check._Runner(nbformat.v4.new_notebook(), work, 60, GRACE, tmp_path)
+    runner = _Runner(nbformat.v4.new_notebook(), work, 60, GRACE, tmp_path)
     try:
         code = (
             f"os = __import__('os')\nassert os.getsid(0) != {os.getsid(0)}, 'the same session'\n"
@@ -469,15 +481,15 @@ def test_blocking_the_reference_reaches_every_alias_and_is_undone():
 
     alias = functools.partial(minirlhf.kl_penalty)
     try:
-        check._block_reference(["minirlhf.objectives", "kl_penalty"])
+        _block_reference(["minirlhf.objectives", "kl_penalty"])
         for fn in (objectives.kl_penalty, minirlhf.kl_penalty, alias):
-            with pytest.raises(check._ReferenceNotAvailable):
+            with pytest.raises(_ReferenceNotAvailable):
                 fn([-1.0], [-2.0], 0.5)
     finally:
-        check._unblock_references()
-    assert alias([-1.0], [-2.0], 0.5) == 0.5 and check._BLOCKED == {}
-    check._block_reference(["minirlhf.no_such_module", "f"])  # nothing to block: no error
-    assert check._BLOCKED == {}
+        _unblock_references()
+    assert alias([-1.0], [-2.0], 0.5) == 0.5 and _BLOCKED == {}
+    _block_reference(["minirlhf.no_such_module", "f"])  # nothing to block: no error
+    assert _BLOCKED == {}
 
 
 # --------------------------------------------------------------------------- what comes back from the kernel
@@ -505,23 +517,23 @@ def record_line(**changes) -> str:
             "the data do not fill the shape",
         ),
         (record_line(value=to_plain(object())), "returned a object, which cannot be graded"),
-        ("x" * (check._RECORD_CAP + 10) + "\n", "(far too long)"),
+        ("x" * (_RECORD_CAP + 10) + "\n", "(far too long)"),
     ],
 )
 def test_what_arrives_from_the_kernel_is_checked(tmp_path, line, words):
     path = tmp_path / "out.jsonl"
     path.write_text(line + '{"done": true, "reason": "all"}\n')
-    (record, done) = check._read_records(path, 5)
+    (record, done) = _read_records(path, 5)
     assert done == {"done": True, "reason": "all"}
-    result = check._judge_record(record, get("kl_penalty").cases[0], get("kl_penalty"))
+    result = _judge_record(record, get("kl_penalty").cases[0], get("kl_penalty"))
     assert not result.passed and words in result.message, result.message
 
 
 def test_a_record_cut_short_is_left_out_and_a_right_one_passes(tmp_path):
     path = tmp_path / "out.jsonl"
     path.write_text(record_line() + record_line(index=1)[:20])
-    (record,) = check._read_records(path, 5)
-    assert check._judge_record(record, get("kl_penalty").cases[0], get("kl_penalty")).passed
+    (record,) = _read_records(path, 5)
+    assert _judge_record(record, get("kl_penalty").cases[0], get("kl_penalty")).passed
 
 
 # --------------------------------------------------------------------------- options
@@ -639,16 +651,16 @@ def test_a_folder_or_a_pipe_named_like_a_notebook(tmp_path):
 
 def test_a_deleted_notebook_is_written_back_and_a_changed_one_kept(tmp_path):
     path = tmp_path / "01_x.ipynb"
-    assert check._check_file(path, b"original").startswith("the notebook file was deleted while it was graded")
+    assert _check_file(path, b"original").startswith("the notebook file was deleted while it was graded")
     assert path.read_bytes() == b"original"
-    assert check._check_file(path, b"original") == ""
+    assert _check_file(path, b"original") == ""
     path.write_bytes(b"changed")
-    message = check._check_file(path, b"original")
+    message = _check_file(path, b"original")
     kept = Path(message.rsplit(" ", 1)[1])
     assert message.endswith(f"the version graded is kept in {kept}") and kept.read_bytes() == b"original"
     assert kept.parent == paths.KEPT and kept.name.startswith("01_x.graded-")  # never beside the notebook
     assert path.read_bytes() == b"changed"  # a change is never undone: it may be the learner's edit
-    again = Path(check._check_file(path, b"original").rsplit(" ", 1)[1])
+    again = Path(_check_file(path, b"original").rsplit(" ", 1)[1])
     assert again != kept and again.parent == paths.KEPT and kept.read_bytes() == b"original"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["01_x.ipynb"]
 
@@ -713,7 +725,7 @@ TORCH_EXERCISE = Exercise(
     name="softmax_rows",
     chapter=99,
     title="Softmax over the last axis",
-    expect=ExpectArray(atol=1e-6, kind="torch"),
+    expect=ExpectArray(atol=1e-6, container="torch"),
     cases=(Case({"logits": torch.zeros(1, 2)}, torch.full((1, 2), 0.5), "two equal logits"),),
     hints=("exp", "divide by the row sum", "`e / e.sum(dim=-1, keepdim=True)`"),
     reference=softmax_rows,
@@ -783,10 +795,10 @@ def test_a_kernel_that_dies_at_start_is_started_again(monkeypatch, tmp_path, mes
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
     if starts == 1:
         with pytest.raises(RuntimeError, match=message):
-            check._Runner(nb, tmp_path, cell_timeout=30)
+            _Runner(nb, tmp_path, cell_timeout=30)
         assert len(calls) == 1
         return
-    runner = check._Runner(nb, tmp_path, cell_timeout=30)
+    runner = _Runner(nb, tmp_path, cell_timeout=30)
     try:
         assert len(calls) == 2 and runner.execute(0, 30) == "ok"
     finally:
@@ -821,16 +833,16 @@ def test_the_grader_loads_in_the_kernel_before_the_first_timed_call(tmp_path):
     results.write_text(json.dumps({"done": True, "reason": "all"}) + "\n")
     spec = {"results": str(results), "time_limit": 0.5}
     runner = _FakeRunner(["ok", "ok"])
-    records, stuck, ending = check._call_in_kernel(runner, spec, 1)
+    records, stuck, ending = _call_in_kernel(runner, spec, 1)
     assert (stuck, ending) == ("", "") and records[-1]["done"]
     (first, first_limit), (second, second_limit) = runner.ran
-    assert first == check.WARM_UP and first_limit == check.WARM_UP_TIMEOUT
-    assert "_kernel_step" in second and second_limit == check.SLICE + 0.5 + runner.grace
+    assert first == WARM_UP and first_limit == WARM_UP_TIMEOUT
+    assert "_kernel_step" in second and second_limit == SLICE + 0.5 + runner.grace
     # a warm-up that fails is said plainly; one that kills the kernel restarts it
-    _, stuck, ending = check._call_in_kernel(_FakeRunner(["timeout"]), spec, 1)
+    _, stuck, ending = _call_in_kernel(_FakeRunner(["timeout"]), spec, 1)
     assert ending == "error" and "could not load in the kernel" in stuck and "120 s" in stuck
     dead = _FakeRunner(["dead"])
-    assert check._call_in_kernel(dead, spec, 1)[2] == "dead" and dead.restarts == 1
+    assert _call_in_kernel(dead, spec, 1)[2] == "dead" and dead.restarts == 1
 
 
 # --------------------------------------------------------------------------- honest verdicts (issue 28)

@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from minirlhf import task
+from minirlhf.estimators.group import group_advantages
+from minirlhf.leashes.loss import k3_loss_term
+from minirlhf.leashes.reward import ppo_token_loss
 from minirlhf.model import GPTConfig, TinyGPT, make_generator
 from minirlhf.ppo import (
     GROUP_METRICS,
     TRAIN_METRICS,
     PPOConfig,
     batch_metrics,
-    group_advantages,
-    k3_loss_term,
-    ppo_token_loss,
     ppo_train,
     ppo_update,
     rm_reward,
@@ -91,7 +91,7 @@ def test_the_settings_of_a_grpo_run_are_checked_by_name():
         PPOConfig(group_size=0)
     with pytest.raises(ValueError, match="group_size >= 2"):
         PPOConfig(**GRPO)  # group advantages with groups of one
-    with pytest.raises(ValueError, match="kl_placement='loss'"):
+    with pytest.raises(ValueError, match="use a leash in the loss, kl_placement=.*'loss'"):
         PPOConfig(group_size=8, advantages="group")  # the leash would be nowhere
     with pytest.raises(ValueError, match="advantages"):
         PPOConfig(advantages="critic")
@@ -201,7 +201,8 @@ def test_the_share_of_groups_with_equal_rewards_by_hand(tiny):
 
 
 def test_the_variants_differ_from_grpo_in_the_scale_only():
-    from minirlhf.ppo import group_centred_advantages, rloo_advantages
+    from minirlhf.estimators.group_centred import group_centred_advantages
+    from minirlhf.estimators.rloo import rloo_advantages
 
     r = t([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.3, 0.3, 0.3, 0.3, 2.0, 4.0, 4.0, 2.0])
     centred = group_centred_advantages(r, 4)
@@ -223,7 +224,8 @@ def test_the_variants_differ_from_grpo_in_the_scale_only():
 
 @pytest.mark.parametrize("name", ["group-centred", "rloo"])
 def test_a_variant_drives_the_run_through_its_setting(name):
-    from minirlhf.ppo import group_centred_advantages, rloo_advantages
+    from minirlhf.estimators.group_centred import group_centred_advantages
+    from minirlhf.estimators.rloo import rloo_advantages
 
     cfg = PPOConfig(batch_size=8, group_size=4, advantages=name, kl_placement="loss")
     scores = t([1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64)  # the policy's dtype
@@ -247,7 +249,7 @@ def test_grpo_token_loss_is_the_surrogate_plus_beta_k3():
     ref = old + 0.5 * torch.randn(3, 4, generator=g)
     adv = torch.randn(3, 1, generator=g).expand(3, 4).clone()
     mask = t([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
-    from minirlhf.ppo import grpo_token_loss
+    from minirlhf.leashes.loss import grpo_token_loss
 
     got = grpo_token_loss(new, old, ref, adv, mask, 0.2, 0.04)
     want = ppo_token_loss(new, old, adv, mask, 0.2) + 0.04 * k3_loss_term(new, ref, mask)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from minirlhf import task
+from minirlhf.evaluation import EvalSet
 from minirlhf.model import GPTConfig, TinyGPT, completion_logits, dtype_of, generate, reward_scores
-from minirlhf.ppo import EvalSet
 from minirlhf.store import load_rm, load_sft
 
 if os.environ.get("MINIRLHF_REQUIRE_TRL") != "1":

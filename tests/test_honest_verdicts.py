@@ -16,13 +16,24 @@ import numpy as np
 import pytest
 import torch
 
-from minirlhf import objectives, ppo
-from minirlhf.course import grader, nbgen
+import minirlhf.estimators.batch as batch_estimator
+import minirlhf.leashes.reward as reward_leash
+from minirlhf import objectives
+from minirlhf.course import nbgen
 from minirlhf.course.answers import MAGIC, Folded
 from minirlhf.course.cases import MISTAKES, NO_GRADIENT, Raises, run_cases
 from minirlhf.course.drive import YourFunctionStopped, guard, preflight, run_batch
 from minirlhf.course.exercises import EXERCISES, check, get
 from minirlhf.course.exercises._inputs import RUN_BATCH
+from minirlhf.course.grader.kernel import (
+    _block_reference,
+    _call_record,
+    _NoFreshCopy,
+    _ReferenceNotAvailable,
+    _unblock_references,
+)
+from minirlhf.course.grader.records import _judge_record, _parse_record
+from minirlhf.course.grader.runner import _error_text
 from minirlhf.course.safe_text import printable
 from minirlhf.course.sandbox import call_safely
 
@@ -219,16 +230,16 @@ def test_a_raises_case_is_judged_on_the_whole_message_in_the_check_cell_and_the_
     assert run_cases(right, ex).passed
     case = next(c for c in ex.cases if isinstance(c.expected, Raises))
     call = call_safely(right, case.kwargs, 10.0, mentions=case.expected.mentions)
-    record = grader._parse_record(json.dumps(grader._call_record(0, call)), 0)
-    assert len(record["message"]) <= 600 and grader._judge_record(record, case, ex).passed
+    record = _parse_record(json.dumps(_call_record(0, call)), 0)
+    assert len(record["message"]) <= 600 and _judge_record(record, case, ex).passed
     wrong = call_safely(
         _group_advantages_raising("a long preamble " * 50 + "then: bad size"),
         case.kwargs,
         10.0,
         mentions=case.expected.mentions,
     )
-    record = grader._parse_record(json.dumps(grader._call_record(0, wrong)), 0)
-    assert grader._judge_record(record, case, ex).mistake == "error-message"
+    record = _parse_record(json.dumps(_call_record(0, wrong)), 0)
+    assert _judge_record(record, case, ex).mistake == "error-message"
 
 
 def test_a_class_of_the_notebooks_named_value_error_is_not_pythons():
@@ -276,9 +287,9 @@ def test_control_characters_of_a_message_are_escaped_in_both_reports():
         "seconds": 0.1,
         "value": None,
     }
-    assert "\n" not in grader._parse_record(json.dumps(record), 0)["message"]
+    assert "\n" not in _parse_record(json.dumps(record), 0)["message"]
     assert printable("a\nb\tc\x1b") == "a\\nb\\tc\\x1b"
-    assert grader._error_text({"ename": "ValueError", "evalue": forged, "traceback": []})[0].count("\n") == 0
+    assert _error_text({"ename": "ValueError", "evalue": forged, "traceback": []})[0].count("\n") == 0
 
 
 def test_the_gradient_crosses_from_the_kernel_as_plain_data():
@@ -290,9 +301,9 @@ def test_the_gradient_crosses_from_the_kernel_as_plain_data():
 
     for fn, passed in ((ex.reference, True), (leaf, False)):
         call = call_safely(fn, case.kwargs, 10.0, ex.expect.grad_wrt)
-        line = json.dumps(grader._call_record(0, call))
-        record = grader._parse_record(line, 0)
-        assert grader._judge_record(record, case, ex).passed is passed
+        line = json.dumps(_call_record(0, call))
+        record = _parse_record(line, 0)
+        assert _judge_record(record, case, ex).passed is passed
 
 
 # --------------------------------------------------------------------------- the reference's guards
@@ -303,19 +314,19 @@ def test_the_reference_is_blocked_in_every_copy_and_its_module_cannot_load_again
     copy = types.FunctionType(original.__code__, original.__globals__, "copy")
     tell = get("tell_run_a").reference
     try:
-        grader._block_reference(["minirlhf.objectives", "kl_penalty"], "kl_penalty")
+        _block_reference(["minirlhf.objectives", "kl_penalty"], "kl_penalty")
         for fn in (original, copy):
-            with pytest.raises(grader._ReferenceNotAvailable):
+            with pytest.raises(_ReferenceNotAvailable):
                 fn([-1.0], [-1.5], 0.1)
-        with pytest.raises(grader._ReferenceNotAvailable):
+        with pytest.raises(_ReferenceNotAvailable):
             importlib.reload(objectives)
-        grader._block_reference(None, "tell_run_a")  # reached from the registry
-        with pytest.raises(grader._ReferenceNotAvailable):
+        _block_reference(None, "tell_run_a")  # reached from the registry
+        with pytest.raises(_ReferenceNotAvailable):
             tell()
     finally:
-        grader._unblock_references()
+        _unblock_references()
     assert original([-1.0], [-1.5], 0.1) == 0.05 and copy([-1.0], [-1.5], 0.1) == 0.05
-    assert tell()[0] and not any(isinstance(h, grader._NoFreshCopy) for h in __import__("sys").meta_path)
+    assert tell()[0] and not any(isinstance(h, _NoFreshCopy) for h in __import__("sys").meta_path)
 
 
 # --------------------------------------------------------------------------- hints one at a time
@@ -343,13 +354,13 @@ def test_the_nearly_the_answer_hint_waits_for_the_same_failure_twice():
 
 
 def test_a_drive_cell_refuses_a_function_that_cannot_drive_the_run():
-    assert preflight("ppo_token_loss", ppo.ppo_token_loss) == ""
+    assert preflight("ppo_token_loss", reward_leash.ppo_token_loss) == ""
 
     def leaf(**kwargs):
-        return torch.tensor(ppo.ppo_token_loss(**kwargs).item(), requires_grad=True)
+        return torch.tensor(reward_leash.ppo_token_loss(**kwargs).item(), requires_grad=True)
 
     def nan_when_large(**kwargs):
-        adv = ppo.kl_shaped_advantages(**kwargs)
+        adv = batch_estimator.kl_shaped_advantages(**kwargs)
         return adv * float("nan") if len(adv) > 32 else adv
 
     assert preflight("ppo_token_loss", leaf).startswith(
@@ -364,7 +375,7 @@ def test_a_guarded_function_stops_the_run_with_a_line_naming_it():
 
     def nan_on_third(**kwargs):
         calls.append(1)
-        loss = ppo.ppo_token_loss(**kwargs)
+        loss = reward_leash.ppo_token_loss(**kwargs)
         return loss * float("nan") if len(calls) == 3 else loss
 
     guarded = guard("ppo_token_loss", nan_on_third)

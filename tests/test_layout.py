@@ -1,6 +1,7 @@
 """The engine stands apart from the course: it imports none of it, reads no setting about the
-book, and changes no global setting when imported or called. No module of the course grows past
-700 lines, the size at which one has taken on a second job."""
+book, and changes no global setting when imported or called. No module of the package grows
+past 700 lines, the size at which one has taken on a second job (exercise data apart), and no
+two of its modules import each other, however indirectly."""
 
 import ast
 import subprocess
@@ -10,7 +11,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "minirlhf"
-ENGINE = sorted([*PACKAGE.glob("*.py"), *PACKAGE.glob("estimators/*.py"), *PACKAGE.glob("commands/*.py")])
+# The three rooms: the engine, the course (minirlhf/course/) and the studies (minirlhf/studies/).
+# Every other sub-package of the top level is part of the engine.
+ROOMS = {PACKAGE / "course", PACKAGE / "studies"}
+ENGINE = sorted(
+    p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts and not any(room in p.parents for room in ROOMS)
+)
 # the command lines may choose the thread count, in their main() (the benchmark in _work)
 ENTRY_POINTS = {"commands/bench.py", "commands/experiment.py", "commands/trl_run.py"}
 WORKERS = {("parallel.py", "_serve")}  # a worker process the engine starts sets its own (one thread)
@@ -88,16 +94,113 @@ def test_the_public_face_exports_what_a_user_calls():
         assert name in minirlhf.__all__ and callable(getattr(minirlhf, name))
 
 
-COURSE = sorted(p for p in (PACKAGE / "course").rglob("*.py") if "__pycache__" not in p.parts)
-MAX_COURSE_LINES = 700  # a module past this has taken on a second job (cases.py and grader.py had 5 and 6)
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+EXERCISE_DATA = PACKAGE / "course" / "exercises"  # a chapter's exercises: cases, hints, slips, as data
+MAX_LINES = 700  # a module past this has taken on a second job (cases.py and grader.py had 5 and 6)
 
 
-@pytest.mark.parametrize("path", COURSE, ids=lambda p: p.relative_to(PACKAGE).as_posix())
-def test_no_course_module_is_over_700_lines(path):
+@pytest.mark.parametrize(
+    "path", [p for p in MODULES if EXERCISE_DATA not in p.parents], ids=lambda p: p.relative_to(PACKAGE).as_posix()
+)
+def test_no_module_is_over_700_lines(path):
     n_lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert n_lines <= MAX_COURSE_LINES, (
-        f"{path.relative_to(PACKAGE)} has {n_lines} lines: split it by job (at most {MAX_COURSE_LINES})"
-    )
+    where = path.relative_to(PACKAGE)
+    assert n_lines <= MAX_LINES, f"{where} has {n_lines} lines: split it by job (at most {MAX_LINES})"
+
+
+def _module_name(path):
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports_at_import_time(path, known):
+    """Return the package's modules that ``path`` imports when it is imported: its top-level
+    imports (those inside a function run later, and do not make a cycle at import time), each
+    resolved to the deepest module of the package that it names."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue  # (a __main__ block counts: run as a script, the module is imported again)
+        for inner in ast.walk(node):
+            if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                break
+            targets = []
+            if isinstance(inner, ast.Import):
+                targets = [a.name for a in inner.names]
+            elif isinstance(inner, ast.ImportFrom):
+                base = inner.module or ""
+                if inner.level:
+                    anchor = package.split(".")[: len(package.split(".")) - inner.level + 1]
+                    base = ".".join([*anchor, *([inner.module] if inner.module else [])])
+                targets = [base, *(f"{base}.{a.name}" for a in inner.names)]
+            for target in targets:
+                while target and target not in known:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    found.add(target)
+    return found
+
+
+def _cycles(graph):
+    """Return one cycle of ``graph`` (a dict of sets) per strongly connected part with more
+    than one node, as a list of names (Tarjan's algorithm, iterative)."""
+    index, low, stack, on_stack, parts, counter = {}, {}, [], set(), [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    part = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        part.append(top)
+                        if top == node:
+                            break
+                    if len(part) > 1:
+                        parts.append(sorted(part))
+            elif child not in index:
+                index[child] = low[child] = counter[0]
+                counter[0] += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return parts
+
+
+def test_no_import_cycle_among_the_package_modules():
+    """A module imported while it imports another that needs it half-built is how a __main__
+    hand-over or a re-export breaks: every import of the package, at import time, is one way.
+    A package's __init__ importing its own modules, and they a sibling through the package,
+    is the one allowed shape (their edges to the package itself are left out)."""
+    known = {_module_name(p): p for p in MODULES}
+    graph = {}
+    for name, path in known.items():
+        edges = _imports_at_import_time(path, known)
+        # a module's own package (and its parents) are imported first, before the module itself
+        graph[name] = {e for e in edges if not name.startswith(e + ".")}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles among the package's modules: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def _readme_rows():
@@ -107,7 +210,13 @@ def _readme_rows():
 
 def test_the_readme_lists_every_module_with_its_job():
     rows = _readme_rows()
-    folders = {"minirlhf/commands/", "minirlhf/estimators/", "minirlhf/course/exercises/", "minirlhf/course/grader/"}
+    # a sub-package of a room (the engine, course/, studies/) is listed as one row, a folder
+    rooms = {PACKAGE, PACKAGE / "course", PACKAGE / "studies"}
+    folders = {
+        f"minirlhf/{init.parent.relative_to(PACKAGE).as_posix()}/"
+        for init in PACKAGE.rglob("__init__.py")
+        if init.parent not in rooms and init.parent.parent in rooms
+    }
     modules = {
         f"minirlhf/{p.relative_to(PACKAGE)}"
         for p in PACKAGE.rglob("*.py")
@@ -131,3 +240,41 @@ def test_the_library_never_imports_a_command():
                     raise AssertionError(
                         f"{path.relative_to(PACKAGE)} imports {inner.module} outside its __main__ guard"
                     )
+
+
+def _names_a_string(node):
+    """Whether ``node`` is a string literal, or a tuple, list or set of them."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_string(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def test_no_trainer_is_told_apart_by_its_name_outside_the_trainer_table():
+    """What differs by trainer is read from minirlhf.trainers.TRAINERS: a comparison of a
+    trainer's name elsewhere is a branch a third trainer would silently miss."""
+    table = PACKAGE / "trainers.py"
+    found = []
+    for path in MODULES:
+        if path == table:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            names = {s.attr if isinstance(s, ast.Attribute) else getattr(s, "id", "") for s in sides}
+            if "trainer" in names and any(_names_a_string(s) for s in sides):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "a trainer told apart by its name (read it from TRAINERS): " + "; ".join(found)
+
+
+def test_each_chapters_exercise_module_holds_only_that_chapters_exercises():
+    """The grader takes a notebook's exercises from its NN_ prefix, as those of chNN.py whose
+    chapter is NN: an exercise with another number there would never be graded."""
+    import importlib
+
+    for path in sorted(EXERCISE_DATA.glob("ch[0-9][0-9].py")):
+        number = int(path.stem[2:])
+        module = importlib.import_module(f"minirlhf.course.exercises.{path.stem}")
+        wrong = [e.name for e in module.IN_THIS_CHAPTER if e.chapter != number]
+        assert not wrong, f"{path.name} holds exercises of another chapter: {wrong}"
+        assert list((PACKAGE.parent / "chapters").glob(f"{number:02d}_*.py")), f"{path.name}: no chapter {number}"

@@ -12,6 +12,7 @@ import pytest
 
 from minirlhf import paths
 from minirlhf.course import grader, nbgen
+from minirlhf.course.grader.notebook_file import _check_file, _read_notebook
 
 CHAPTER_1 = next(p for p in nbgen.sources() if p.name.startswith("01_"))
 
@@ -121,7 +122,7 @@ def test_the_committed_learner_notebooks_carry_their_fingerprint():
 def test_the_grader_keeps_its_copies_out_of_the_folder_it_grades(layout):
     notebook = layout / "notebooks" / "01_kl_penalty.ipynb"
     notebook.write_text("saved later")
-    problem = grader._check_file(notebook, b"the version graded")
+    problem = _check_file(notebook, b"the version graded")
     kept = Path(re.search(r"the version graded is kept in (\S+\.ipynb)$", problem)[1])
     assert kept.parent == layout / "kept" and kept.read_bytes() == b"the version graded"
     assert learner_files(layout / "notebooks") == ["01_kl_penalty.ipynb"]  # B8: nothing for the glob to match
@@ -152,11 +153,11 @@ def test_a_notebook_that_grows_past_the_cap_while_graded_is_kept_first(layout, m
     monkeypatch.setattr(grader.notebook_file, "MAX_NOTEBOOK_BYTES", 1_000_000)
     notebook.write_bytes(raw)
     os.truncate(notebook, 50_000_000)  # B7: the notebook's code made it huge (sparse)
-    problem = grader._check_file(notebook, raw)
+    problem = _check_file(notebook, raw)
     assert problem.startswith("the notebook file grew larger than any notebook the grader reads (1 MB)")
     kept = Path(problem.rsplit(" ", 1)[1])
     assert kept.parent == layout / "kept" and kept.read_bytes() == raw
-    nb, got, error = grader._read_notebook(notebook)  # and graded again, it is refused in one line
+    nb, got, error = _read_notebook(notebook)  # and graded again, it is refused in one line
     assert nb is None and error == f"{notebook} is larger than any notebook the grader reads (1 MB)"
 
 

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from minirlhf import numerics
+from minirlhf.commands import numerics as command
 from minirlhf.model import GPTConfig, TinyGPT
 
 
@@ -44,6 +45,26 @@ def test_differences_compare_printed_digits():
     assert numerics.differences({"a": 0.12344, "b": 1.0}, {"a": 0.123441, "b": 1.0}) == []
     assert numerics.differences({"a": 0.12344}, {"a": 0.12346}) == [("a", 0.12344, 0.12346)]
     assert [d[0] for d in numerics.differences({"a": 1.0}, {"a": 1.0, "b": 2.0})] == ["b"]
+
+
+def test_the_command_reports_the_metrics_that_differ_and_fails_on_them(monkeypatch, capsys):
+    differ = [(f"m{i}", 0.5, float("nan")) for i in range(12)]
+    found = {"n_metrics": 20, "differ": differ, "max_diff": 0.25, "max_diff_at": "m0", "seconds": 3.0}
+    monkeypatch.setattr(numerics, "compare_kernel_sets", lambda dtype, iterations, arms: found)
+    assert command.main(["--dtype", "float32", "--arms", "verifier"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("float32: 20 metrics, 12 differ at 4 decimals between the default kernels")
+    assert lines[1] == "  m0: 0.5000 against nan" and lines[-1] == "  ... and 2 more" and len(lines) == 12
+    monkeypatch.setattr(numerics, "compare_kernel_sets", lambda dtype, iterations, arms: {**found, "differ": []})
+    assert command.main([]) == 0
+
+
+@pytest.mark.parametrize("argv", [["--iterations", "0"], ["--arms", "ppo"], ["--dtype", "float16"]])
+def test_the_command_refuses_a_wrong_option_in_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as stop:
+        command.main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and err.endswith("(--help lists the options)\n")
 
 
 @needs_two

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import minirlhf.evaluation as evaluation
 from minirlhf import exact, ppo, task
 from minirlhf.model import GPTConfig, TinyGPT
 from minirlhf.reward_model import RMConfig, train_reward_model
@@ -102,7 +103,7 @@ def test_a_run_is_measured_every_few_iterations_from_inside(small, monkeypatch):
     policy, _, rm, _ = small
     monkeypatch.setattr(overopt, "eval_pairs", lambda n=overopt.N_PROMPTS: task.eval_pairs()[:3])
     job = {"proxy": "book", "beta": 0.0, "seed": 0, "iterations": 2, "at": [0, 1, 2], "samples": 2}
-    evalset = ppo.EvalSet(task.eval_pairs()[:8])
+    evalset = evaluation.EvalSet(task.eval_pairs()[:8])
     original = ppo.ppo_train
 
     def short(policy, reference, reward_fn, beta, config, **kwargs):  # 8 answers a batch, 8 eval prompts
@@ -135,7 +136,7 @@ def test_the_callback_gets_the_policy_of_that_iteration_in_eval_mode(small):
         rm=rm,
         progress=False,
         callback=callback,
-        evalset=ppo.EvalSet(task.eval_pairs()[:4]),
+        evalset=evaluation.EvalSet(task.eval_pairs()[:4]),
     )
     assert [(i, training, n) for i, training, n, _ in seen] == [(1, False, 2), (2, False, 3)]
     assert torch.equal(seen[-1][3], next(trained.parameters()))

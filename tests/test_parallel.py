@@ -12,8 +12,9 @@ import torch
 
 from minirlhf import dpo, experiment, parallel, task
 from minirlhf.commands import experiment as command
+from minirlhf.evaluation import EvalSet
 from minirlhf.model import GPTConfig, TinyGPT
-from minirlhf.ppo import EvalSet, PPOConfig
+from minirlhf.ppo import PPOConfig
 from minirlhf.reward_model import RMConfig
 
 FEW = PPOConfig(iterations=3, batch_size=16)

@@ -9,24 +9,22 @@ import pytest
 import torch
 
 from minirlhf import task
+from minirlhf.estimators.batch import kl_shaped_advantages, standardized_scores
+from minirlhf.evaluation import EvalSet
+from minirlhf.leashes.loss import grpo_token_loss, k3_loss_term
+from minirlhf.leashes.reward import ppo_token_loss
 from minirlhf.model import GPTConfig, TinyGPT, make_generator
 from minirlhf.ppo import (
     TRAIN_METRICS,
-    EvalSet,
     PPOConfig,
     adaptive_kl_update,
     batch_metrics,
     gae,
-    grpo_token_loss,
-    k3_loss_term,
-    kl_shaped_advantages,
-    ppo_token_loss,
     ppo_train,
     ppo_update,
     rm_reward,
     rollout,
     score_and_advantages,
-    standardized_scores,
     verifier_reward,
 )
 
@@ -280,8 +278,11 @@ def test_logged_clip_fraction_and_approx_kl_follow_trl(tiny):
 # here from the pieces, as a reference computed in the same process (no float recorded on one
 # machine). The stages must reproduce it exactly, or chapters 5 and 6 would tell another story.
 def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
+    from minirlhf.estimators.group import group_advantages
+    from minirlhf.estimators.group_centred import group_centred_advantages
+    from minirlhf.estimators.rloo import rloo_advantages
+    from minirlhf.evaluation import evaluate
     from minirlhf.model import completion_logits, completion_mask, entropy_from_logits, generate, logprobs_from_logits
-    from minirlhf.ppo import evaluate, group_advantages, group_centred_advantages, rloo_advantages
 
     by_name = {"group": group_advantages, "group-centred": group_centred_advantages, "rloo": rloo_advantages}
 

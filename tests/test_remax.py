@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from minirlhf import arms as arm_table
 from minirlhf import experiment, task
 from minirlhf.estimators import get
 from minirlhf.estimators.remax import remax_advantages
@@ -37,9 +38,9 @@ def test_the_rollout_carries_the_greedy_answers_and_the_advantages_use_them():
 
 
 def test_the_remax_arm_runs_by_name():
-    from minirlhf.ppo import EvalSet
+    from minirlhf.evaluation import EvalSet
 
-    arm = experiment.REGISTRY["remax-verifier"]
+    arm = arm_table.REGISTRY["remax-verifier"]
     assert (arm.reward, arm.trainer, arm.settings["advantages"]) == ("verifier", "ppo", "remax")
     torch.manual_seed(0)
     small = GPTConfig(n_layer=1, n_embd=16, n_head=2)

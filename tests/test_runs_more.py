@@ -6,8 +6,9 @@ import copy
 import torch
 
 from minirlhf.course import runs
+from minirlhf.evaluation import EvalSet
 from minirlhf.model import GPTConfig, TinyGPT, generate
-from minirlhf.ppo import EvalSet, PPOConfig
+from minirlhf.ppo import PPOConfig
 
 TINY = {"iterations": 1, "batch_size": 8}
 

@@ -7,11 +7,12 @@ import inspect
 import pytest
 import torch
 
-from minirlhf import dpo, ppo
+from minirlhf import dpo, evaluation, ppo
 from minirlhf.dpo import DPOConfig
 from minirlhf.ppo import PPOConfig
 from minirlhf.store import load_sft
 from minirlhf.studies import silent_bugs as sb
+from minirlhf.studies.silent_bugs import runs as bug_runs
 from minirlhf.task import SEMI
 
 # What each bug's one changed line becomes (the engine's line, then the copy's), by bug.
@@ -36,7 +37,9 @@ def test_each_bug_is_one_line_of_the_engine(name):
     want_engine, want_copy = CHANGED[name]
     assert want_engine in engine_line and want_copy in copy_line
     engine = getattr(importlib.import_module(bug.module), bug.name)
-    assert inspect.signature(engine) == inspect.signature(bug.copy)
+    assert inspect.signature(engine, eval_str=True) == inspect.signature(bug.copy, eval_str=True)
+    # every module the bug is planted in looks up that same engine function
+    assert all(getattr(importlib.import_module(m), bug.name) is engine for m in bug.modules)
 
 
 def test_one_line_diff_refuses_a_copy_two_lines_away():
@@ -45,17 +48,25 @@ def test_one_line_diff_refuses_a_copy_two_lines_away():
         ends_before = torch.cumsum(is_end, dim=1)
         return torch.ones_like(ends_before).float()
 
-    bug = sb.Bug("t", "t", "minirlhf.ppo", "completion_mask", completion_mask, "verifier", ("kl",))
+    bug = sb.Bug("t", "t", ("minirlhf.ppo",), "completion_mask", completion_mask, "verifier", ("kl",))
     with pytest.raises(ValueError, match="differs in 2 line"):
         sb.one_line_diff(bug)
+
+
+def test_a_bug_names_its_modules():
+    one = sb.Bug("t", "t", "minirlhf.ppo", "completion_mask", sb.completion_mask_missing, "verifier", ("kl",))
+    assert one.modules == ("minirlhf.ppo",) and one.module == "minirlhf.ppo"  # one name is one module
+    assert sb.BUGS["no-mask"].modules == ("minirlhf.ppo", "minirlhf.evaluation")
+    with pytest.raises(ValueError, match="modules must name"):
+        sb.Bug("t", "t", (), "completion_mask", sb.completion_mask_missing, "verifier", ("kl",))
 
 
 def test_planting_swaps_the_function_and_puts_it_back():
     original = ppo.completion_mask
     bug = sb.BUGS["no-mask"]
-    with sb.planted(bug):
-        assert ppo.completion_mask is bug.copy
-    assert ppo.completion_mask is original
+    with sb.planted(bug):  # in the update and in the measurement after each iteration
+        assert ppo.completion_mask is bug.copy and evaluation.completion_mask is bug.copy
+    assert ppo.completion_mask is original and evaluation.completion_mask is original
     with pytest.raises(RuntimeError):
         with sb.planted(sb.BUGS["dpo-rejected-flipped"]):
             raise RuntimeError("a run that fails")
@@ -143,7 +154,7 @@ def test_study_runs_every_bug_and_each_arm_once_per_seed(monkeypatch):
         keys = sb.DASHBOARD[sb._trainer(arm)]
         return {k: [float(seed)] * 3 for k in keys} | {"unused": [0.0]}
 
-    monkeypatch.setattr(sb, "run_bug", fake_run)
+    monkeypatch.setattr(bug_runs, "run_bug", fake_run)  # where study looks it up
     runs = sb.study(seeds=(0, 1), policy="p", rm="r", workers=1)  # here, so the calls are counted
     assert set(runs) == {"correct", *sb.BUGS}
     assert set(runs["correct"]) == {"verifier", "grpo-verifier", "dpo"}
@@ -195,7 +206,7 @@ def test_band_check_plants_the_fix_and_judges_each_tell(monkeypatch):
         return {"val/completion_length": [3.5, 3.5], "objective/entropy": [0.5, v]}
 
     runs = {"correct": {"verifier": {"0": good(0.5), "1": good(0.51), "2": good(0.52)}}}
-    monkeypatch.setattr(sb, "run_bug", fake_run)
+    monkeypatch.setattr(bug_runs, "run_bug", fake_run)  # where band_check looks it up
     fix = lambda completions: completions  # noqa: E731  (never called: run_bug is faked)
     result = sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)  # here, so calls are seen
     assert [s for *_, s in seen] == [0, 1, 2] and all(c is fix and a == "verifier" for c, a, _ in seen)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minirlhf import trl_run
+from minirlhf import trl as bridge
 from minirlhf.commands import trl_run as trl_command
 from minirlhf.paths import ROOT
 from minirlhf.ppo import PPOConfig
@@ -27,7 +27,7 @@ def _trl():
 
 
 def test_grpo_settings_are_ours():
-    s = trl_run.trl_settings("grpo-verifier", seed=3)
+    s = bridge.trl_settings("grpo-verifier", seed=3)
     assert s["num_generations"] == 8 and s["per_device_train_batch_size"] == 64
     assert s["num_iterations"] == 2 and s["max_steps"] == 50  # 25 rollouts of 2 optimizer steps
     assert s["beta"] == 0.12 and s["epsilon"] == 0.2 and s["temperature"] == 0.7
@@ -36,15 +36,15 @@ def test_grpo_settings_are_ours():
     assert s["max_completion_length"] == 4 and s["seed"] == 3 and s["report_to"] == "none"
     # the policy and its reference load in the folder's dtype (float64), not TRL's float32
     assert s["model_init_kwargs"] == {"dtype": "auto"} and s["bf16"] is False and s["fp16"] is False
-    assert trl_run.trl_settings("grpo-rm")["beta"] == 1.5
+    assert bridge.trl_settings("grpo-rm")["beta"] == 1.5
 
 
 def test_grpo_leash_is_ours_not_trls_default():
     # TRL 1.12.0 multiplies GRPO's k3 by the ratio new/old unless told not to
     # (use_bias_correction_kl, default True): our k3 loss has no such factor.
     for arm in ("grpo-verifier", "grpo-rm"):
-        assert trl_run.trl_settings(arm)["use_bias_correction_kl"] is False
-    assert "use_bias_correction_kl" not in trl_run.trl_settings("rloo-verifier")  # k1 in the reward
+        assert bridge.trl_settings(arm)["use_bias_correction_kl"] is False
+    assert "use_bias_correction_kl" not in bridge.trl_settings("rloo-verifier")  # k1 in the reward
     if not NEEDS_TRL:
         pytest.importorskip("trl")
     import trl
@@ -83,46 +83,53 @@ def test_the_leash_gradients_the_page_names():
 
 
 def test_rloo_settings():
-    s = trl_run.trl_settings("rloo-verifier")
+    s = bridge.trl_settings("rloo-verifier")
     assert s["num_generations"] == 8 and s["normalize_advantages"] is False
     assert "scale_rewards" not in s and "loss_type" not in s
 
 
 def test_ppo_settings_and_kl_coef():
     with pytest.raises(ValueError, match="score_std"):
-        trl_run.trl_settings("rm")
-    s = trl_run.trl_settings("rm", score_std=2.0)
+        bridge.trl_settings("rm")
+    s = bridge.trl_settings("rm", score_std=2.0)
     assert s["kl_coef"] == pytest.approx(1.0)  # our beta 0.5 times the raw scores' spread
     assert s["total_episodes"] == 64 * 25 and s["num_ppo_epochs"] == 2 and s["num_mini_batches"] == 1
     assert s["stop_token_id"] == 12 and s["response_length"] == 4 and s["cliprange"] == 0.2
     assert s["kl_estimator"] == "k1" and s["missing_eos_penalty"] is None
-    assert trl_run.kl_coef_for(0.5, 3.0) == pytest.approx(1.5)
+    assert bridge.kl_coef_for(0.5, 3.0) == pytest.approx(1.5)
 
 
 def test_the_page_table_is_the_mapping():
     # Every field trl_settings gives TRL's PPO carries one of ours (PPO_NAMES) or is housekeeping,
     # and every field the table names is set: the page's table cannot drift from the code.
-    named = {f for _, fields, _ in trl_run.PPO_NAMES for f in fields}
-    keys = set(trl_run.trl_settings("rm", score_std=1.0))
-    assert keys - set(trl_run.HOUSEKEEPING) == named
-    assert set(trl_run.HOUSEKEEPING) <= keys
-    html = trl_run.ppo_names_html()
-    assert html.count("<tr>") == len(trl_run.PPO_NAMES) + 1
+    named = {f for _, fields, _ in bridge.PPO_NAMES for f in fields}
+    keys = set(bridge.trl_settings("rm", score_std=1.0))
+    assert keys - set(bridge.HOUSEKEEPING) == named
+    assert set(bridge.HOUSEKEEPING) <= keys
+    html = bridge.ppo_names_html()
+    assert html.count("<tr>") == len(bridge.PPO_NAMES) + 1
     assert "<code>kl_coef</code>" in html and "<code>updates_per_batch</code>" in html
 
 
 def test_processes_share_the_batch():
-    assert trl_run.trl_settings("grpo-verifier", n_processes=2)["per_device_train_batch_size"] == 32
-    assert trl_run.trl_settings("rm", n_processes=2, score_std=1.0)["local_rollout_forward_batch_size"] == 32
+    assert bridge.trl_settings("grpo-verifier", n_processes=2)["per_device_train_batch_size"] == 32
+    assert bridge.trl_settings("rm", n_processes=2, score_std=1.0)["local_rollout_forward_batch_size"] == 32
     with pytest.raises(ValueError, match="whole groups"):
-        trl_run.trl_settings("grpo-verifier", n_processes=16)  # 4 completions a process: half a group
+        bridge.trl_settings("grpo-verifier", n_processes=16)  # 4 completions a process: half a group
     with pytest.raises(ValueError, match="arm must be one of"):
-        trl_run.trl_settings("verifier")
+        bridge.trl_settings("verifier")
 
 
 def test_settings_follow_our_config():
-    s = trl_run.trl_settings("grpo-verifier", config=PPOConfig(iterations=3, anneal_lr=False), beta=0.3)
+    s = bridge.trl_settings("grpo-verifier", config=PPOConfig(iterations=3, anneal_lr=False), beta=0.3)
     assert s["max_steps"] == 6 and s["lr_scheduler_type"] == "constant" and s["beta"] == 0.3
+
+
+def test_every_trl_arm_names_a_trainer_of_the_table():
+    # TRL's trainers are data: what differs by trainer is read from TRL_TRAINERS, never from its name
+    for spec in bridge.TRL_ARMS.values():
+        assert spec.trainer in bridge.TRL_TRAINERS and spec.trainer in bridge.PROFILE_STAGES
+    assert [t.needs_score_std for t in bridge.TRL_TRAINERS.values()].count(True) == 1  # TRL's PPO alone
 
 
 # ----------------------------------------------------------------------------- stored results
@@ -134,10 +141,10 @@ def stored():
 
 
 def test_stored_results_cover_every_arm(stored):
-    assert stored["settings"]["arms"] == list(trl_run.TRL_ARMS)
+    assert stored["settings"]["arms"] == list(bridge.TRL_ARMS)
     assert len(stored["settings"]["seeds"]) >= 3
-    assert stored["versions"]["trl"] == trl_run.TRL_VERSION
-    for arm in trl_run.TRL_ARMS:
+    assert stored["versions"]["trl"] == bridge.TRL_VERSION
+    for arm in bridge.TRL_ARMS:
         for side in ("ours", "trl"):
             assert set(stored[side][arm]) == {str(s) for s in stored["settings"]["seeds"]}
             for log in stored[side][arm].values():
@@ -148,16 +155,16 @@ def test_stored_settings_are_todays_mapping(stored):
     # A change of the mapping that was not rerun fails here.
     for arm in ("grpo-verifier", "grpo-rm", "rloo-verifier"):
         for seed, log in stored["trl"][arm].items():
-            assert log["settings"] == trl_run.trl_settings(arm, int(seed))
+            assert log["settings"] == bridge.trl_settings(arm, int(seed))
     for seed, log in stored["trl"]["rm"].items():
         kl_coef = log["settings"]["kl_coef"]
-        assert log["settings"] == trl_run.trl_settings("rm", int(seed), score_std=kl_coef / 0.5)
+        assert log["settings"] == bridge.trl_settings("rm", int(seed), score_std=kl_coef / 0.5)
 
 
 def test_side_by_side_table(stored):
-    s = trl_run.side_by_side(stored)
-    table = trl_run.format_side_by_side(stored)
-    for arm in trl_run.TRL_ARMS:
+    s = bridge.side_by_side(stored)
+    table = bridge.format_side_by_side(stored)
+    for arm in bridge.TRL_ARMS:
         assert s[arm]["ours"]["n_seeds"] == s[arm]["trl"]["n_seeds"] >= 3
         assert s[arm]["time_ratio"] > 0
         assert arm in table
@@ -169,7 +176,7 @@ def test_the_page_code_and_tables_fit_the_column(stored):
     # prints keep to the book's 77 columns (tests/test_page_fit.py checks the chapters).
     page = (ROOT / "book" / "toy-to-real.md").read_text(encoding="utf-8")
     cells = [block.split("```", 1)[0] for block in page.split("```{code-cell} ipython3")[1:]]
-    printed = trl_run.format_side_by_side(stored) + "\n" + trl_run.format_profile(stored)
+    printed = bridge.format_side_by_side(stored) + "\n" + bridge.format_profile(stored)
     long = [line for text in (*cells, printed) for line in text.splitlines() if len(line.rstrip()) > 77]
     assert cells and not long, long
 
@@ -186,7 +193,7 @@ def test_our_rows_are_chapter_8s(stored):
     )
     lines = {line.split()[0]: line for line in printed.splitlines() if line.strip() and "±" in line}
     assert stored["settings"]["seeds"] == [0, 1, 2, 3, 4]
-    for arm, row in trl_run.side_by_side(stored).items():
+    for arm, row in bridge.side_by_side(stored).items():
         gain, kl = row["ours"]["gain"], row["ours"]["kl_end"]
         assert f"{gain[0]:+.3f} ± {gain[1]:.3f}" in lines[arm], arm
         assert f"{kl[0]:.3f} ± {kl[1]:.3f}" in lines[arm], arm
@@ -217,9 +224,9 @@ TOLERANCE = {"grpo": {"rel": 1e-9, "abs": 1e-10}, "ppo": {"rel": 1e-5, "abs": 1e
 def test_a_fresh_run_reproduces_the_stored_one(stored, starts, arm):
     _trl()
     policy, rm = starts
-    log = trl_run.run_trl_arm(arm, policy, rm, 0, progress=False)
+    log = bridge.run_trl_arm(arm, policy, rm, 0, progress=False)
     want = stored["trl"][arm]["0"]
-    tol = TOLERANCE[trl_run.TRL_ARMS[arm].trainer]
+    tol = TOLERANCE[bridge.TRL_ARMS[arm].trainer]
     assert log["dtype"] == want["dtype"] == "float64"
     # kl_coef is the spread of a float64 batch of scores: the same within 1e-9, perhaps not to the bit
     settings, want_settings = dict(log["settings"]), dict(want["settings"])
@@ -262,7 +269,7 @@ def test_two_process_launch(tmp_path):
         "--config_file",
         str(ROOT / "configs" / "cpu_two_processes.yaml"),
         "-m",
-        "minirlhf.trl_run",
+        "minirlhf.commands.trl_run",
         "--arm",
         "grpo-verifier",
         "--arm",
@@ -297,7 +304,7 @@ def _one_line_error(argv, capsys) -> str:
 
 
 def test_the_output_folder_and_the_counts_are_checked_before_anything_runs(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(trl_run, "import_trl", lambda: pytest.fail("TRL was imported: the runs would start"))
+    monkeypatch.setattr(bridge, "import_trl", lambda: pytest.fail("TRL was imported: the runs would start"))
     (tmp_path / "file").write_text("x")
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "out" / "trl_results.json").mkdir(parents=True)
@@ -318,11 +325,13 @@ def test_the_output_folder_and_the_counts_are_checked_before_anything_runs(tmp_p
 
 STOPPED_TRL_RUN = """
 import os, signal, sys
-from minirlhf import store, trl_run
+from minirlhf import store
+from minirlhf import trl as bridge
 from minirlhf.commands import trl_run as trl_command
+from minirlhf.trl import compare
 
-trl_run.import_trl = lambda: None
-trl_run._versions = lambda: {}
+bridge.import_trl = lambda: None
+compare._versions = lambda: {}
 store.load_sft = lambda progress: ("policy", {})
 store.load_rm = lambda progress: ("rm", {})
 
@@ -332,8 +341,8 @@ def fake_run(arm, policy, rm, seed, config, evalset=None, progress=True, **kwarg
         signal.pause()
     return {"accuracy": [0.1, 0.2], "kl": [0.0, 0.1], "rm_score": [1.0, 1.1], "seconds": 1.0}
 
-trl_run.run_trl_arm = fake_run
-trl_run.EvalSet = lambda: None
+compare.run_trl_arm = fake_run
+compare.EvalSet = lambda: None
 sys.exit(trl_command.main(["--seeds", "3", "--iterations", "1", "--out", sys.argv[2]]))
 """
 

@@ -59,7 +59,7 @@ STAGES = {
     "five_seeds_two_workers": ("the same, 2 worker processes (peak: this one + each worker's)", 40.0),
     "one_seed_grpo_arms": ("both GRPO arms (8 prompts x 8), one seed, 25 iterations", 10.0),
     "one_seed_dpo_arm": ("the DPO arm, one seed, 200 steps of 64 pairs with the eval", DPO_BUDGET),
-    # TRL's trainers on the same work (minirlhf.trl_run); a run took 3 to 5 s, set-up included.
+    # TRL's trainers on the same work (minirlhf.trl); a run took 3 to 5 s, set-up included.
     "trl_grpo_verifier": ("TRL's GRPOTrainer, grpo-verifier, one seed, 25 iterations with our eval", 10.0),
     "trl_ppo_rm": ("TRL's PPO trainer, the rm arm, one seed, 25 batches with our eval", 10.0),
 }
@@ -103,7 +103,7 @@ def _work(stage: str) -> None:
     if stage == "one_seed_dpo_arm":
         run_experiment(seeds=1, progress=False, arms=("dpo",))
     if stage in TRL_STAGES:
-        from ..trl_run import run_trl_arm
+        from ..trl import run_trl_arm
 
         run_trl_arm(TRL_STAGES[stage], load_sft(progress=False)[0], load_rm(progress=False)[0], 0, progress=False)
 
@@ -117,7 +117,7 @@ def _has_trl() -> bool:
 def _child(stage: str) -> None:
     # Runs in the child process: time the stage and report it as one JSON line.
     if stage in TRL_STAGES:
-        from ..trl_run import import_trl
+        from ..trl import import_trl
 
         import_trl()
     start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The command line of the experiment, ``python -m minirlhf.experiment`` (see
+"""The command line of the experiment, ``python -m minirlhf.commands.experiment`` (see
 :mod:`minirlhf.experiment` for what it runs): options checked before anything runs, an estimate
 of a long run's time, Ctrl-C, SIGTERM and SIGHUP keeping the finished seeds, and a write that
 fails at the end keeping the results elsewhere."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .. import cli, experiment, parallel, paths
+from .. import cli, experiment, parallel, paths, trainers
 from ..arms import ARMS, DEFAULT_ARMS, DEFAULT_BETA, LABELS, REGISTRY
 from ..plots import FIGURES
 
@@ -48,7 +48,8 @@ def _run_seeds(seeds: int, iterations: int, arms: tuple, betas: dict, workers: i
     that finishes. Return (the results of the seeds that finished, whether Ctrl-C, SIGTERM or
     SIGHUP stopped it)."""
     parts: list[dict] = []
-    n_dpo = sum(REGISTRY[arm].trainer == "dpo" for arm in arms)  # a DPO run's length ignores --iterations
+    # a run whose trainer takes its own config (DPO) ignores --iterations
+    n_dpo = sum(trainers.get(REGISTRY[arm].trainer).own_defaults for arm in arms)
     guess = seeds * ((len(arms) - n_dpo) * iterations * SECONDS_PER_ARM_ITERATION + n_dpo * SECONDS_PER_DPO_RUN)
     workers = parallel.resolve_workers(workers, seeds * len(arms))
     if workers > 1:
@@ -110,13 +111,11 @@ def main(argv=None) -> int:
     refused); Ctrl-C, SIGTERM and SIGHUP keep the seeds that finished and say which were not
     kept; a write that fails at the end keeps the results in a file of the system's temporary
     folder and says where.
-
-    Defined in chapter 5.
     """
     w = max(len(name) for name in ARMS)
     arm_list = "\n".join(f"  {name:<{w}}  {arm.help}" for name, arm in REGISTRY.items())
     parser = cli.Parser(
-        prog="python -m minirlhf.experiment",
+        prog="python -m minirlhf.commands.experiment",
         description=experiment.__doc__.split("\n\n")[0],
         epilog=f"arms (--arms):\n{arm_list}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -142,7 +141,7 @@ def main(argv=None) -> int:
         help=f"PPO iterations per run (default 25, at most {MAX_ITERATIONS}; a DPO arm runs its own 200 steps)",
     )
     for arm in ARMS:
-        what = "beta in the loss" if REGISTRY[arm].trainer == "dpo" else "KL coefficient"
+        what = trainers.get(REGISTRY[arm].trainer).beta
         parser.add_argument(
             f"--beta-{arm}",
             type=cli.finite_number(0.0),
@@ -172,11 +171,9 @@ def main(argv=None) -> int:
         value = getattr(args, f"beta_{arm.replace('-', '_')}")
         if value is not None and arm not in arms:
             parser.error(f"argument --beta-{arm}: the arm {arm} is not among --arms ({' '.join(arms)})")
-        if value == 0 and REGISTRY[arm].trainer == "dpo":
-            parser.error(
-                f"argument --beta-{arm}: must be > 0 for DPO (at 0 its loss is log 2 "
-                "whatever the policy, so nothing is learned), got 0"
-            )
+        trainer = trainers.get(REGISTRY[arm].trainer)
+        if value == 0 and trainer.beta_zero:
+            parser.error(f"argument --beta-{arm}: must be > 0 for {trainer.name.upper()} ({trainer.beta_zero}), got 0")
         if value is not None:
             betas[arm] = value
     out = args.out if args.out is not None else paths.OUTPUTS
@@ -194,7 +191,7 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")  # files only; set here, not in write_outputs, which notebooks call too
     torch.set_num_threads(1)  # an entry point's choice: runs are bit-identical at a fixed count
     try:
-        with cli.stops_as_interrupt(), paths.output_lock(out, "python -m minirlhf.experiment"):
+        with cli.stops_as_interrupt(), paths.output_lock(out, "python -m minirlhf.commands.experiment"):
             return _run_and_write(args, arms, betas, out)
     except paths.FolderInUse as exc:
         parser.error(f"{where}: {exc}")
@@ -249,3 +246,7 @@ def _write(args, parts: list[dict], interrupted: bool, out: Path) -> int:
             )
         return cli.stop_status()
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,5 @@
-"""The command line of the TRL bridge, ``python -m minirlhf.trl_run`` (see
-:mod:`minirlhf.trl_run` for what it runs): the output folder checked and held before anything
+"""The command line of the TRL bridge, ``python -m minirlhf.commands.trl_run`` (see
+:mod:`minirlhf.trl` for what it runs): the output folder checked and held before anything
 runs, and Ctrl-C, SIGTERM and SIGHUP keeping the seeds whose every run had finished."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 
-from .. import cli, paths, trl_run
+from .. import cli, paths, plots
+from .. import trl as bridge
+from ..trl.compare import compare
 
 __all__ = ["MAX_SEEDS", "MAX_ITERATIONS", "OUTPUT_FILES", "main"]
 
@@ -30,13 +32,13 @@ def main(argv=None) -> int:
     Ctrl-C, SIGTERM and SIGHUP write the seeds whose every run had finished and say which
     were not kept."""
     parser = cli.Parser(
-        prog="python -m minirlhf.trl_run",
-        description=trl_run.__doc__.split("\n\n")[2],
+        prog="python -m minirlhf.commands.trl_run",
+        description=bridge.__doc__.split("\n\n")[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--arm",
-        choices=tuple(trl_run.TRL_ARMS),
+        choices=tuple(bridge.TRL_ARMS),
         action="append",
         help="a TRL arm (repeat for several; default: every arm with --compare, else grpo-verifier)",
     )
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
         help="folder for trl_results.json, trl_accuracy.png and trl_kl.png (default: outputs/trl)",
     )
     args = parser.parse_args(argv)
-    arms = tuple(dict.fromkeys(args.arm or (trl_run.TRL_ARMS if args.compare else ("grpo-verifier",))))
+    arms = tuple(dict.fromkeys(args.arm or (bridge.TRL_ARMS if args.compare else ("grpo-verifier",))))
     if args.out is not None and not args.out.strip():
         parser.error("argument --out: is empty: name a folder, e.g. --out outputs/trl")
     out = Path(args.out) if args.out is not None else paths.OUTPUTS / "trl"
@@ -76,7 +78,7 @@ def main(argv=None) -> int:
     if problem:
         parser.error(f"{'--out' if args.out is not None else 'the output folder (MINIRLHF_OUTPUTS/trl)'}: {problem}")
     try:
-        trl_run.import_trl()
+        bridge.import_trl()
     except ImportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -95,15 +97,15 @@ def main(argv=None) -> int:
 
 def _run(args, arms: tuple, out: Path, main_process: bool) -> int:
     if not main_process:
-        trl_run.compare(arms, args.seeds, args.iterations, progress=False, ours=args.compare, profile=args.profile)
+        compare(arms, args.seeds, args.iterations, progress=False, ours=args.compare, profile=args.profile)
         return 0
-    with paths.output_lock(out, "python -m minirlhf.trl_run"):
+    with paths.output_lock(out, "python -m minirlhf.commands.trl_run"):
         return _run_and_write(args, arms, out)
 
 
 def _run_and_write(args, arms: tuple, out: Path) -> int:
     """The runs and the writes of :func:`main`, once its checks have passed and it holds ``out``."""
-    results = trl_run.compare(
+    results = compare(
         arms,
         args.seeds,
         args.iterations,
@@ -126,16 +128,16 @@ def _write(args, results: dict, out: Path) -> int:
     try:
         paths.write_atomic(out / "trl_results.json", json.dumps(results, indent=1))
         for key in ("accuracy", "kl"):
-            paths.save_figure(trl_run.side_by_side_figure(results, key), out / f"trl_{key}.png", dpi=120)
+            paths.save_figure(plots.side_by_side_figure(results, key), out / f"trl_{key}.png", dpi=120)
     except OSError as exc:  # checked before the runs; kept all the same if the disk fails now
         fd, name = tempfile.mkstemp(prefix="minirlhf-trl-results-", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
         print(f"could not write to {out} ({exc.strerror or exc}); the results are kept in {name}", file=sys.stderr)
         return 1
-    print(trl_run.format_side_by_side(results))
+    print(bridge.format_side_by_side(results))
     if args.profile and "profile" in results:
-        print(trl_run.format_profile(results))
+        print(bridge.format_profile(results))
     print(f"processes: {os.environ.get('WORLD_SIZE', '1')}; results: {out / 'trl_results.json'}")
     if stopped:
         n = len(kept)
@@ -147,3 +149,7 @@ def _write(args, results: dict, out: Path) -> int:
         print(f"{cli.stop_name()}: wrote the {n} finished seed{'s' if n > 1 else ''}; {rest} not kept", file=sys.stderr)
         return cli.stop_status()
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

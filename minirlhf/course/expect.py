@@ -186,18 +186,18 @@ class ExpectArray(Expect):
     """A NumPy array or torch tensor of the expected shape, close to the expected values."""
 
     def __init__(
-        self, atol: float = 1e-5, kind: str = "any", what: str | None = None, plural: bool | None = None, slips=()
+        self, atol: float = 1e-5, container: str = "any", what: str | None = None, plural: bool | None = None, slips=()
     ):
-        self.atol, self.kind = atol, kind  # kind: "numpy", "torch" or "any"
+        self.atol, self.container = atol, container  # "numpy", "torch" or "any"
         self._named(what, plural, slips)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         is_torch = type(got).__module__.startswith("torch")
         what, is_ = self.what, self._verb("is", "are")
         missing = _MISSING_RETURN if got is None else ""
-        if self.kind == "torch" and not is_torch:
+        if self.container == "torch" and not is_torch:
             return "type", f"the result is {type_phrase(got)}; the contract asks for a torch tensor{missing}"
-        if self.kind == "numpy" and not isinstance(got, np.ndarray):
+        if self.container == "numpy" and not isinstance(got, np.ndarray):
             fix = ": np.asarray(...)" if isinstance(got, (list, tuple, np.generic)) else missing
             return "type", f"the result is {type_phrase(got)}; the contract asks for a NumPy array{fix}"
         if not (is_torch or isinstance(got, (np.ndarray, np.generic, float, int))):
@@ -250,7 +250,7 @@ class ExpectScalarTensor(ExpectArray):
         slips=(),
         grad_wrt=(),
     ):
-        super().__init__(atol=atol, kind="torch", what=what, plural=False, slips=slips)
+        super().__init__(atol=atol, container="torch", what=what, plural=False, slips=slips)
         self.per, self.why_inf, self.sign_hint = per, why_inf, sign_hint
         self.grad_wrt = tuple(grad_wrt)
 

@@ -21,7 +21,6 @@ in its download menu once ``make pdf`` has made it (:mod:`minirlhf.course.archiv
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import html
@@ -32,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from .. import cli
 from ..paths import ROOT
 
 PDF_NAME = "minirlhf-book.pdf"
@@ -204,7 +204,7 @@ def make_pdf(site: Path, out: Path, chromium: str = CHROMIUM) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m minirlhf.course.pdf",
         description="Print the single-page build of the book to one PDF with headless Chromium.",
     )

@@ -7,8 +7,8 @@ each arm it runs, resolved (its reward, trainer, beta and settings, read from
 :mod:`minirlhf.arms` but not the file itself, so a new arm reruns nothing); the code that
 trains, as a fingerprint of what it does (:func:`runs_code`: comments and docstrings, the
 figures, the statistics and the command lines left out), with the module of each advantage
-estimator the runs use and of no other; and the starting point of a few runs the chapter has
-just made itself.
+estimator and of each leash the runs use and of no other; and the starting point of a few runs
+the chapter has just made itself.
 
 A stored file is trusted only as far as it can be checked. It is opened only when it is a
 regular file (a folder, a named pipe or a device at its path is never read), and read only up
@@ -29,11 +29,11 @@ from functools import partial
 from pathlib import Path
 
 from .. import arms as arm_registry
-from .. import estimators, experiment
+from .. import estimators, experiment, leashes, trainers
 from ..model import weights_digest
 from ..parallel import map_runs
-from ..paths import OUTPUTS, file_problem, kind_of, write_atomic
-from ..store import _open_regular, code_digest, code_fingerprint
+from ..paths import OUTPUTS, file_problem, kind_of, open_regular, write_atomic
+from ..store import code_fingerprint
 from ..studies.robustness import gain
 
 __all__ = [
@@ -73,16 +73,21 @@ NOT_THE_RUNS_CODE = (
 )
 
 
-def _estimators_named(value, found: set) -> set:
-    # every estimator a PPOConfig in the settings names (a dict with an "advantages" key)
+# The tables whose entries are keyed by their own code: a setting of a PPOConfig names an entry,
+# and a stored run depends on the module of each entry its settings name, not on the others.
+_TABLES = {"advantages": estimators, "kl_placement": leashes}
+
+
+def _named(value, key: str, found: set) -> set:
+    # every entry a PPOConfig in the settings names under ``key`` (a dict with that key)
     if isinstance(value, dict):
-        if isinstance(value.get("advantages"), str):
-            found.add(value["advantages"])
+        if isinstance(value.get(key), str):
+            found.add(value[key])
         for item in value.values():
-            _estimators_named(item, found)
+            _named(item, key, found)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _estimators_named(item, found)
+            _named(item, key, found)
     return found
 
 
@@ -90,11 +95,13 @@ def runs_code(settings: dict) -> str:
     """Return the fingerprint of the code that makes runs with ``settings``: the experiment's
     runner and every module it imports, as :func:`minirlhf.store.code_fingerprint` reads them
     (docstrings and comments left out), but not :data:`NOT_THE_RUNS_CODE`; and the module of
-    each advantage estimator the settings name, not of the others."""
+    each advantage estimator and each leash the settings name (with the package modules it
+    imports), not of the others."""
     h = hashlib.sha256(code_fingerprint(experiment, skip=NOT_THE_RUNS_CODE).encode())
-    for name in sorted(_estimators_named(settings, set())):
-        module = estimators.module_of(name)
-        h.update(f"{name} {code_digest(Path(module.__file__).read_text())}".encode())
+    for key, table in _TABLES.items():
+        for name in sorted(_named(settings, key, set())):
+            module = table.module_of(name)
+            h.update(f"{key} {name} {code_fingerprint(module, skip=NOT_THE_RUNS_CODE)}".encode())
     return h.hexdigest()[:16]
 
 
@@ -145,7 +152,7 @@ def _layout_problem(stored) -> str:
 def _read_stored(path: Path) -> tuple[dict | None, str]:
     """Return (what is stored at ``path``, "") or (None, why it cannot be used; "" when missing)."""
     try:
-        file = _open_regular(path)
+        file = open_regular(path)
     except OSError:  # a folder, a named pipe, a device, ...: never read
         return None, f"it is {kind_of(path)}, not a stored file"
     if file is None:
@@ -255,7 +262,7 @@ def _every_run(arms, seeds):
 def stored_arms(
     path, seeds, arms, cfg, starts: dict | None = None, progress: bool = False, workers: int | None = None
 ) -> dict:
-    """Return the experiment of ``arms`` (names of :data:`minirlhf.experiment.REGISTRY`, each
+    """Return the experiment of ``arms`` (names of :data:`minirlhf.arms.REGISTRY`, each
     at its default beta) over ``seeds``, laid out as ``results.json``: the PPO and GRPO arms
     with the settings ``cfg``, the DPO arms with :class:`~minirlhf.dpo.DPOConfig`'s defaults.
 
@@ -264,9 +271,10 @@ def stored_arms(
     same file with the same settings, and keeps its DPO arms in ``dpo.json``.
     """
     arms = tuple(arms)
-    settings = {"seeds": list(seeds), "beta": {arm: experiment.DEFAULT_BETA[arm] for arm in arms}, "ppo": asdict(cfg)}
-    if any(experiment.REGISTRY[arm].trainer == "dpo" for arm in arms):
-        settings["dpo"] = asdict(experiment.DPOConfig())
+    settings = {"seeds": list(seeds), "beta": {arm: arm_registry.DEFAULT_BETA[arm] for arm in arms}, "ppo": asdict(cfg)}
+    for trainer in {trainers.get(arm_registry.REGISTRY[arm].trainer) for arm in arms}:
+        if trainer.own_defaults:  # its runs take its config's defaults, not cfg: they are settings too
+            settings[trainer.name] = asdict(trainer.config())
 
     def run():
         return experiment.run_experiment(
@@ -281,16 +289,20 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int 
     every planted bug's run and the correct run of its arm.
 
     Stored at ``path`` and read back through :func:`load_or_run`; the key also holds a digest
-    of the study's own source, so that a changed bug is run again.
+    of the study's own source, every module of its package, so that a changed bug is run again.
     """
-    import inspect
+    import hashlib
+    import pkgutil
 
     from ..dpo import DPOConfig
     from ..ppo import PPOConfig
     from ..store import code_digest
     from ..studies import silent_bugs
 
-    source = code_digest(inspect.getsource(silent_bugs))[:16]
+    folder = Path(silent_bugs.__file__).parent
+    files = ["__init__", *sorted(m.name for m in pkgutil.iter_modules(silent_bugs.__path__))]
+    digests = " ".join(code_digest((folder / f"{name}.py").read_text()) for name in files)
+    source = hashlib.sha256(digests.encode()).hexdigest()[:16]
     settings = {
         "seeds": [int(s) for s in seeds],
         "bugs": list(silent_bugs.BUGS),
@@ -396,7 +408,8 @@ def stored_runs(
     read back while the engine code, the plan, ``keep``, ``answers`` and the weights of
     ``policy`` and ``rm`` are the same. Chapter 7 keeps its runs this way.
     """
-    from ..ppo import EvalSet, PPOConfig
+    from ..evaluation import EvalSet
+    from ..ppo import PPOConfig
 
     def run():
         logs = map_runs(

@@ -12,8 +12,6 @@ def remax_advantages(rewards: torch.Tensor, greedy_rewards: torch.Tensor) -> tor
     the greedy completion of its prompt, ReMax's baseline. It does not depend on the sampled
     completion, so the gradient stays unbiased; it costs one greedy generation per prompt and
     no value model. A sample that is the greedy answer gets exactly 0.
-
-    Defined in chapter 8.
     """
     if rewards.dim() != 1 or rewards.shape != greedy_rewards.shape:
         raise ValueError(
@@ -41,6 +39,7 @@ ESTIMATOR = Estimator(
     "remax",
     remax_advantages,
     against_greedy,
+    ("rewards", "greedy_rewards"),
     "ReMax: r minus the reward of the greedy completion of the same prompt",
     extras=greedy_completions,
 )

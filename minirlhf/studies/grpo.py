@@ -2,9 +2,9 @@
 often a group has nothing to teach, and how the loss weighs the tokens of short and long
 completions.
 
-The group estimators themselves live in the engine (:mod:`minirlhf.ppo`:
-``group_advantages``, ``group_centred_advantages``, ``rloo_advantages``); this module only
-measures them.
+The group estimators themselves live in the engine, one module each in
+:mod:`minirlhf.estimators` (``group_advantages``, ``group_centred_advantages``,
+``rloo_advantages``); this module only measures them.
 """
 
 from __future__ import annotations
@@ -20,13 +20,11 @@ __all__ = ["verifier_group", "all_equal_chance", "token_weights"]
 def verifier_group(group_size: int, n_right: int, estimator: str = "group") -> tuple[float, float]:
     """Return (advantage of a right answer, advantage of a wrong one) in a group of
     ``group_size`` verifier rewards of which ``n_right`` are 1 and the rest 0, under the
-    group estimator ``estimator`` (an estimator of :data:`minirlhf.estimators.ESTIMATORS` that
-    gives each completion one advantage from its group's rewards). A side
+    group estimator ``estimator`` (an estimator of :mod:`minirlhf.estimators` that
+    gives each completion one advantage from its group's rewards: ``per_group``). A side
     with no member (``n_right`` 0 or ``group_size``) gets NaN.
     """
-    grouped = tuple(
-        name for name in estimators.names() if estimators.get(name).advantages is estimators.copied_to_tokens
-    )
+    grouped = tuple(name for name in estimators.names() if estimators.get(name).per_group)
     if estimator not in grouped:
         raise ValueError(f"estimator must be one of {grouped}, got {estimator!r}")
     if not 0 <= n_right <= group_size:

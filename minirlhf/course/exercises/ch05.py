@@ -5,7 +5,8 @@ import math
 import numpy as np
 import torch
 
-from ...ppo import kl_shaped_advantages, ppo_token_loss
+from ...estimators.batch import kl_shaped_advantages
+from ...leashes.reward import ppo_token_loss
 from ..cases import Case, Exercise, Slip, known_slip
 from ..expect import ExpectArray, ExpectScalarTensor
 from ._inputs import as_tensor, batch_size, prefix_mask
@@ -17,7 +18,7 @@ class ExpectTokenAdvantages(ExpectArray):
     """A (B, T) torch tensor of advantages; names the usual slips in words."""
 
     def __init__(self, slips=()):
-        super().__init__(atol=1e-4, kind="torch", what="the advantages", plural=True, slips=slips)
+        super().__init__(atol=1e-4, container="torch", what="the advantages", plural=True, slips=slips)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if type(got).__module__.startswith("torch") and hasattr(got, "shape"):

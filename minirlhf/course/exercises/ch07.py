@@ -202,7 +202,7 @@ GAE = Exercise(
     name="gae",
     chapter=7,
     title="Generalized advantage estimation",
-    expect=ExpectArray(atol=1e-6, kind="numpy", what="the advantages", plural=True, slips=GAE_SLIPS),
+    expect=ExpectArray(atol=1e-6, container="numpy", what="the advantages", plural=True, slips=GAE_SLIPS),
     cases=(
         _gae_case(
             [0.0, 0.0, 1.0],

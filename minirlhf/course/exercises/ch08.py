@@ -5,12 +5,10 @@ import math
 import numpy as np
 import torch
 
-from ...ppo import (
-    group_advantages,
-    group_centred_advantages,
-    grpo_token_loss,
-    rloo_advantages,
-)
+from ...estimators.group import group_advantages
+from ...estimators.group_centred import group_centred_advantages
+from ...estimators.rloo import rloo_advantages
+from ...leashes.loss import grpo_token_loss
 from ..cases import Case, Exercise, Raises, Slip, known_slip
 from ..expect import ExpectArray, ExpectScalarTensor
 from ._inputs import as_tensor, batch_size, prefix_mask
@@ -22,7 +20,7 @@ class ExpectGroupAdvantages(ExpectArray):
     """A (B,) torch tensor of advantages; names a result left in its groups, (B / G, G)."""
 
     def __init__(self, slips=()):
-        super().__init__(atol=1e-4, kind="torch", what="the advantages", plural=True, slips=slips)
+        super().__init__(atol=1e-4, container="torch", what="the advantages", plural=True, slips=slips)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if type(got).__module__.startswith("torch") and hasattr(got, "shape") and got.dim() == 2:
@@ -173,9 +171,9 @@ GROUP_SLIPS = (
     ),
 )
 
-S2 = math.sqrt(2.0)  # the sample std of [0, 2]; that of two rewards 1 apart is S2 / 2
-S7 = math.sqrt(7.0)  # the sample std of [1, 2, 6]
-S8 = math.sqrt(1 / 8)  # the sample std of seven 1s and one 0
+STD_0_2 = math.sqrt(2.0)  # the sample std of [0, 2]; that of two rewards 1 apart is STD_0_2 / 2
+STD_1_2_6 = math.sqrt(7.0)  # the sample std of [1, 2, 6]
+STD_7_ONES_1_ZERO = math.sqrt(1 / 8)  # the sample std of seven 1s and one 0
 
 GROUP_ADVANTAGES = Exercise(
     name="group_advantages",
@@ -194,7 +192,7 @@ GROUP_ADVANTAGES = Exercise(
         _group_case(
             [0.0, 1.0, 1.0, 1.0],
             2,
-            [-0.5 / (S2 / 2 + 1e-4), 0.5 / (S2 / 2 + 1e-4), 0.0, 0.0],
+            [-0.5 / (STD_0_2 / 2 + 1e-4), 0.5 / (STD_0_2 / 2 + 1e-4), 0.0, 0.0],
             "two prompts of 2: the first's mean 0.5, std sqrt(0.5) = 0.7071, so -0.7070 and "
             "+0.7070; the second's two answers are both right: no signal, both 0 (0 / 0 "
             "without eps)",
@@ -209,14 +207,19 @@ GROUP_ADVANTAGES = Exercise(
         _group_case(
             [2.0, 3.0, -1.0, -2.0],
             2,
-            [-0.5 / (S2 / 2 + 1e-4), 0.5 / (S2 / 2 + 1e-4), 0.5 / (S2 / 2 + 1e-4), -0.5 / (S2 / 2 + 1e-4)],
+            [
+                -0.5 / (STD_0_2 / 2 + 1e-4),
+                0.5 / (STD_0_2 / 2 + 1e-4),
+                0.5 / (STD_0_2 / 2 + 1e-4),
+                -0.5 / (STD_0_2 / 2 + 1e-4),
+            ],
             "RM-like scores: group means 2.5 and -1.5, each std 0.7071, so -0.7070, 0.7070, "
             "0.7070, -0.7070: the prompt's level cancels (the batch's mean 0.5 would not)",
         ),
         _group_case(
             [1.0, 2.0, 6.0],
             3,
-            [-2 / (S7 + 1e-4), -1 / (S7 + 1e-4), 3 / (S7 + 1e-4)],
+            [-2 / (STD_1_2_6 + 1e-4), -1 / (STD_1_2_6 + 1e-4), 3 / (STD_1_2_6 + 1e-4)],
             "mean 3, deviations -2, -1, 3, sample variance 14 / 2 = 7, std 2.6458: "
             "-0.7559, -0.3780, 1.1338 (leave-one-out would give -3, -1.5, 4.5 before "
             "any std)",
@@ -224,14 +227,14 @@ GROUP_ADVANTAGES = Exercise(
         _group_case(
             [1.0] * 7 + [0.0],
             8,
-            [0.125 / (S8 + 1e-4)] * 7 + [-0.875 / (S8 + 1e-4)],
+            [0.125 / (STD_7_ONES_1_ZERO + 1e-4)] * 7 + [-0.875 / (STD_7_ONES_1_ZERO + 1e-4)],
             "a verifier, 7 right of 8: mean 0.875, sample std sqrt(0.875 * 0.125 * 8 / 7) = "
             "0.3536, so 0.3535 for each right answer and -2.4742 for the one wrong",
         ),
         _group_case(
             [0.0, 2.0],
             2,
-            [-1 / (S2 + 1.0), 1 / (S2 + 1.0)],
+            [-1 / (STD_0_2 + 1.0), 1 / (STD_0_2 + 1.0)],
             "eps is an argument: at eps = 1, -1 / (1.4142 + 1) = -0.4142; with eps added "
             "after dividing it would be -1 / 1.4142 + 1 = 0.2929",
             eps=1.0,

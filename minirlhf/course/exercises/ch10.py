@@ -18,8 +18,9 @@ import textwrap
 import numpy as np
 import torch
 
+from ...leashes.loss import k3_loss_term
 from ...model import completion_mask
-from ...ppo import k3_loss_term, logprobs_from_logits
+from ...ppo import logprobs_from_logits
 from ...studies import silent_bugs as sb
 from ...task import encode
 from ..cases import Case, Exercise, Slip, run_cases
@@ -402,7 +403,7 @@ def _mask_random_kwargs(rng) -> dict:
 def _mask_expect() -> ExpectArray:
     return ExpectArray(
         atol=0.0,
-        kind="torch",
+        container="torch",
         what="the mask",
         slips=(
             Slip("no-mask", sb.completion_mask_missing, "that keeps every token: the mask stops after the first ';'"),
@@ -453,7 +454,7 @@ FIX_HINTS = {
     "E": (
         "PPO's ratio compares the policy now with the policy that sampled the batch (chapter 5).",
         "Of the three log-probs, `old_logp` is the sampler's; the reference's belong in the leash only.",
-        "The policy loss is `ppo.ppo_token_loss` of `new_logp` and `old_logp`, with the advantages, the "
+        "The policy loss is `reward_leash.ppo_token_loss` of `new_logp` and `old_logp`, with the advantages, the "
         "mask and epsilon.",
     ),
     "F": (
@@ -536,7 +537,7 @@ IN_THIS_CHAPTER = (
         _logprob_cases(),
         ExpectArray(
             atol=1e-5,
-            kind="torch",
+            container="torch",
             what="the log-probs",
             plural=True,
             slips=(

@@ -99,7 +99,7 @@ BEST_OF_N_PROBS = Exercise(
     name="best_of_n_probs",
     chapter=11,
     title="Best-of-n, exactly",
-    expect=ExpectArray(atol=1e-9, kind="numpy", what="the probabilities", plural=True, slips=BON_SLIPS),
+    expect=ExpectArray(atol=1e-9, container="numpy", what="the probabilities", plural=True, slips=BON_SLIPS),
     cases=(
         _bon_case(
             [0.5, 0.3, 0.2], [1, 2, 3], 1, [0.5, 0.3, 0.2], "n = 1: one draw, nothing to choose, the policy itself"
@@ -285,7 +285,7 @@ class ExpectSequenceKL(Expect):
 
     def __init__(self, atol: float = 1e-9, slips=()):
         self._one = ExpectFloat(atol=atol, what="the KL")
-        self._rows = ExpectArray(atol=atol, kind="numpy", what="the KLs", plural=True)
+        self._rows = ExpectArray(atol=atol, container="numpy", what="the KLs", plural=True)
         self._named(None, None, slips)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:

@@ -64,30 +64,17 @@ The modules, one job each:
 ``cli``            the command line (``__main__`` runs it)
 =================  ===========================================================================
 
-This package re-exports the names the rest of the course and the tests use, so
-``from minirlhf.course import grader`` reaches them all; a test that patches a name must patch
-it in the module that uses it.
+This package re-exports the grader's public names, so ``from minirlhf.course import grader``
+reaches them; everything else (the underscored names) lives in the module above that owns it,
+and a test imports it from there. A test that patches a name must patch it in the module that
+uses it.
 """
 
-from ..sandbox import Call
 from .cli import exit_status, main
-
-# Internals the tests reach through the package (read or called, never patched here).
-from .grading import (
-    BUDGET,
-    CELL_TIMEOUT,
-    ExerciseGrade,
-    NotebookGrade,
-    _after_last_exercise,
-    _reference_name,
-    _where_in_lab,
-    grade_notebook,
-)
-from .kernel import _BLOCKED, _block_reference, _call_record, _NoFreshCopy, _ReferenceNotAvailable, _unblock_references
-from .notebook_file import _check_file, _read_notebook, is_kept_copy
-from .records import _RECORD_CAP, _judge_record, _parse_record, _read_records
+from .grading import BUDGET, CELL_TIMEOUT, ExerciseGrade, NotebookGrade, grade_notebook
+from .notebook_file import is_kept_copy
 from .render import render, summary_line, use_color
-from .runner import SLICE, WARM_UP, WARM_UP_TIMEOUT, CellProblem, _call_in_kernel, _error_text, _Runner
+from .runner import CellProblem
 
 __all__ = [
     "grade_notebook",

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ...paths import open_regular
 from ..safe_text import shorten
 
 MAX_NOTEBOOK_BYTES = 100_000_000  # a notebook file larger than this is not read
@@ -87,9 +88,7 @@ def _read_notebook(path: Path):
 def _read_capped(path: Path) -> bytes | None:
     """Return the bytes of the regular file ``path``, or None when it holds more than
     MAX_NOTEBOOK_BYTES (never read further, whatever the file grows to). Raises OSError."""
-    from ...store import _open_regular
-
-    file = _open_regular(path)
+    file = open_regular(path)
     if file is None:
         raise FileNotFoundError(2, "no such file", str(path))
     with file:
