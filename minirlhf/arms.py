@@ -231,6 +231,17 @@ REGISTRY = _registry(
         trainer="dpo",
         color=GRAY,
     ),
+    # no chapter: grpo-verifier with k2 in the loss in place of k3 (minirlhf.leashes.k2_loss),
+    # the example of adding a leash. Its beta is grpo-verifier's, not matched: match it
+    # (minirlhf.studies.matching) before comparing it with another arm.
+    Arm(
+        "grpo-k2-verifier",
+        "verifier",
+        0.12,
+        "GRPO k2 verifier arm",
+        "GRPO with k2 in the loss instead of k3 (the reverse KL's gradient); beta not matched",
+        {**GRPO_SETTINGS, "kl_placement": "k2-loss"},
+    ),
 )
 ARMS = tuple(REGISTRY)
 DEFAULT_ARMS = ("rm", "verifier")  # chapter 5's experiment, the command's default
