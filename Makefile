@@ -9,9 +9,12 @@ JB := $(VENV)/bin/jupyter-book
 # and the build.
 export OMP_NUM_THREADS := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# The cores this make may use (the tests run one process per core): nproc on Linux, which
+# counts only the cores the process is allowed; sysctl on macOS.
+NPROC := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 
 .PHONY: help venv trl-extra book test lint format unit nbval-solutions nbval-notebooks book-strict browser pdf \
-	pdf-check chromium lab notebooks bench check trl clean
+	pdf-check chromium poppler lab notebooks bench check trl clean
 
 help:
 	@echo "make book       install into .venv if needed, execute the chapters, render _build/html"
@@ -95,7 +98,7 @@ book-strict: book
 
 # Every page of _toc.yml in headless Chromium (tests/browser): nothing loads from another host,
 # images, math, dropdowns, sliders and the 'next' link work; full-page screenshots at desktop
-# and phone width go to _build/screenshots/. Two processes share the pages, one per core (each
+# and phone width go to _build/screenshots/. One process per core shares the pages (each
 # with its own Chromium and server); the summary lists them in the book's order. Installs
 # Debian's chromium when it is missing (apt-get needs root, as in CI).
 chromium:
@@ -103,9 +106,11 @@ chromium:
 		apt-get install -y -qq chromium fonts-dejavu-core fonts-liberation; } \
 		|| { echo "Chromium is missing: apt-get install chromium (as root)"; exit 1; }
 
+BROWSER_TESTS = MINIRLHF_BROWSER=1 $(PY) -m pytest -q -n $(NPROC) --dist load -p no:cacheprovider tests/browser \
+	&& echo "Screenshots: $(CURDIR)/_build/screenshots/ (summary.txt lists the pages checked)."
+
 browser: book chromium
-	MINIRLHF_BROWSER=1 $(PY) -m pytest -q -n 2 --dist load -p no:cacheprovider tests/browser
-	@echo "Screenshots: $(CURDIR)/_build/screenshots/ (summary.txt lists the pages checked)."
+	$(BROWSER_TESTS)
 
 # The whole book as one PDF (minirlhf.course.pdf): Sphinx's single-page build of every page of
 # _toc.yml, printed by headless Chromium with an outline, page numbers, math typeset, dropdowns
@@ -113,29 +118,34 @@ browser: book chromium
 # (--all; the chapters' outputs come from the execution cache), so that its download menu
 # offers the PDF.
 PDF := _build/pdf/minirlhf-book.pdf
-pdf: book chromium
+pdf: $(STAMP) chromium
 	MINIRLHF_BUILDING_BOOK=1 $(JB) build . --builder singlehtml -n --keep-going
 	$(PY) -m minirlhf.course.pdf _build/singlehtml $(PDF)
 	MINIRLHF_BUILDING_BOOK=1 $(JB) build . -W -n --keep-going --all
 
 # The PDF's test: an outline entry per chapter, every chapter's title and a sentence of it in
 # the text (poppler's pdftotext, installed when missing), no math left as TeX source.
-pdf-check: pdf
+poppler:
 	@command -v pdftotext >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq poppler-utils; } \
 		|| { echo "pdftotext is missing: apt-get install poppler-utils (as root)"; exit 1; }
-	MINIRLHF_PDF=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_pdf_book.py
+
+PDF_TESTS = MINIRLHF_PDF=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_pdf_book.py
+
+pdf-check: pdf poppler
+	$(PDF_TESTS)
 
 # MINIRLHF_REQUIRE_TRL=1: the bridge's tests fail, rather than skip, when the extra is missing.
-# Two processes, one per core; a test file stays whole in one of them.
+# One process per core; a test file stays whole in one of them.
 unit: $(TRL_STAMP)
-	MINIRLHF_REQUIRE_TRL=1 $(PY) -m pytest -q -n 2 --dist loadfile -p no:cacheprovider tests
+	MINIRLHF_REQUIRE_TRL=1 $(PY) -m pytest -q -n $(NPROC) --dist loadfile -p no:cacheprovider tests
 
-# The notebooks run two at a time, one per core (pytest-xdist; each notebook stays whole in one
+# The notebooks run one per core at a time (pytest-xdist; each notebook stays whole in one
 # worker, its cells in order). Chapters that read another chapter's stored runs make them
-# themselves when they are not there yet; every store writes atomically and the runs are
-# bit-identical, so which worker makes a file does not matter.
-NBVAL_PARALLEL := -n 2 --dist loadfile
+# themselves when they are not there yet, and wait when another worker is making them
+# (minirlhf.paths.making), so no run is made twice; every store writes atomically and the runs
+# are bit-identical, so which worker makes a file does not matter.
+NBVAL_PARALLEL := -n $(NPROC) --dist loadfile
 
 nbval-solutions: $(STAMP)
 	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider solutions/
@@ -148,7 +158,12 @@ LEARNER_NOTEBOOKS = $(filter-out $(wildcard notebooks/*.graded*.ipynb notebooks/
 nbval-notebooks: $(STAMP)
 	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval-lax --nbval-current-env -p no:cacheprovider $(LEARNER_NOTEBOOKS)
 
-test: lint unit nbval-solutions nbval-notebooks book-strict browser pdf-check
+# The book is built once: `make pdf` makes the single-page build, prints the PDF and then
+# builds the HTML book (strict, -W) that offers it; the browser test and the PDF's test both
+# read that build.
+test: lint unit nbval-solutions nbval-notebooks pdf chromium poppler
+	$(BROWSER_TESTS)
+	$(PDF_TESTS)
 
 # ruff, configured in pyproject.toml: the package and the tests linted and formatted (the chapters
 # keep their 77-column layout, which the tests check). `make format` rewrites what lint refuses.

@@ -558,9 +558,12 @@ print(f"SFT seed {book_seed}'s start is the book's policy, weight for "
 # %% [markdown]
 # Then both arms from each start, with PPO seeds 0, 1 and 2, and each arm's gain in accuracy
 # averaged over the three. Each start is its own run's reference, as the book's policy is in
-# chapter 5; the reward model and every setting are the same. That is thirty runs, about a
-# minute; the gains are stored in `outputs/sft_starts.json` and read back while the
-# code, the settings and the starts are the same.
+# chapter 5; the reward model and every setting are the same. Only the gain is read, so
+# each run evaluates on the eval prompts at its start and at its end, not after every
+# iteration (`eval_every`, a setting of chapter 5's table): the same gains, without the
+# evaluations no number reads. That is thirty runs, about a minute; the gains are stored in
+# `outputs/sft_starts.json` and read back while the code, the settings and the starts are
+# the same.
 
 # %%
 PPO_SEEDS = [0, 1, 2]

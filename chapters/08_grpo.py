@@ -39,7 +39,7 @@
 # ```
 
 # %%
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -776,7 +776,8 @@ print(f"so about {1 / (1 - zero[:, -5:].mean()):.2f} times the samples "
 #
 # Its $\beta$ is matched, not borrowed: a sweep on seeds 5 to 7, which the comparison below
 # does not use, picks the value whose KL at the end is closest to `grpo-verifier`'s on the
-# same seeds. The runs are stored in `outputs/remax_beta.json`. The sweep and the pick are
+# same seeds. Only that KL is read, so each run is evaluated at its start and its end alone
+# (`eval_every`). The runs are stored in `outputs/remax_beta.json`. The sweep and the pick are
 # `minirlhf.studies.matching`'s, the way a new arm's $\beta$ is matched to another arm's.
 
 # %%
@@ -787,13 +788,15 @@ def run_remax_sweep():
     """Return {'arms': {name: {seed: log}}}: grpo-verifier and ReMax at
     each beta of the sweep, seeds 5 to 7."""
     return matching.sweep("remax-verifier", REMAX_BETAS, SWEEP_SEEDS,
-                          policy, rm, cfg, against="grpo-verifier",
+                          policy, rm, at_end, against="grpo-verifier",
                           progress=PROGRESS)
 
 
+# only the KL at the end is read: each run evaluates its start and its end
+at_end = replace(cfg, eval_every=cfg.iterations)
 sweep = load_or_run(OUTPUTS / "remax_beta.json",
                     {"seeds": SWEEP_SEEDS, "betas": REMAX_BETAS,
-                     "ppo": asdict(cfg)}, {}, run_remax_sweep,
+                     "ppo": asdict(at_end)}, {}, run_remax_sweep,
                     arms=("grpo-verifier", "remax-verifier"))["arms"]
 matched = matching.match_beta(sweep, "remax-verifier", REMAX_BETAS,
                               "grpo-verifier")
@@ -1057,7 +1060,8 @@ for arm in ("grpo-rm", "grpo-verifier"):
 # of 4 answers (the same 64 samples, twice the prompts), and 64 prompts of 8 answers (as
 # many prompts as chapter 5, eight times the samples). It stores them in
 # `outputs/grpo_shapes.json` (nine runs, three of them with eight times the arm's samples,
-# made side by side). If too few prompts were the
+# made side by side, each evaluated at its start and its end, the two points read). If too
+# few prompts were the
 # whole story, the 64 x 8 shape would reach chapter 5's gain; it costs eight times the
 # generation to find out. Smaller groups have more all-equal groups (exercise 1), so the
 # 16 x 4 shape trades one cost for the other. Read the printed differences, each seed by
@@ -1085,7 +1089,8 @@ def run_shapes():
         name, s = job
         batch, G = SHAPES[name]
         shape_cfg = ppo.PPOConfig(batch_size=batch, group_size=G,
-                                  advantages="group", kl_placement="loss")
+                                  advantages="group", kl_placement="loss",
+                                  eval_every=cfg.iterations)  # the ends
         _, log = ppo.ppo_train(
             policy, policy, ppo.verifier_reward,
             GRPO_BETA["grpo-verifier"],
@@ -1106,7 +1111,8 @@ def run_shapes():
 shapes = load_or_run(OUTPUTS / "grpo_shapes.json",
                      {"shapes": SHAPES, "seeds": PPO_SEEDS,
                       "beta": GRPO_BETA["grpo-verifier"],
-                      "advantages": "group"}, {},
+                      "advantages": "group",
+                      "eval_every": cfg.iterations}, {},
                      run_shapes, arms=())["arms"]
 print(f"GRPO with the verifier, PPO seeds {PPO_SEEDS}, "
       "from the book's start")

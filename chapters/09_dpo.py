@@ -41,7 +41,7 @@
 # ```
 
 # %%
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -519,20 +519,26 @@ for text, kind in ROWS:
 # pairs of the same kind; the seed draws them and starts the head), over the five seeds, once
 # from random weights (seed 0 is chapter 4's RM) and once
 # with every weight but the head copied from the partial-SFT policy
-# (`train_reward_model(init=policy)`), and measures each like the table above. Ten short
-# trainings, two at a time, stored in `outputs/rm_start.json`.
+# (`train_reward_model(init=policy)`), and measures each like the table above. Nine short
+# trainings (chapter 4's RM is read, not trained again), two at a time, stored in
+# `outputs/rm_start.json`.
 
 # %%
 def run_rm_starts():
     """Return {start: {seed: rm_report}}: chapter 4's RM, its recipe and
-    pairs, trained from random weights and from the partial-SFT policy."""
-    out = {}
+    pairs, trained from random weights and from the partial-SFT policy.
+    From random weights, the book's seed is chapter 4's RM itself: its
+    report is measured on the model on disk, not trained again."""
+    book_seed = reward_model.RMConfig().seed
+    out = {"random": {str(book_seed): reward_model.rm_report(rm)}, "sft": {}}
     for start, init in (("random", None), ("sft", policy)):
+        todo = [s for s in SEEDS if str(s) not in out[start]]
         reports = parallel.map_runs(
-            partial(reward_model.trained_rm_report, init=init), SEEDS,
+            partial(reward_model.trained_rm_report, init=init), todo,
             progress=PROGRESS, desc=f"RMs, {start} start",
             label=lambda seed: f"seed {seed}")
-        out[start] = {str(s): rep for s, rep in zip(SEEDS, reports)}
+        out[start].update({str(s): rep for s, rep in zip(todo, reports)})
+        out[start] = {str(s): out[start][str(s)] for s in SEEDS}
     return out
 
 
@@ -835,7 +841,8 @@ for arm in DPO_ARMS:
 # far from the reference as DPO, so its larger gain was not measured at equal KL. The sweep
 # gives what a fair comparison needs: the $\beta$ at which DPO moves about as far as the
 # control. The next cell takes the sweep's $\beta$ whose KL (seed 0) is nearest the control's,
-# runs DPO at it over the five seeds (five runs, two at a time, stored in
+# runs DPO at it over seeds 1 to 4 (seed 0 is the sweep's run; four runs, two at a time,
+# each evaluated at its start and its end only, the two points read; stored in
 # `outputs/dpo_equal_kl.json`), and compares the two arms seed by seed.
 
 # %%
@@ -843,17 +850,25 @@ kl_control = summary["sft-chosen"]["kl_end"]
 B_EQ = min(BETAS, key=lambda b: abs(swept[f"{b:g}"]["kl"][-1] - kl_control))
 
 
+# only where each run starts and ends is read: evaluate those two alone
+at_end = replace(dcfg, eval_every=dcfg.steps)
+
+
 def run_equal_kl():
-    """Return {'runs': {seed: log}}: the dpo arm at B_EQ, every seed."""
-    logs = experiment.run_arms([("dpo", s, B_EQ) for s in SEEDS],
-                               policy, rm, dcfg, progress=PROGRESS)
-    return {"runs": {str(s): {k: log[k] for k in ("accuracy", "kl")}
-                     for s, log in zip(SEEDS, logs)}}
+    """Return {'runs': {seed: log}}: the dpo arm at B_EQ, every seed; seed
+    0 is the sweep's run at B_EQ, read rather than made again."""
+    new = [s for s in SEEDS if s != 0]
+    logs = experiment.run_arms([("dpo", s, B_EQ) for s in new],
+                               policy, rm, at_end, progress=PROGRESS)
+    runs = {**dict(zip(new, logs)), 0: swept[f"{B_EQ:g}"]}
+    return {"runs": {str(s): {k: [runs[s][k][0], runs[s][k][-1]]
+                              for k in ("accuracy", "kl")}
+                     for s in SEEDS}}  # the start and the end of each
 
 
 equal = load_or_run(OUTPUTS / "dpo_equal_kl.json",
-                    {"beta": B_EQ, "seeds": SEEDS}, {}, run_equal_kl,
-                    arms=("dpo",))["runs"]
+                    {"beta": B_EQ, "seeds": SEEDS, "dpo": asdict(at_end)},
+                    {}, run_equal_kl, arms=("dpo",))["runs"]
 ctrl = [results["arms"]["sft-chosen"][str(s)] for s in SEEDS]
 eq = [equal[str(s)] for s in SEEDS]
 gain_c = np.array([log["accuracy"][-1] - log["accuracy"][0] for log in ctrl])

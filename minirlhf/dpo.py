@@ -57,6 +57,7 @@ __all__ = [
     "DPO_METRICS",
     "HELDOUT_LOGPS",
     "heldout_answers",
+    "prepare_reference",
 ]
 
 
@@ -315,6 +316,16 @@ def _reference_logps(reference: TinyGPT, prompts, chosen, rejected, pairs_key) -
             _REFERENCE_LOGPS.pop(next(iter(_REFERENCE_LOGPS)))
         _REFERENCE_LOGPS[key] = found
     return _REFERENCE_LOGPS[key]
+
+
+def prepare_reference(reference: TinyGPT, config: DPOConfig | None = None) -> None:
+    """Compute and keep the reference's log-probs of the pairs ``config`` trains on (what
+    :func:`train_dpo` computes before its first step), so that runs started after this, in
+    this process or in worker processes forked from it, read them instead of each computing
+    them again: the same numbers, bit for bit."""
+    cfg = config or DPOConfig()
+    prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)
+    _reference_logps(reference, prompts, chosen, rejected, (cfg.near_miss_share, repr(cfg.rm_config)))
 
 
 def train_dpo(

@@ -139,6 +139,8 @@ def run_arms(
     processes (None: one per core; 1: here, one after another), with the same logs for any
     number (:func:`minirlhf.parallel.map_runs`).
     """
+    jobs = list(jobs)
+    trainers.prepare([(_check_arm(job[0]), arm_config(job[0], config)) for job in jobs], policy)
     return parallel.map_runs(
         partial(
             _log_of,
@@ -175,6 +177,7 @@ def _check_arms(arms) -> tuple[str, ...]:
 # evaluation and the held-out report "implicit_reward".
 LOGGED = (
     "accuracy",
+    "eval_iterations",
     "rm_score",
     "kl",
     "kinds",
@@ -268,6 +271,7 @@ def run_experiment(
     def keep(i, result):
         done[jobs[i]] = result
 
+    trainers.prepare([(REGISTRY[arm], arm_config(arm, _config_of(arm, cfg, dpo_cfg))) for arm in arms], policy)
     try:
         parallel.map_runs(
             partial(

@@ -33,6 +33,7 @@ __all__ = [
     "FolderInUse",
     "output_lock",
     "LOCK_NAME",
+    "making",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,6 +195,70 @@ def save_figure(figure, path: Path, **savefig_kwargs) -> Path:
     buffer = io.BytesIO()
     figure.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **savefig_kwargs)
     return write_atomic(path, buffer.getvalue())
+
+
+@contextlib.contextmanager
+def making(path: Path, on_wait=None):
+    """Hold the right to make the file at ``path`` while the block runs: one process at a time.
+
+    Two processes that need the same stored file (two chapters run side by side, as ``make
+    test`` runs them) would otherwise both make it. The second one waits here until the first
+    has written it, then reads it instead. ``on_wait()``, when given, is called once if the
+    wait begins. The lock is an advisory lock (``flock``) on a small file beside ``path``,
+    ``.NAME.making``, removed when the block ends; the operating system releases the lock when
+    its process ends, so a crashed run never leaves it held. Where no lock can be taken (a
+    platform without ``flock``, a folder that cannot be written, something other than a regular
+    file at the lock's path), the block runs without one: the cost is a file made twice, never
+    a wrong one, since every write is atomic.
+    """
+    try:
+        import fcntl
+    except ImportError:  # no flock on this platform
+        yield
+        return
+    path = Path(path)
+    lock = path.parent / f".{path.name}.making"
+    fd, waited = None, False
+    while fd is None:
+        try:
+            if not _replaceable(kind_of(lock)):
+                break
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                fd = None
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None and not waited:
+                    on_wait()
+                waited = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            # The holder before us removes the file before it lets go: a lock on a removed
+            # file holds nothing, so take it again on the file now at that name.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(lock, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                fd = None
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            fd = None
+            break
+    if fd is None:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # removed while held, then released
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:

@@ -7,6 +7,7 @@ That is the *partial-SFT policy* every later chapter starts from.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -96,13 +97,17 @@ def train_sft(
     eval_every: int = 0,
     progress: bool = True,
     stop_at: float | None = None,
+    keep=(),
 ) -> tuple[TinyGPT, dict]:
     """Return (policy, log): a TinyGPT trained by masked SFT, and its learning curve.
 
     ``log`` holds ``steps``, ``accuracy`` (greedy, eval set; every ``eval_every`` steps
     and at the end, when ``eval_every`` > 0; else only at the end) and ``loss`` per step.
     With ``stop_at``, training stops after the first evaluation (past step 0) whose accuracy
-    reaches it; up to there the run is the one without it, step for step.
+    reaches it; up to there the run is the one without it, step for step. ``keep`` (steps)
+    adds ``log["kept"]``, ``{step: a copy of the model after that step}``: the weights a
+    run of that many steps ends with, bit for bit, since nothing in a step depends on how
+    many follow.
 
     Defined in chapter 3.
     """
@@ -127,6 +132,8 @@ def train_sft(
         loss.backward()
         opt.step()
         log["loss"].append(loss.item())
+        if step in keep:
+            log.setdefault("kept", {})[step] = copy.deepcopy(model).eval()
         if (eval_every > 0 and step % eval_every == 0) or step == cfg.steps:
             model.eval()
             log["steps"].append(step)
@@ -142,13 +149,15 @@ def train_sft(
 
 
 def sft_learning_curve(
-    steps: int = 400, every: int = 10, config: SFTConfig | None = None, progress: bool = True
+    steps: int = 400, every: int = 10, config: SFTConfig | None = None, progress: bool = True, keep=()
 ) -> dict:
     """Return ``{'steps': [...], 'accuracy': [...], 'stop': int}``: greedy eval accuracy
     during an SFT run of ``steps`` steps with the book's settings, measured every ``every``.
 
     Training is deterministic, so the first ``config.steps`` steps of this run are exactly the
-    run that made the partial-SFT policy; ``stop`` is that step count, where we stopped.
+    run that made the partial-SFT policy; ``stop`` is that step count, where we stopped. With
+    ``keep`` (steps), also ``'models'``: ``{step: the model after that step}``, the weights
+    :func:`train_sft` makes with that many steps (see its ``keep``).
 
     Defined in chapter 3.
     """
@@ -156,5 +165,8 @@ def sft_learning_curve(
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
     longer = SFTConfig(**{**cfg.__dict__, "steps": steps})
-    _, log = train_sft(longer, eval_every=every, progress=progress)
-    return {"steps": log["steps"], "accuracy": log["accuracy"], "stop": cfg.steps}
+    _, log = train_sft(longer, eval_every=every, progress=progress, keep=keep)
+    out = {"steps": log["steps"], "accuracy": log["accuracy"], "stop": cfg.steps}
+    if keep:
+        out["models"] = log.get("kept", {})
+    return out

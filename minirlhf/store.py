@@ -203,12 +203,26 @@ def load_or_train(
     ``train()`` must return (model, metrics) for exactly ``settings``. When the file is
     missing, stale or corrupt, the model is trained and the file replaced; with ``progress``
     a status line says which. ``metrics`` gains ``train_seconds`` when training ran here.
+    While another process trains the same file, this one waits and loads it
+    (:func:`minirlhf.paths.making`).
     """
     path = Path(directory or models_dir()) / f"{name}.pt"
     model, metrics, found = load_model(path, settings)
     if found == "ok":
         status(f"{name}: loaded {path.name} (settings {settings_hash(settings)})", progress)
         return model, metrics
+    # Another process may be training the same model (two chapters run side by side): wait
+    # for it and load what it saved, rather than train it twice.
+    with paths.making(path, on_wait=lambda: status(f"{name}: another process is training it; waiting", progress)):
+        model, metrics, found = load_model(path, settings)
+        if found == "ok":
+            status(f"{name}: loaded {path.name} (settings {settings_hash(settings)})", progress)
+            return model, metrics
+        return _train_and_save(name, path, settings, train, found, progress)
+
+
+def _train_and_save(name, path, settings, train, found, progress):
+    # load_or_train's second half: train, save (or say why not), return (model, metrics).
     reason = _REASONS[found].format(kind=paths.kind_of(path))
     status(f"{name}: {reason} ({found}); training it now", progress)
     start = time.perf_counter()

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from .dpo import DPOConfig, train_dpo
+from .dpo import DPOConfig, prepare_reference, train_dpo
 from .ppo import PPOConfig, ppo_train, rm_reward, verifier_reward
 
-__all__ = ["Trainer", "TRAINERS", "get"]
+__all__ = ["Trainer", "TRAINERS", "get", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,10 @@ class Trainer:
     beta: str  # what an arm's beta is for this trainer, for help texts
     beta_zero: str = ""  # why beta must be > 0 ("" when 0 is allowed)
     own_defaults: bool = False  # given another trainer's config, an arm takes this one's defaults
+    # prepare(policy, config): work that every run from ``policy`` with ``config`` shares, done
+    # once in the calling process before runs go to worker processes, which inherit it (None:
+    # nothing to share)
+    prepare: Callable | None = None
 
 
 def _run_ppo(arm, policy, rm, beta, config, evalset, loss_fn, advantage_fn, progress, desc):
@@ -71,6 +75,7 @@ TRAINERS = {
         "beta in the loss",
         beta_zero="at 0 its loss is log 2 whatever the policy, so nothing is learned",
         own_defaults=True,
+        prepare=lambda policy, config: prepare_reference(policy, config),  # the reference's log-probs
     ),
 }
 """The trainers, by the name an arm's ``trainer`` gives."""
@@ -81,3 +86,16 @@ def get(name: str) -> Trainer:
     if name not in TRAINERS:
         raise ValueError(f"trainer must be one of {tuple(TRAINERS)}, got {name!r}")
     return TRAINERS[name]
+
+
+def prepare(jobs, policy) -> None:
+    """Do, once in this process, the work shared by the runs ``jobs`` (pairs of an arm, a
+    :class:`~minirlhf.arms.Arm`, and its config) from ``policy``, before they are handed to
+    worker processes: each trainer's :attr:`Trainer.prepare` for each distinct config."""
+    done = set()
+    for arm, config in jobs:
+        trainer = get(arm.trainer)
+        key = (trainer.name, repr(config))
+        if trainer.prepare is not None and key not in done:
+            done.add(key)
+            trainer.prepare(policy, config)

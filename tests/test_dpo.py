@@ -294,3 +294,22 @@ def test_the_reference_log_probs_are_kept_per_reference_and_pairs_and_change_not
     dpo.train_dpo(other, other, cfg, evalset=evalset, progress=False)
     dpo.train_dpo(small, small, dataclasses.replace(cfg, near_miss_share=0.5), evalset=evalset, progress=False)
     assert len(dpo._REFERENCE_LOGPS) == 3
+
+
+def test_runs_handed_to_workers_find_the_references_log_probs_already_computed(monkeypatch):
+    """The reference's log-probs of the 12,800 pairs are the same for every DPO run from one
+    policy: run_arms computes them once, before the workers are forked, not once per worker."""
+    from minirlhf import experiment, parallel
+    from minirlhf.model import GPTConfig, TinyGPT
+
+    torch.manual_seed(3)
+    policy = TinyGPT(GPTConfig()).eval()
+    dpo._REFERENCE_LOGPS.clear()
+    seen = []
+    monkeypatch.setattr(parallel, "map_runs", lambda *a, **k: seen.append(len(dpo._REFERENCE_LOGPS)) or [])
+    from minirlhf.ppo import PPOConfig
+
+    experiment.run_arms([("dpo", 0, None), ("dpo", 1, 0.5), ("rm", 0, None)], policy, None, PPOConfig())
+    assert seen == [1]  # one set of pairs, computed here before the runs were handed out
+    experiment.run_arms([("dpo-near-miss", 0, None)], policy, None, dpo.DPOConfig())
+    assert seen == [1, 2]  # other pairs: computed, and the first kept

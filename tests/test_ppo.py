@@ -294,6 +294,7 @@ def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
         "rm_score": [],
         "kl": [],
         "kinds": {k: [] for k in task.KINDS},
+        "eval_iterations": [0],
         **{name: [] for name in TRAIN_METRICS},
         "beta0": float(beta),
     }
@@ -360,7 +361,9 @@ def _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset):
         for name, value in metrics.items():
             log[name].append(value)
         policy.eval()
-        record(evaluate(policy, reference, rm, evalset, temp, cache))
+        if (it + 1) % cfg.eval_every == 0 or it + 1 == cfg.iterations:
+            record(evaluate(policy, reference, rm, evalset, temp, cache))
+            log["eval_iterations"].append(it + 1)
         policy.train()
         if cfg.kl_target is not None:
             beta = adaptive_kl_update(beta, metrics["objective/kl"], cfg.kl_target, cfg.batch_size, cfg.kl_horizon)
@@ -390,6 +393,8 @@ def test_the_stage_functions_reproduce_the_single_loop_exactly():
             0.1,
             PPOConfig(iterations=2, batch_size=8, kl_target=0.01, kl_horizon=80, anneal_lr=False),
         ),
+        "evaluated_at_the_ends": (rm_reward(rm), 0.5, PPOConfig(iterations=3, batch_size=16, eval_every=3)),
+        "evaluated_every_second": (rm_reward(rm), 0.5, PPOConfig(iterations=3, batch_size=16, eval_every=2)),
     }
     for name, (reward_fn, beta, cfg) in cases.items():
         trained, log = ppo_train(policy, reference, reward_fn, beta, cfg, rm=rm, evalset=evalset, progress=False)
@@ -397,6 +402,24 @@ def test_the_stage_functions_reproduce_the_single_loop_exactly():
         want_policy, want = _single_loop(policy, reference, reward_fn, beta, cfg, rm, evalset)
         assert log == want, name  # exact floats, not approximately
         assert _digest(trained) == _digest(want_policy), name
+    # evaluating fewer times changes no weight and no training number: the runs end the same
+    every, ends = (
+        ppo_train(
+            policy,
+            reference,
+            rm_reward(rm),
+            0.5,
+            PPOConfig(iterations=3, batch_size=16, eval_every=k),
+            rm=rm,
+            evalset=evalset,
+            progress=False,
+        )
+        for k in (1, 3)
+    )
+    assert _digest(every[0]) == _digest(ends[0])
+    assert ends[1]["eval_iterations"] == [0, 3] and every[1]["eval_iterations"] == [0, 1, 2, 3]
+    assert all(every[1][k] == ends[1][k] for k in TRAIN_METRICS)
+    assert all(every[1][k][-1] == pytest.approx(ends[1][k][-1], abs=1e-12) for k in ("accuracy", "rm_score", "kl"))
 
 
 def test_the_stages_one_by_one_on_a_small_batch(tiny):

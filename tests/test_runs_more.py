@@ -73,3 +73,40 @@ def test_stored_runs_run_again_for_other_weights_plan_or_keys(tmp_path, monkeypa
     assert len(calls) == 4
     whole = runs.stored_runs(path, longer, rm, other_rm, workers=1)  # every key of the log
     assert len(calls) == 5 and whole[("fixed", 0)] == {"accuracy": [0.5], "kl": [0.0]}
+
+
+def _make_slowly(path, log):
+    # A process making a stored file: it takes a second, and notes that it ran.
+    import time
+
+    def run():
+        with open(log, "a") as f:
+            f.write("ran\n")
+        time.sleep(1.0)
+        return {"arms": {}, "value": 7}
+
+    return runs.load_or_run(path, {"n": 1}, {}, run, arms=())
+
+
+def test_two_processes_that_need_one_stored_file_make_it_once(tmp_path):
+    """Two chapters run side by side (make test runs them so): the second waits for the file
+    the first is making and reads it, rather than make the same runs again."""
+    import multiprocessing
+
+    path, log = tmp_path / "shared.json", tmp_path / "ran.txt"
+    ctx = multiprocessing.get_context("fork")
+    first = ctx.Process(target=_make_slowly, args=(path, log))
+    first.start()
+    for _ in range(100):  # until the first has begun its run
+        if log.exists():
+            break
+        __import__("time").sleep(0.05)
+    waited = []
+    found = runs.load_or_run(path, {"n": 1}, {}, lambda: waited.append("ran") or {"arms": {}, "value": 8}, arms=())
+    first.join(10)
+    assert first.exitcode == 0
+    assert log.read_text() == "ran\n" and waited == []  # made once, by the first
+    assert found["value"] == 7
+    # a lock that cannot be taken costs a second run, never a wrong file
+    (tmp_path / ".other.json.making").mkdir()
+    assert runs.load_or_run(tmp_path / "other.json", {"n": 2}, {}, lambda: {"arms": {}, "v": 1}, arms=())["v"] == 1

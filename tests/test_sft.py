@@ -56,3 +56,15 @@ def test_short_run_is_deterministic_and_learns():
     assert log1["accuracy"] == [greedy_accuracy(m1)]  # the log's accuracy is the model's, on the eval set
     with pytest.raises(ValueError, match="steps"):
         train_sft(SFTConfig(steps=0), progress=False)
+
+
+def test_a_kept_model_is_the_shorter_run_bit_for_bit():
+    """Chapter 3 reads the 260-step policy from the learning curve's longer run."""
+    from minirlhf.sft import SFTConfig, sft_learning_curve, train_sft
+
+    short, _ = train_sft(SFTConfig(steps=3, batch_size=8), progress=False)
+    curve = sft_learning_curve(steps=5, every=2, config=SFTConfig(steps=3, batch_size=8), progress=False, keep=(3,))
+    assert list(curve["models"]) == [3]
+    kept = curve["models"][3].state_dict()
+    assert all(torch.equal(v, kept[k]) for k, v in short.state_dict().items())
+    assert "models" not in sft_learning_curve(steps=2, every=1, config=SFTConfig(steps=1, batch_size=8), progress=False)

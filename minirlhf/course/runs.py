@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from .. import arms as arm_registry
 from .. import estimators, experiment, leashes, trainers
 from ..model import weights_digest
 from ..parallel import map_runs
-from ..paths import OUTPUTS, file_problem, kind_of, open_regular, write_atomic
+from ..paths import OUTPUTS, file_problem, kind_of, making, open_regular, write_atomic
 from ..store import code_fingerprint
 from ..studies.robustness import gain
 
@@ -169,7 +169,7 @@ def _read_stored(path: Path) -> tuple[dict | None, str]:
     return (None, problem) if problem else (stored, "")
 
 
-def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, arms) -> dict:
+def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, arms, progress: bool = False) -> dict:
     """Return the results stored at ``path`` if the current engine code made them with
     ``settings`` and the arms ``arms`` (names of :data:`minirlhf.arms.REGISTRY`, as they are
     defined now; () for runs that use none) from the same starting point as the runs in
@@ -180,6 +180,8 @@ def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, ar
     results lack what the caller reads. A stored file that cannot be trusted (see the module's
     docstring) is run again, with one line that names it and says why; when ``path`` cannot
     take a file, that is said before the run, and the results are returned without being kept.
+    While another process makes the same file, this one waits for it and reads it
+    (:func:`minirlhf.paths.making`; with ``progress``, a line says so).
     """
     path = Path(path)
     unknown = [arm for arm in arms if arm not in arm_registry.REGISTRY]
@@ -188,6 +190,21 @@ def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, ar
     used = {arm: arm_key(arm) for arm in sorted(set(arms))}
     settings = json.loads(json.dumps({**settings, "arm_definitions": used}, default=str))
     settings["code"] = runs_code(settings)
+    stored, why = _usable(path, settings, starts, check)
+    if stored is not None:
+        return stored
+    # Another process (a chapter run beside this one) may be making the same file: wait for it,
+    # then read what it wrote, rather than make the same runs twice.
+    with making(path, on_wait=lambda: progress and print(f"stored runs: waiting for {path}", flush=True)):
+        stored, why = _usable(path, settings, starts, check)
+        if stored is not None:
+            return stored
+        return _run_and_store(path, settings, run, why)
+
+
+def _usable(path: Path, settings: dict, starts: dict, check) -> tuple[dict | None, str]:
+    """Return (the stored results at ``path``, "") when :func:`load_or_run` may return them,
+    else (None, why not; "" for a missing file or one made by other code or settings)."""
     stored, why = _read_stored(path)
     if stored is not None:
         try:
@@ -197,9 +214,14 @@ def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, ar
                 if check is not None:
                     check(stored)
                 stored.pop("digest", None)
-                return stored
+                return stored, ""
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             why = f"it lacks what the chapter reads ({type(exc).__name__}: {str(exc)[:80]})"
+    return None, why
+
+
+def _run_and_store(path: Path, settings: dict, run, why: str) -> dict:
+    # load_or_run's second half: run, store with the settings and a digest, return as read back.
     if why:
         print(f"stored runs: {path} cannot be used: {why}; running again", flush=True)
     problem = file_problem(path)
@@ -244,7 +266,9 @@ def stored_experiment(seeds, cfg, beta: dict, starts: dict, progress: bool = Fal
         return json.loads((OUTPUTS / "results.json").read_text())
 
     settings = {"seeds": list(seeds), "iterations": cfg.iterations, "beta": beta, "ppo": asdict(cfg)}
-    return load_or_run(OUTPUTS / "results.json", settings, starts, run, _every_run(beta, seeds), arms=tuple(beta))
+    return load_or_run(
+        OUTPUTS / "results.json", settings, starts, run, _every_run(beta, seeds), arms=tuple(beta), progress=progress
+    )
 
 
 def _every_run(arms, seeds):
@@ -281,7 +305,7 @@ def stored_arms(
             list(seeds), cfg.iterations, config=cfg, arms=arms, progress=progress, workers=workers
         )
 
-    return load_or_run(Path(path), settings, starts or {}, run, _every_run(arms, seeds), arms=arms)
+    return load_or_run(Path(path), settings, starts or {}, run, _every_run(arms, seeds), arms=arms, progress=progress)
 
 
 def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int | None = None) -> dict:
@@ -317,6 +341,7 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int 
         lambda: {"runs": silent_bugs.study(tuple(seeds), progress=progress, workers=workers)},
         lambda found: found["runs"].items(),
         arms={bug.arm for bug in silent_bugs.BUGS.values()},
+        progress=progress,
     )
 
 
@@ -334,11 +359,15 @@ def stored_starts(
     (policy, metrics)}, as :func:`minirlhf.studies.robustness.partial_start` returns them)
     with each of ``ppo_seeds``.
 
-    Each start is its own run's reference. The gains are stored at ``path`` and read back
+    Each start is its own run's reference. Only the gain is read, so each run evaluates its
+    start and its end only (``eval_every`` = ``cfg.iterations``: the same gain, without the
+    evaluations nothing reads). The gains are stored at ``path`` and read back
     while the engine code, the settings and the starts' step counts are the same
     (:func:`load_or_run`). Chapter 6 runs chapter 5's two arms this way
     (``sft_starts.json``) and chapter 8 its GRPO arm (``grpo_starts.json``).
     """
+
+    cfg = replace(cfg, eval_every=max(cfg.iterations, 1))  # the gain reads the start and the end
 
     def run():
         keys = [(seed, arm, s) for seed in starts for arm in beta for s in ppo_seeds]
@@ -378,7 +407,7 @@ def stored_starts(
             if not all(isinstance(row[arm], list) and all(map(_is_number, row[arm])) for arm in beta):
                 raise TypeError(f"the gains from start {seed} are not lists of numbers")
 
-    return load_or_run(Path(path), settings, {}, run, check, arms=tuple(beta))["arms"]
+    return load_or_run(Path(path), settings, {}, run, check, arms=tuple(beta), progress=progress)["arms"]
 
 
 def _planned_run(job, policy, rm, evalset, keep, answers, progress):
@@ -442,5 +471,7 @@ def stored_runs(
             if not isinstance(found["arms"][str(name)][str(seed)], dict):
                 raise TypeError(f"run {name}, {seed} is not a log")
 
-    stored = load_or_run(Path(path), settings, {}, run, check, arms={arm for arm, _, _ in plan.values()})["arms"]
+    stored = load_or_run(
+        Path(path), settings, {}, run, check, arms={arm for arm, _, _ in plan.values()}, progress=progress
+    )["arms"]
     return {(name, seed): stored[str(name)][str(seed)] for name, seed in plan}
