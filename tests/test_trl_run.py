@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -240,6 +241,21 @@ def test_a_fresh_run_reproduces_the_stored_one(stored, starts, arm):
     assert log["trl_log"].keys() == want["trl_log"].keys()
     for key, values in log["trl_log"].items():
         assert values == pytest.approx(want["trl_log"][key], **tol), key
+
+
+def test_trls_run_is_measured_where_ours_would_be(starts):
+    """With eval_every, TRL's run is evaluated at the iterations ppo_train evaluates (the
+    benchmark times both sides so). Unlike ours, TRL's run is not the same on another
+    schedule: converting its policy back for an evaluation makes a TinyGPT, whose
+    initialization draws from torch's global generator, which TRL samples with."""
+    _trl()
+    policy, rm = starts
+    cfg = PPOConfig(iterations=3, batch_size=16)
+    every, sparse = (
+        bridge.run_trl_arm("grpo-verifier", policy, rm, 0, replace(cfg, eval_every=k), progress=False) for k in (1, 2)
+    )
+    assert every["eval_iterations"] == [0, 1, 2, 3] and sparse["eval_iterations"] == [0, 2, 3]
+    assert len(sparse["accuracy"]) == len(sparse["kl"]) == 3 and sparse["accuracy"][0] == every["accuracy"][0]
 
 
 def test_missing_trl_is_a_clear_error(monkeypatch, capsys):

@@ -86,14 +86,24 @@ def _check_dtypes(models: dict, dtype: torch.dtype) -> None:
 
 
 class _Evaluator:
-    """Converts TRL's policy back after every iteration and measures it with our evaluate,
-    under the caller's default dtype (``default``), as our own runs are measured."""
+    """Converts TRL's policy back after every iteration (or every ``config.eval_every``-th, and
+    the last) and measures it with our evaluate, under the caller's default dtype
+    (``default``), as our own runs are measured. The conversion makes a TinyGPT, whose
+    initialization draws from torch's global generator, which TRL samples with: unlike ours,
+    a TRL run evaluated on another schedule samples other tokens."""
 
-    def __init__(self, reference, rm, evalset, temperature, every, default=torch.float32):
+    def __init__(self, reference, rm, evalset, temperature, every, default=torch.float32, cfg=None):
         self.reference, self.rm, self.evalset, self.t, self.every = reference, rm, evalset, temperature, every
         self.default = default
         self.log = {"accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS}}
-        self.cache = {}
+        self.log["eval_iterations"] = []
+        self.cache, self.seen = {}, 0
+        # which iterations are measured: every config.eval_every-th and the last, as ppo_train
+        self.eval_every, self.iterations = (cfg.eval_every, cfg.iterations) if cfg is not None else (1, None)
+
+    def due(self, iteration: int) -> bool:
+        """True when ``iteration`` (0 before training) is one ``ppo_train`` would evaluate."""
+        return iteration % self.eval_every == 0 or iteration == self.iterations
 
     def measure(self, hf_policy) -> dict:
         from .. import hf
@@ -108,6 +118,14 @@ class _Evaluator:
             self.log["kinds"][k].append(ev["kinds"][k])
         return ev
 
+    def measure_at(self, iteration: int, hf_policy) -> dict | None:
+        """Measure ``hf_policy`` after ``iteration`` when it is due; return the numbers or None."""
+        self.seen = iteration  # the iterations TRL has run so far
+        if not self.due(iteration):
+            return None
+        self.log["eval_iterations"].append(iteration)
+        return self.measure(hf_policy)
+
 
 def _callback(evaluator: _Evaluator, get_policy, bar):
     from transformers import TrainerCallback
@@ -115,9 +133,10 @@ def _callback(evaluator: _Evaluator, get_policy, bar):
     class EvalEachIteration(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step % evaluator.every == 0:
-                ev = evaluator.measure(get_policy())
+                ev = evaluator.measure_at(state.global_step // evaluator.every, get_policy())
                 bar.update(1)
-                bar.set_postfix_str(f"acc {ev['accuracy']:.3f} kl {ev['kl']:.3f}")
+                if ev is not None:
+                    bar.set_postfix_str(f"acc {ev['accuracy']:.3f} kl {ev['kl']:.3f}")
             return control
 
     return EvalEachIteration()
@@ -180,7 +199,7 @@ def _run(arm, policy, rm, seed, config, beta, evalset, progress, profile, freeze
     kwargs = trl_settings(arm, seed, n_processes, config, beta, score_std)
     start = Start(policy, rm, hf.rm_to_hf(rm), hf.tokenizer(), task.train_pairs())
     every = 1 if trainer_spec.step_per_batch else cfg.updates_per_batch
-    evaluator = _Evaluator(policy, rm, evalset, cfg.temperature, every, torch.get_default_dtype())
+    evaluator = _Evaluator(policy, rm, evalset, cfg.temperature, every, torch.get_default_dtype(), cfg)
     bar = progress_bar(total=cfg.iterations, desc=f"TRL {arm}, seed {seed}", enabled=progress)
     with tempfile.TemporaryDirectory(prefix="minirlhf-trl-") as tmp, warnings.catch_warnings():
         # TRL sets gradient_checkpointing, which transformers 5 renames; we turn it off.
@@ -189,12 +208,12 @@ def _run(arm, policy, rm, seed, config, beta, evalset, progress, profile, freeze
         trainer, get_policy, models = trainer_spec.build(trainer_spec, spec, start, kwargs, tmp)
         _check_dtypes(models, dtype)
         trainer.remove_callback(PrinterCallback)
-        evaluator.measure(get_policy())
+        evaluator.measure_at(0, get_policy())
         trainer.add_callback(_callback(evaluator, get_policy, bar))
         train_seconds = _train(trainer, dtype, profile, freeze_gc)
     bar.close()
-    if len(evaluator.log["accuracy"]) != cfg.iterations + 1:
-        raise RuntimeError(f"TRL ran {len(evaluator.log['accuracy']) - 1} iterations, expected {cfg.iterations}")
+    if evaluator.seen != cfg.iterations:
+        raise RuntimeError(f"TRL ran {evaluator.seen} iterations, expected {cfg.iterations}")
     return {
         **evaluator.log,
         "trl_log": _trl_log(trainer, trainer_spec.logged),
