@@ -43,6 +43,7 @@ from minirlhf.model import (GPTConfig, TinyGPT, generate, make_generator,
                             n_params, reward_scores)
 # the Okabe-Ito colors, safe for color blindness
 from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY
+from minirlhf.parallel import map_runs
 from minirlhf.progress import progress_bar
 from minirlhf.studies import rm_blind_spot
 
@@ -741,6 +742,14 @@ def variant(steps, share, flip=0.0):
                                          progress=PROGRESS)
     return model, metrics["accuracy"]
 
+
+# Every variant the chapter reads (these three, the 400-step RM of exercise
+# 2 and the noisy RM of exercise 3), made side by side, one per core, the
+# longest first; the cells below load them from disk.
+ALL_VARIANTS = [(400, 0.5), (400, 0.0), (100, 0.5), (100, 1.0),
+                (STEPS, 0.0, 0.1)]
+map_runs(lambda v: variant(*v)[1], ALL_VARIANTS, progress=PROGRESS,
+         desc="reward-model variants", label=lambda v: f"variant {v}")
 
 # the book's RM (near-miss share 0, 100 steps), measured in the table above
 book = {kind: table[kind]["accuracy"] for kind in KINDS_SHOWN}

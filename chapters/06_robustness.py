@@ -270,7 +270,9 @@ print("the same shares as the package's robustness.prompt_share:", agree)
 # completion minus its score of the reference policy's greedy answer to the same prompt. The
 # subtracted number depends only on the prompt, so it changes no expected gradient (the first
 # question at the end of the chapter shows why), and it needs no ground truth. Five seeds, as
-# in chapter 5, stored in `outputs/rm_prompt_baseline.json` (under a minute to make).
+# in chapter 5, each run evaluated at its start and its end (the two points the table reads;
+# `eval_every` in chapter 5's settings), stored in `outputs/rm_prompt_baseline.json` (under a
+# minute to make).
 
 # %%
 @torch.no_grad()
@@ -282,12 +284,18 @@ def rm_minus_prompt_baseline(pairs, prompts, completions):
     return reward_scores(rm, prompts, completions) - baseline  # (B,)
 
 
+def at_end(seed):
+    """Return chapter 5's recipe with ``seed``, evaluated at the start and
+    the end only: the two points the table below reads."""
+    return ppo.PPOConfig(seed=seed, eval_every=cfg.iterations)
+
+
 def run_centred():
     """Return the rm arm's runs with the per-prompt baseline, every seed."""
 
     def run(seed):
         _, log = ppo.ppo_train(policy, reference, rm_minus_prompt_baseline,
-                               BETA["rm"], ppo.PPOConfig(seed=seed), rm=rm,
+                               BETA["rm"], at_end(seed), rm=rm,
                                progress=PROGRESS,
                                desc=f"per-prompt baseline, seed {seed}")
         return {k: log[k] for k in ("accuracy", "rm_score", "kl")}
@@ -299,7 +307,7 @@ def run_centred():
 
 centred = load_or_run(
     OUTPUTS / "rm_prompt_baseline.json",
-    {"seeds": SEEDS, "beta": BETA["rm"], "ppo": asdict(cfg)},
+    {"seeds": SEEDS, "beta": BETA["rm"], "ppo": asdict(at_end(0))},
     {("rm", "0"): runs["rm"]}, run_centred, arms=())["arms"]["rm"]
 control = {}  # baseline -> metric -> (mean, half-width) at the end
 print(f"{'rm arm, end of run':<24}{'true accuracy':>16}{'RM score':>15}"

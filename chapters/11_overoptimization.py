@@ -771,8 +771,15 @@ for name in ("k1", "k3"):
     print(f"{name} summed  {m:>+10.4f}   [{m - half:+.4f}, {m + half:+.4f}]"
           f"   {np.median(err):>+8.4f}   {sd:>7.2f}")
 print("(medians over the evaluations)")
+def at_measures(r, key):
+    """Return the run's logged `key` at each iteration of r["iteration"]
+    (the run evaluates every few iterations; eval_iterations says which)."""
+    where = r["log"]["eval_iterations"]
+    return np.array([r["log"][key][where.index(i)] for i in r["iteration"]])
+
+
 per_token_greedy = np.concatenate(
-    [np.array(r["log"]["kl"])[r["iteration"]] for r in rows])[moved]
+    [at_measures(r, "kl") for r in rows])[moved]
 print(f"evaluate's per-token KL of the greedy answers / exact sequence "
       f"KL:\n  {np.median(per_token_greedy / truth):.2f} (median)")
 err1, err3 = est["k1"] - truth, est["k3"] - truth

@@ -107,7 +107,7 @@ def test_a_run_is_measured_every_few_iterations_from_inside(small, monkeypatch):
     original = ppo.ppo_train
 
     def short(policy, reference, reward_fn, beta, config, **kwargs):  # 8 answers a batch, 8 eval prompts
-        cfg = ppo.PPOConfig(iterations=config.iterations, batch_size=8, seed=config.seed)
+        cfg = ppo.PPOConfig(iterations=config.iterations, batch_size=8, seed=config.seed, eval_every=config.eval_every)
         return original(policy, reference, reward_fn, beta, cfg, **{**kwargs, "evalset": evalset})
 
     monkeypatch.setattr(ppo, "ppo_train", short)
@@ -117,6 +117,9 @@ def test_a_run_is_measured_every_few_iterations_from_inside(small, monkeypatch):
     for key in ("gold", "proxy", "k1", "k3", "pruned", "kl_upper"):
         assert len(out[key]) == 3
     assert len(out["log"]["accuracy"]) == 3 and len(out["log"]["objective/kl"]) == 2
+    # the run evaluates only every gcd(at) iterations, which hold every iteration measured
+    sparse = overopt.rl_run({**job, "iterations": 4, "at": [0, 2, 4]}, policy=policy, rm=rm)
+    assert sparse["log"]["eval_iterations"] == [0, 2, 4] and len(sparse["log"]["objective/kl"]) == 4
 
 
 def test_the_callback_gets_the_policy_of_that_iteration_in_eval_mode(small):

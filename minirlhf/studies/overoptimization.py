@@ -21,6 +21,7 @@ pairs (:func:`load_proxy`), stored in the models' folder as ``proxy-<name>.pt``.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import asdict, replace
 from functools import partial
@@ -200,7 +201,9 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     a prompt for :func:`sampled_kl`).
     The start is chapter 3's partial-SFT policy, also the reference. Returns
     ``{'iteration': [...], <each key of exact_point and sampled_kl>: [...], 'log': {...}}``
-    with the run's own log (greedy accuracy, its per-token KL, the sampled k1 it logged).
+    with the run's own log (greedy accuracy, its per-token KL, the sampled k1 it logged). The
+    run evaluates on the eval prompts every ``gcd(at)`` iterations (5 for the chapter's
+    ``at``), which includes every iteration of ``at``: the log's ``eval_iterations`` says which.
     """
     if policy is None:
         policy, _ = store.load_sft(progress=False)
@@ -224,7 +227,8 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
 
     if 0 in job["at"]:
         measure(0, policy)
-    cfg = ppo.PPOConfig(iterations=job["iterations"], seed=job["seed"])
+    every = math.gcd(*job["at"]) or job["iterations"]  # evaluate where the study reads
+    cfg = ppo.PPOConfig(iterations=job["iterations"], seed=job["seed"], eval_every=every)
     _, log = ppo.ppo_train(
         policy,
         policy,
@@ -236,7 +240,8 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
         callback=callback,
         desc=f"PPO, proxy {job['proxy']}, beta {job['beta']:g}",
     )
-    out["log"] = {k: log[k] for k in ("accuracy", "rm_score", "kl", "objective/kl", "val/completion_length")}
+    keys = ("accuracy", "rm_score", "kl", "eval_iterations", "objective/kl", "val/completion_length")
+    out["log"] = {k: log[k] for k in keys}
     return out
 
 
