@@ -172,12 +172,12 @@ class PPOConfig:
     multiple of it. 1 is chapter 5's recipe. TRL: ``GRPOConfig.num_generations`` (8 by
     default); TRL's PPO trainer samples one completion per prompt."""
     eval_every: int = 1
-    """Iterations between two evaluations on the 400 eval prompts (:func:`evaluate`); the
-    start and the last iteration are always evaluated, and the log's ``eval_iterations`` says
-    which were. 1, every iteration, draws the book's curves; a study that reads only where its
-    runs end sets it to ``iterations`` and saves about two fifths of each run's time, with the
-    same numbers at the end (evaluating draws no random number and changes no weight). TRL:
-    ``eval_steps``."""
+    """Iterations between two evaluations on the 400 eval prompts; the start and the last
+    iteration are always evaluated, and the log's ``eval_iterations`` says which were. 1,
+    every iteration, draws the book's curves; a study that reads only where its runs end sets
+    it to ``iterations`` and is spared the other evaluations, a large share of a run's time,
+    with the same numbers at the end (evaluating draws no random number and changes no
+    weight). TRL: ``eval_steps``."""
     advantages: str = "batch"
     """The advantage estimator, a name of the table :mod:`minirlhf.estimators` (one module
     each), which says what each needs and its TRL counterpart. ``"batch"``: the score

@@ -96,17 +96,20 @@ def package_modules(*modules: ModuleType, skip=()) -> dict[str, ModuleType]:
     return seen
 
 
+def _is_string_statement(stmt: ast.AST) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
 def _without_docstrings(tree: ast.AST) -> ast.AST:
+    # Every string that stands alone as a statement does nothing: a module's, class's or
+    # function's docstring, and the docstring under a dataclass field. Drop them all.
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (
-            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if not isinstance(body, list) or not body:
+                continue
+            kept = [stmt for stmt in body if not _is_string_statement(stmt)]
+            setattr(node, field, kept or ([ast.Pass()] if field == "body" else []))
     return tree
 
 

@@ -158,6 +158,11 @@ def test_the_fingerprint_ignores_docstrings_and_comments_but_not_code():
     assert code_digest(code) != code_digest('def f(x):\n    """Add one."""\n    return x + 2\n')
     assert code_digest(code) != code_digest('def f(y):\n    """Add one."""\n    return y + 1\n')
     assert code_digest('x = "a string, not a docstring"\n') != code_digest('x = "another"\n')
+    # the docstring under a dataclass field (PPOConfig's glossary) is a docstring too
+    field = 'class C:\n    a: int = 1\n    """What a does."""\n    b: int = 2\n'
+    assert code_digest(field) == code_digest(field.replace("What a does.", "What a does, said otherwise."))
+    assert code_digest(field) == code_digest("class C:\n    a: int = 1\n    b: int = 2\n")
+    assert code_digest(field) != code_digest(field.replace("b: int = 2", "b: int = 3"))
 
 
 def test_a_skipped_module_and_what_only_it_imports_leave_the_fingerprint():

@@ -77,13 +77,13 @@ __all__ = [
 
 # name -> (what it does, budget in seconds). Each budget is twice the stage's median wall time,
 # rounded up to a whole second, measured in float64 on a 2-core machine while another program
-# kept it busy (load average 3 to 5): medians of four runs (of six for the pairs with TRL, of
-# three for the five-seed stages), in seconds: sft_and_rm 30.4, one_seed_both_arms 13.9,
+# kept it busy (load average 2.5 to 5): medians of four runs (of three for the five-seed stages
+# and the pairs with TRL), in seconds: sft_and_rm 30.4, one_seed_both_arms 13.9,
 # five_seeds_both_arms 53.6, five_seeds_two_workers 59.0 (the second core was taken: no
-# speed-up), one_seed_grpo_arms 12.1, one_seed_dpo_arm 24.3, ours_ppo_rm 6.0, trl_ppo_rm 8.8,
-# ours_grpo_verifier 5.4, trl_grpo_verifier 7.4, pipeline 33.8. As the other program's load came
-# and went, single runs took up to 1.7 times their median (2.2 times once, one_seed_grpo_arms):
-# hence twice the median.
+# speed-up), one_seed_grpo_arms 12.1, one_seed_dpo_arm 24.3, pipeline 33.8; the pairs, each run
+# evaluated at its start and its end: ours_ppo_rm 3.05, trl_ppo_rm 6.16, ours_grpo_verifier 2.87,
+# trl_grpo_verifier 3.92. As the other program's load came and went, single runs took up to 1.7
+# times their median (2.2 times once, one_seed_grpo_arms): hence twice the median.
 STAGES = {
     "sft_and_rm": ("SFT policy and reward model, from scratch", 61.0),
     "one_seed_both_arms": ("both PPO arms, one seed, 25 iterations with the eval", 28.0),
@@ -91,10 +91,10 @@ STAGES = {
     "five_seeds_two_workers": ("the same, 2 worker processes (peak: this one + each worker's)", 118.0),
     "one_seed_grpo_arms": ("both GRPO arms (8 prompts x 8), one seed, 25 iterations", 25.0),
     "one_seed_dpo_arm": ("the DPO arm, one seed, 200 steps of 64 pairs with the eval", 49.0),
-    "ours_ppo_rm": ("our PPO, the rm arm, one seed, 25 iterations, evaluated at both ends", 12.0),
-    "trl_ppo_rm": ("TRL's PPO trainer, the rm arm, one seed, 25 batches, our eval at both ends", 18.0),
-    "ours_grpo_verifier": ("our GRPO, grpo-verifier, one seed, 25 iterations, evaluated at both ends", 11.0),
-    "trl_grpo_verifier": ("TRL's GRPOTrainer, grpo-verifier, one seed, 25 iterations, our eval at both ends", 15.0),
+    "ours_ppo_rm": ("our PPO, the rm arm, one seed, 25 iterations, evaluated at both ends", 7.0),
+    "trl_ppo_rm": ("TRL's PPO trainer, the rm arm, one seed, 25 batches, our eval at both ends", 13.0),
+    "ours_grpo_verifier": ("our GRPO, grpo-verifier, one seed, 25 iterations, evaluated at both ends", 6.0),
+    "trl_grpo_verifier": ("TRL's GRPOTrainer, grpo-verifier, one seed, 25 iterations, our eval at both ends", 8.0),
     "pipeline": ("SFT, RM and both arms for one seed, from scratch", 68.0),
 }
 OURS_STAGES = {"ours_ppo_rm": "rm", "ours_grpo_verifier": "grpo-verifier"}  # stage -> our arm
