@@ -16,9 +16,10 @@
 # Chapters 1 and 2, and a little PyTorch: tensors, `softmax`, `cross_entropy`, `backward`.
 # The first run of this notebook trains the policy (about ten seconds) and saves it under
 # `outputs/models`; later runs load it. A run of the whole notebook takes about a minute on a
-# 2-core CPU, the first one and later ones alike: most of it goes to three cells that compute
-# afresh each time, fifteen to twenty seconds each (the learning curve, 300 steps of SFT; a
-# longer SFT run for a worked answer; 42,000 answers sampled to check a probability).
+# 2-core CPU, the first one and later ones alike: most of it goes to two cells that compute
+# afresh each time, fifteen to twenty seconds each (the learning curve, 300 steps of SFT, which
+# also keeps the longer-trained policy of a worked answer; 42,000 answers sampled to check a
+# probability).
 # ```
 
 # %%

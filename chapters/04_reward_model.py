@@ -18,9 +18,9 @@
 # Chapter 3 (the task, the policy, the completion mask). The first run of this notebook
 # trains the reward model (about fifteen seconds) and the five variants its worked answers
 # compare, and saves them under `outputs/models`; later runs load them. A first run of the
-# whole notebook takes under three minutes on a 2-core CPU, most of it for the variants (two
-# are trained for 400 steps, four times as long as the book's RM); a later run takes about
-# ten seconds.
+# whole notebook takes about two minutes on a 2-core CPU, most of it for the variants, made
+# side by side (two are trained for 400 steps, four times as long as the book's RM); a later
+# run takes about ten seconds.
 # ```
 
 # %%

@@ -28,7 +28,7 @@
 # Chapters 1 to 5. This chapter reuses chapter 5's stored runs (the models and
 # `outputs/results.json`) when they are there and makes them otherwise. With chapter 5's
 # runs stored, a first run of this notebook, which makes its own runs side by side on the
-# computer's cores, takes about two and a half minutes on a 2-core machine, each long cell
+# computer's cores, takes about three minutes on a 2-core machine, each long cell
 # with a progress bar in JupyterLab; most of it goes to the runs from the five partial-SFT
 # starts. With nothing stored it also makes chapter 5's runs and takes longer. Later runs
 # read every result back and take about fifteen seconds.

@@ -32,10 +32,10 @@
 # Bradley-Terry loss and the near-misses of chapter 4, the experiment of chapter 5 and GRPO's
 # arm of chapter 8. This chapter reads chapters 5 and 8's stored runs when they are there and
 # makes them otherwise; it makes its own runs side by side, one per CPU core. With chapters 5
-# and 8's runs stored, a first run of the notebook takes about six minutes on a 2-core
+# and 8's runs stored, a first run of the notebook takes about seven minutes on a 2-core
 # machine, each long cell with a progress bar in JupyterLab; without them it takes longer.
-# DPO's runs take most of it: about thirty, some sixteen seconds each (four times a PPO run of
-# chapter 5; the end of the chapter prints both), two at a time, and ten short reward-model
+# DPO's runs take most of it: 27 of them, about twenty seconds each (four times a PPO run of
+# chapter 5; the end of the chapter prints both), two at a time, and nine short reward-model
 # trainings take another minute. Later runs read every result back and make only the one DPO
 # run that your loss drives (about half a minute in all).
 # ```
