@@ -165,3 +165,27 @@ def test_make_n_prints_the_cpu_index_only_for_the_cpu_choice():
     assert f'--index-url https://download.pytorch.org/whl/cpu "{PIN}"' in dry("UNAME_S=Linux")
     assert "--index-url" not in dry("TORCH=default", "UNAME_S=Linux")
     assert "--index-url" not in dry("UNAME_S=Darwin")
+
+
+def test_nbval_runs_every_solution_once_the_longest_first(tmp_path):
+    """make test's nbval on solutions/ lists every chapter's solution exactly once, in the
+    Makefile's order (the longest first), with xdist told to keep that order; a solution the
+    order does not name still runs, after the others."""
+    (tmp_path / "solutions").mkdir()
+    names = ["01_a.ipynb", "09_b.ipynb", "11_c.ipynb", "12_new.ipynb"]
+    for name in names:
+        (tmp_path / "solutions" / name).write_text("{}")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / ".installed").write_text("")
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copy(ROOT / "requirements.txt", tmp_path / "requirements.txt")
+    (tmp_path / "pyproject.toml").write_text("")
+    os.utime(tmp_path / ".venv" / ".installed", (time.time() + 60, time.time() + 60))
+    out = subprocess.run(["make", "-n", "nbval-solutions"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    listed = [word.removeprefix("solutions/") for word in out.stdout.split() if word.startswith("solutions/")]
+    assert listed == ["11_c.ipynb", "09_b.ipynb", "01_a.ipynb", "12_new.ipynb"]
+    assert "--no-loadscope-reorder" in out.stdout
+    # and the order names every chapter the book has
+    line = next(x for x in (ROOT / "Makefile").read_text().splitlines() if x.startswith("SOLUTIONS_FIRST :="))
+    first = line.split(":=")[1].split()
+    assert sorted(first) == sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
