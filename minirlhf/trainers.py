@@ -75,7 +75,7 @@ TRAINERS = {
         "beta in the loss",
         beta_zero="at 0 its loss is log 2 whatever the policy, so nothing is learned",
         own_defaults=True,
-        prepare=lambda policy, config: prepare_reference(policy, config),  # the reference's log-probs
+        prepare=prepare_reference,  # the reference's log-probs of the pairs
     ),
 }
 """The trainers, by the name an arm's ``trainer`` gives."""

@@ -92,14 +92,14 @@ class _Evaluator:
     initialization draws from torch's global generator, which TRL samples with: unlike ours,
     a TRL run evaluated on another schedule samples other tokens."""
 
-    def __init__(self, reference, rm, evalset, temperature, every, default=torch.float32, cfg=None):
-        self.reference, self.rm, self.evalset, self.t, self.every = reference, rm, evalset, temperature, every
+    def __init__(self, reference, rm, evalset, cfg, every, default=torch.float32):
+        self.reference, self.rm, self.evalset, self.t, self.every = reference, rm, evalset, cfg.temperature, every
         self.default = default
         self.log = {"accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS}}
         self.log["eval_iterations"] = []
         self.cache, self.seen = {}, 0
         # which iterations are measured: every config.eval_every-th and the last, as ppo_train
-        self.eval_every, self.iterations = (cfg.eval_every, cfg.iterations) if cfg is not None else (1, None)
+        self.eval_every, self.iterations = cfg.eval_every, cfg.iterations
 
     def due(self, iteration: int) -> bool:
         """True when ``iteration`` (0 before training) is one ``ppo_train`` would evaluate."""
@@ -199,7 +199,7 @@ def _run(arm, policy, rm, seed, config, beta, evalset, progress, profile, freeze
     kwargs = trl_settings(arm, seed, n_processes, config, beta, score_std)
     start = Start(policy, rm, hf.rm_to_hf(rm), hf.tokenizer(), task.train_pairs())
     every = 1 if trainer_spec.step_per_batch else cfg.updates_per_batch
-    evaluator = _Evaluator(policy, rm, evalset, cfg.temperature, every, torch.get_default_dtype(), cfg)
+    evaluator = _Evaluator(policy, rm, evalset, cfg, every, torch.get_default_dtype())
     bar = progress_bar(total=cfg.iterations, desc=f"TRL {arm}, seed {seed}", enabled=progress)
     with tempfile.TemporaryDirectory(prefix="minirlhf-trl-") as tmp, warnings.catch_warnings():
         # TRL sets gradient_checkpointing, which transformers 5 renames; we turn it off.
