@@ -121,7 +121,7 @@ def canonical_completions(completions: torch.Tensor) -> torch.Tensor:
 def _next_logprobs(model, prompts: torch.Tensor, prefixes: torch.Tensor, temperature: float, batch_size: int):
     """Return the next-token log-probs (R, 13), float64, after each prompt + prefix (R, 6 + t)."""
     x = torch.cat([prompts, prefixes], dim=1)  # (R, 6 + t)
-    logits = torch.cat([model(x[i : i + batch_size])[:, -1, :] for i in range(0, len(x), batch_size)])  # (R, 13)
+    logits = torch.cat([model(x[i : i + batch_size], last=1)[:, 0] for i in range(0, len(x), batch_size)])  # (R, 13)
     return F.log_softmax(logits.double() / temperature, dim=-1)
 
 

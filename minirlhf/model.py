@@ -80,7 +80,7 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, **dt)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, **dt)
 
-    def forward(self, x, cache: dict | None = None):
+    def forward(self, x, cache: dict | None = None, last: int | None = None):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
@@ -92,6 +92,8 @@ class CausalSelfAttention(nn.Module):
             cache["k"], cache["v"] = k, v
         # A single new token may look at every cached position; a longer input is masked causally.
         y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
+        if last is not None:  # only the last positions go on (every position was a key above)
+            y, T = y[:, :, T - last :], last  # (B, nh, last, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.proj(y)
 
@@ -107,8 +109,9 @@ class Block(nn.Module):
             nn.Linear(cfg.n_embd, 4 * cfg.n_embd, **dt), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd, **dt)
         )
 
-    def forward(self, x, cache: dict | None = None):
-        x = x + self.attn(self.ln1(x), cache)  # pre-norm: normalise, transform, add back
+    def forward(self, x, cache: dict | None = None, last: int | None = None):
+        # pre-norm: normalise, transform, add back (with ``last``, to the last positions only)
+        x = (x if last is None else x[:, -last:]) + self.attn(self.ln1(x), cache, last)
         x = x + self.mlp(self.ln2(x))
         return x
 
@@ -119,6 +122,12 @@ class TinyGPT(nn.Module):
 
     ``forward(idx, cache)`` with a list of one dict per block (empty at first) also keeps each
     block's keys and values, so that generation can feed one new token at a time.
+
+    ``forward(idx, last=n)`` returns the outputs of the last ``n`` positions only (B, n, 13),
+    the same numbers as ``forward(idx)[:, -n:]`` up to float rounding (bit for bit when the
+    batch is not tiny), for less work: every block but the last computes every position, since
+    each is a key of the attention after it, but the last block's projection and MLP, the final
+    norm and the head compute only those ``n``. The log-probs of a completion need 4 of 9.
 
     Defined in chapter 3.
     """
@@ -135,15 +144,17 @@ class TinyGPT(nn.Module):
         # PyTorch's default initialisation; at this width it learns faster than GPT-2's std 0.02.
         self.head = nn.Linear(cfg.n_embd, 1 if scalar_head else cfg.vocab_size, **dt)
 
-    def forward(self, idx: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: list | None = None, last: int | None = None) -> torch.Tensor:
         B, T = idx.shape
+        if last is not None and not (isinstance(last, int) and 1 <= last <= T):
+            raise ValueError(f"last must be an int from 1 to {T} (the positions of idx), got {last!r}")
         start = cache[0]["k"].shape[2] if cache and "k" in cache[0] else 0  # positions already seen
         if start + T > self.cfg.block_size:
             raise ValueError(f"idx has {start + T} positions but the context holds {self.cfg.block_size}")
         pos = torch.arange(start, start + T, device=idx.device)
         x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, C)
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache[i])
+            x = block(x, None if cache is None else cache[i], last if i == len(self.blocks) - 1 else None)
         out = self.head(self.ln_f(x))  # (B, T, 13) or (B, T, 1)
         return out.squeeze(-1) if self.scalar_head else out
 
@@ -214,7 +225,7 @@ def generate(
     if not greedy and not temperature > 0:
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     cache = [{} for _ in model.blocks]
-    logits = model(prompts, cache)[:, -1, :]  # (B, 13): the first answer token's distribution
+    logits = model(prompts, cache, last=1)[:, -1, :]  # (B, 13): the first answer token's distribution
     tokens, all_logits = [], []
     for t in range(COMPLETION_LEN):
         all_logits.append(logits)
@@ -236,7 +247,7 @@ def completion_logits(model: TinyGPT, prompts: torch.Tensor, completions: torch.
     """Return the logits (B, 4, 13) that predicted each completion token, in one forward pass."""
     _check_prompts(prompts)
     x = torch.cat([prompts, completions], dim=1)[:, :-1]  # (B, 9): the last token predicts nothing
-    return model(x)[:, PROMPT_LEN - 1 :, :]  # (B, 4, 13): positions 5..8 predict tokens 6..9
+    return model(x, last=COMPLETION_LEN)  # (B, 4, 13): positions 5..8 predict tokens 6..9
 
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -40,13 +40,13 @@ class TwoTokens(torch.nn.Module):
         super().__init__()
         self.one, self.semi = torch.tensor(one, dtype=torch.float64), torch.tensor(semi, dtype=torch.float64)
 
-    def forward(self, idx, cache=None):
+    def forward(self, idx, cache=None, last=None):  # TinyGPT's signature
         B, L = idx.shape
         out = torch.zeros(B, L, len(task.VOCAB), dtype=torch.float64)  # (B, L, 13)
         for i in range(PROMPT_LEN - 1, L):  # position i predicts answer token t = i - 5
             out[:, i, :] = -math.inf
             out[:, i, ONE], out[:, i, SEMI] = self.one[i - PROMPT_LEN + 1], self.semi[i - PROMPT_LEN + 1]
-        return out
+        return out if last is None else out[:, -last:]
 
 
 class CountOnes(torch.nn.Module):
