@@ -31,7 +31,7 @@
 # partial-SFT starts of chapter 6, and the critic of chapter 7. This chapter reads chapters 5
 # and 6's stored runs when they are there and makes them otherwise; it makes its own runs side
 # by side, one per CPU core. With chapters 5 and 6's runs stored, a first run of the notebook
-# takes about three and a half minutes on a 2-core machine, each long cell with a
+# takes about three minutes on a 2-core machine, each long cell with a
 # progress bar in JupyterLab; four cells of runs take most of it (the GRPO arms, ReMax's sweep
 # and runs, the batch shapes of exercise 3, and the partial-SFT starts). Without them it makes
 # them too, about five minutes in all. Later runs read every result back and make

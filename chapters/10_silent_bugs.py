@@ -26,7 +26,7 @@
 # :class: tip
 # Chapters 1 to 9: the leash and its estimators (1, 2, 7), the completion mask (3), PPO's
 # ratio and clip (5), GRPO's k3 term (8) and DPO's loss (9). With nothing stored, a first run
-# of the notebook takes about four and a half minutes on a 2-core CPU: it makes 30 runs
+# of the notebook takes about five minutes on a 2-core CPU: it makes 30 runs
 # (about two minutes), then plants your fixes in each of the seven runs, for three seeds,
 # each long cell with a progress bar in JupyterLab. Later runs read the 30 runs back, and only
 # the checks of your fixes run again (about two minutes).

@@ -33,7 +33,7 @@
 # PPO loop, and the leash taken off. A first run of the notebook trains five small reward
 # models and makes 30 runs side by side, one per CPU core (six best-of-$n$ curves, and 24 PPO
 # runs whose policy is enumerated exactly six times each), with a progress bar in JupyterLab,
-# and stores them in `outputs/ch11_overoptimization.json`. That takes about seven
+# and stores them in `outputs/ch11_overoptimization.json`. That takes about eight
 # minutes on a 2-core CPU, most of it in the enumerations; later runs read the runs back and
 # take under a minute and a half (one PPO run is made again, and 200 batches of answers drawn,
 # in the last section).

@@ -83,7 +83,9 @@ __all__ = [
 # speed-up), one_seed_grpo_arms 12.1, one_seed_dpo_arm 24.3, pipeline 33.8; the pairs, each run
 # evaluated at its start and its end: ours_ppo_rm 3.05, trl_ppo_rm 6.16, ours_grpo_verifier 2.87,
 # trl_grpo_verifier 3.92. As the other program's load came and went, single runs took up to 1.7
-# times their median (2.2 times once, one_seed_grpo_arms): hence twice the median.
+# times their median (2.2 times once, one_seed_grpo_arms): hence twice the median. Measured
+# again at a quiet moment (load 1.0), with the last-positions forward: the pairs ours_ppo_rm
+# 4.2, trl_ppo_rm 8.9, ours_grpo_verifier 3.4, trl_grpo_verifier 5.1; every stage within budget.
 STAGES = {
     "sft_and_rm": ("SFT policy and reward model, from scratch", 61.0),
     "one_seed_both_arms": ("both PPO arms, one seed, 25 iterations with the eval", 28.0),
