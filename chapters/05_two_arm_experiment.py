@@ -17,7 +17,9 @@
 # You will write the two pieces that drive both runs (the advantages, with the leash inside
 # the reward, and the loss), read the whole training loop stage by stage in the package's
 # own code, repeat the experiment over several seeds, and read from the curves what the
-# optimizer did with each reward. The short version: it maximized the number it was handed.
+# optimizer did with each reward. The short version: handed the truth, it raised the truth;
+# handed the reward model's score, it raised that score no more than the arm that never saw
+# it, and the chapters after this one show why.
 #
 # ```{admonition} What you need
 # :class: tip
@@ -44,7 +46,8 @@ from minirlhf.course.drive import guard, preflight
 from minirlhf.course.exercises import check, get
 from minirlhf.course.explorer import explore, show_figure
 from minirlhf.course.frontend import building_book, someone_watching
-from minirlhf.course.runs import load_or_run, same_curves, stored_experiment
+from minirlhf.course.runs import (load_or_run, same_curves, stored_arms,
+                                  stored_experiment)
 from minirlhf.course.settings import settings_table
 from minirlhf.course.source import Source
 from minirlhf.estimators import batch as batch_estimator
@@ -790,6 +793,57 @@ for arm in ARMS:
 # chapter 6 trains other partial-SFT starts the same way and measures by how much. A single
 # run from another start may land outside them.
 #
+# **The recipe or the start?** The original's text states its recipe in a few lines, and ours
+# departs from it in two places (the chapter's recipe, above): we put the leash in the reward
+# and give each token the return that follows it, against the batch mean of its position;
+# the original gave every token of a completion the same standardized score,
+# $\text{clip}((r - \bar r)/(\sigma + 10^{-4}), \pm 3)$, and added the leash per token to the
+# loss, with the log-ratio clamped. Which leash term it used the text does not say; we take
+# chapter 1's k3, the term that exercise 3 below also puts in the loss (and chapter 8's GRPO
+# uses), at the same $\beta$ as ours. Two updates per batch and temperature 0.7 are the same in both. The next
+# cell runs that recipe as written (the arms `original-rm` and `original-verifier`, with the
+# estimator `broadcast`) from our start, over the same five seeds, and sets its gains beside
+# ours and the original's.
+
+# %%
+recipe = stored_arms(OUTPUTS / "original_recipe.json", SEEDS,
+                     ("original-rm", "original-verifier"), cfg,
+                     progress=PROGRESS)
+
+
+def gains(logs):
+    return np.array([log["accuracy"][-1] - log["accuracy"][0]
+                     for log in logs])
+
+
+print(f"{'accuracy gain over the start':<30}{'our recipe':>16}"
+      f"{'its recipe':>16}{'original run':>14}")
+for arm in ARMS:
+    ours = gains(logs[arm])
+    theirs = gains([recipe["arms"][f"original-{arm}"][str(s)]
+                    for s in SEEDS])
+    print(f"{arm + ' arm, 5 seeds':<30}"
+          f"{pm(*mean_ci95(ours), 3, '+'):>16}"
+          f"{pm(*mean_ci95(theirs), 3, '+'):>16}"
+          f"{orig[arm]['end'] - orig[arm]['start']:>+14.3f}")
+    diff = mean_ci95(theirs - ours)
+    print(f"{'  its recipe - ours, by seed':<30}{pm(*diff, 3, '+'):>32}")
+    kl = mean_ci95([recipe["arms"][f"original-{arm}"][str(s)]["kl"][-1]
+                    for s in SEEDS])
+    print(f"{'  its recipe, KL at the end':<30}{pm(*kl):>32}")
+
+# %% [markdown]
+# From our start, the original's recipe gains what ours gains: +0.065 ± 0.023 in the
+# verifier arm against our +0.066 ± 0.035, a difference of -0.001 ± 0.020 seed by seed, and
+# in the rm arm -0.009 ± 0.039 against our -0.026 ± 0.025 (+0.016 ± 0.019 seed by seed), at
+# a KL at the end close to ours (the table above). So the recipe, as far as its text pins it
+# down, does not explain the original's larger changes: its +0.223 and -0.062 lie outside the
+# intervals of its own recipe run from our start too. What remains is what the text does not
+# pin down: the start above all (a checkpoint with the same accuracy is not the same policy;
+# chapter 6 measures how far a gain moves from one partial-SFT start to another), and the
+# details it leaves unsaid, such as which estimator its leash term used. This is a null of
+# five seeds from one start, not a proof that the two recipes are the same everywhere.
+#
 # **The RM's score.** The reward model is trained with the Bradley-Terry loss of chapter 4,
 # $-\log\sigma(r_\text{chosen} - r_\text{rejected})$, which sees only *differences* of scores.
 # Add the same constant to every score and the loss, and so its gradient, does not change.
@@ -956,11 +1010,18 @@ print("  after a wrong first digit V(s_1) = 0")
 # critic becomes load-bearing. How much of the reward's spread the prompt alone explains,
 # and what a baseline per prompt changes: chapter 6.
 #
-# **3. The optimizer maximizes the number it is handed.** The rm arm raised the RM's score of
-# its answers a little, and their accuracy did not rise with it: it fell. The verifier arm,
-# handed the truth, raised the truth (and the RM's score of its answers rose as much as the rm
-# arm's: lesson 4). The algorithm and every setting but the leash were the same; whether the
-# leash, rather than the reward, could account for the difference is lesson 5's question.
+# **3. The optimizer climbs only the part of a number it can read.** The verifier arm, handed
+# the truth, raised the truth. The rm arm, handed the RM's score, raised that score a little,
+# and its accuracy fell; but the verifier arm, which never saw the RM, raised the RM's score
+# of its answers as much (the lines below, and lesson 4). So this run does not show PPO
+# pushing the RM's score up: in a batch of 64 different prompts, much of the spread of that
+# score is the prompt's, not the answer's, and a batch baseline leaves the policy little of
+# the RM's signal to climb. Chapter 6 measures that share and gives PPO the same RM with a
+# baseline per prompt: it then raises the RM's score past both arms here. Nor does it show
+# that the preference pairs are worthless: chapter 9 turns the same pairs into accuracy,
+# with DPO and with plain SFT on their chosen answers. The algorithm and every setting but
+# the leash were the same in both arms; whether the leash, rather than the reward, could
+# account for the difference is lesson 5's question.
 
 # %%
 for arm in ARMS:
@@ -970,9 +1031,9 @@ for arm in ARMS:
           f"accuracy gain {pm(s['gain'], s['gain_ci'], 3, '+')}")
 
 # %% [markdown]
-# Whether a cleaner version of the same RM number teaches the arithmetic it failed to teach
-# (a baseline per prompt, which removes the prompt's share of the noise) is chapter 6's
-# control experiment.
+# Whether the RM's number, read cleanly (a baseline per prompt, which removes the prompt's
+# share of the noise), teaches the arithmetic it failed to teach here is chapter 6's control
+# experiment.
 #
 # **4. A saturated proxy looks like success.** Judged by the RM, the two arms are equally
 # good: their answers score alike at the end (the interval of the difference holds 0),
@@ -1024,8 +1085,9 @@ for arm in ARMS:
 # - run a two-arm RL experiment over seeds and judge a gap by the interval of the
 #   within-seed differences, not by one run;
 # - tell what a reward model's score means (a level that is arbitrary, a position between
-#   yardsticks that is not) and spot a saturated proxy: handed the RM, PPO raised the RM's
-#   score while the accuracy did not follow; handed the verifier, it raised the accuracy;
+#   yardsticks that is not) and spot a saturated proxy: handed the verifier, PPO raised the
+#   accuracy; handed the RM, it raised the RM's score no more than the verifier arm did, while
+#   the accuracy fell (chapters 6 and 9 show where the RM's signal was lost);
 # - compare your run with a published one by what can be compared: gains from each start,
 #   scores on each RM's own scale.
 #

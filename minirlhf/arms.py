@@ -242,6 +242,26 @@ REGISTRY = _registry(
         "GRPO with k2 in the loss instead of k3 (the reverse KL's gradient); beta not matched",
         {**GRPO_SETTINGS, "kl_placement": "k2-loss"},
     ),
+    # chapter 5, "The recipe or the start?": the original project's recipe as its text states it,
+    # from our start: the batch-standardized score copied to every token (the estimator
+    # "broadcast"), the leash per token in the loss (k3 with the log-ratio clamped), at chapter
+    # 5's betas
+    Arm(
+        "original-rm",
+        "rm",
+        0.5,
+        "original recipe, rm arm",
+        "chapter 5: the original project's recipe, the reward model's score, leash in the loss",
+        {"advantages": "broadcast", "kl_placement": "loss"},
+    ),
+    Arm(
+        "original-verifier",
+        "verifier",
+        0.08,
+        "original recipe, verifier arm",
+        "chapter 5: the original project's recipe, the verifier, leash in the loss",
+        {"advantages": "broadcast", "kl_placement": "loss"},
+    ),
 )
 ARMS = tuple(REGISTRY)
 DEFAULT_ARMS = ("rm", "verifier")  # chapter 5's experiment, the command's default
