@@ -12,7 +12,7 @@
 # function changed**, a bug of a kind that people have shipped. For each run:
 #
 # 1. **Look at its dashboard** beside a correct run: the metrics every run logs under TRL's
-#    names, each a mean over seeds 0-2 with a 95% band.
+#    names, each a mean over seeds 0-4 with a 95% band.
 # 2. **Name the tell**: the metric that gives the bug away, and what the changed line must be
 #    doing, picked from a list.
 # 3. **See the changed line, and fix it.** Your fix is planted in the run, which must land
@@ -26,10 +26,10 @@
 # :class: tip
 # Chapters 1 to 9: the leash and its estimators (1, 2, 7), the completion mask (3), PPO's
 # ratio and clip (5), GRPO's k3 term (8) and DPO's loss (9). With nothing stored, a first run
-# of the notebook takes about five minutes on a 2-core CPU: it makes 30 runs
-# (about two minutes), then plants your fixes in each of the seven runs, for three seeds,
-# each long cell with a progress bar in JupyterLab. Later runs read the 30 runs back, and only
-# the checks of your fixes run again (about two minutes).
+# of the notebook takes about seven minutes on a 2-core CPU: it makes 50 runs (seven with a
+# bug and three correct ones, for five seeds), then plants your fixes in each of the seven
+# runs, for the same five seeds, each long cell with a progress bar in JupyterLab. Later runs
+# read the 50 runs back, and only the runs of your fixes are made again (about four minutes).
 # The runs are named by letter only: what each bug is, is for you to find.
 # ```
 
@@ -46,9 +46,12 @@ from minirlhf.course.exercises.ch10 import band_report
 from minirlhf.course.explorer import show_figure
 from minirlhf.course.frontend import someone_watching
 from minirlhf.course.runs import stored_bug_runs
+from minirlhf.experiment import run_arm
 from minirlhf.leashes import loss as loss_leash
 from minirlhf.leashes import reward as reward_leash
-from minirlhf.paths import OUTPUTS
+from minirlhf.arms import REGISTRY
+from minirlhf.ppo import PPOConfig
+from minirlhf.stats import mean_ci95
 from minirlhf.studies import silent_bugs as sb
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
@@ -56,8 +59,8 @@ PROGRESS = someone_watching()  # bars for a person at JupyterLab only
 
 models = store.load_all(progress=PROGRESS)
 policy = models["policy"]
-# Every bug's run and the correct run of its arm, seeds 0-2, stored.
-stored = stored_bug_runs(OUTPUTS / "silent_bugs.json", progress=PROGRESS)
+# Every bug's run and the correct run of its arm, seeds 0-4, stored.
+stored = stored_bug_runs(ch10.RUNS_FILE, ch10.SEEDS, progress=PROGRESS)
 runs = stored["runs"]
 seeds = ", ".join(runs["correct"]["verifier"])
 print(f"{len(ch10.RUNS)} runs with a bug, {', '.join(ch10.RUNS)}")
@@ -84,15 +87,48 @@ def show_dashboard(letter):
                 alt=f"Eight panels of run {letter}'s logged metrics "
                     f"against the {x}, in orange, beside a correct "
                     f"run of the {arm} arm in gray, each the mean over "
-                    "three seeds with a 95% band.",
+                    "five seeds with a 95% band.",
                 caption=f"Run {letter} (orange) and the correct "
-                        f"{arm} run (gray): seeds 0-2, 95% bands.")
+                        f"{arm} run (gray): seeds 0-4, 95% bands.")
 
 
 def compare(letter, metric=None):
     """Print the whole-run paired test of run ``letter`` against the
     correct run."""
     print(ch10.compare(letter, runs, metric))
+
+
+_free = {}
+
+
+def free_run(arm, seed=0):
+    """The log of a correct run of ``arm`` with no leash (beta = 0), made
+    once per arm and seed."""
+    if (arm, seed) not in _free:
+        _free[arm, seed] = run_arm(arm, policy, models["rm"], seed, 0.0,
+                                   PPOConfig(), progress=PROGRESS)[1]
+    return _free[arm, seed]
+
+
+def unleashed(letter, seed=0):
+    """Say panel by panel whether run ``letter``'s curve for ``seed`` is
+    the correct run of its arm with no leash (beta = 0), digit for
+    digit."""
+    bug = ch10.bug_of(letter)
+    arm = sb.BUGS[bug].arm
+    if sb._trainer(arm) == "dpo":
+        print(f"run {letter} is a DPO run: its beta is not a leash that can "
+              "be taken away")
+        return
+    free = free_run(arm, seed)
+    ours = runs[bug][str(seed)]
+    print(f"run {letter} against the {arm} arm with beta = 0, seed {seed}:")
+    for metric in sb.DASHBOARD[sb._trainer(arm)]:
+        a, b = ours[metric], free[metric]
+        gap = max(abs(x - y) for x, y in zip(a, b))
+        same = ("the same, digit for digit" if list(a) == list(b)
+                else f"differs, by up to {gap:.3g}")
+        print(f"  {metric:<22} {same}")
 
 
 def changed_line(letter):
@@ -115,10 +151,12 @@ def changed_line(letter):
 #   `"objective/entropy"`), that **separates** the run from the correct one. Panels are read
 #   over the whole run: each panel's mean over the run (for `accuracy` and `kl`, after the
 #   start), seed by seed, buggy minus correct, as chapter 5 compared its arms. The panel
-#   separates the runs when the 95% interval of those three differences excludes 0.
+#   separates the runs when the 95% interval of those five differences excludes 0.
 #   `compare("A")` prints that test for every panel of run A, and `compare("A", "accuracy")`
 #   for one (below). Any panel that separates is a right answer. When no panel does, the
-#   answer is `None`: over three seeds, that bug does not show on the dashboard.
+#   answer is `None`: over five seeds, that bug does not show on the dashboard. The check
+#   measures which panels separate on the runs stored above, when it runs: the answers are
+#   not written anywhere in advance.
 # - `mechanism` is the number of what the changed line does, from the list below. It holds
 #   every run's bug and three that no run has, in no particular order. Pick the one that would
 #   move the panels the way they moved, and leave the others where they are.
@@ -209,11 +247,16 @@ check("fix_run_a", fix_run_a);
 
 # %% [markdown]
 # Passing the check is not the end: the same function now goes back into the run. The next
-# cell plants your function where the engine's `completion_mask` was, runs the verifier arm
-# for seeds 0-2, and compares the tells with the correct run's band. That band is of one
-# number a run, each tell's mean over the run (as in `compare`): the correct runs' mean over
-# seeds with its 95% half-width, not the band drawn point by point on the dashboard. Every
-# "fix it" below ends the same way.
+# cell plants your function where the engine's `completion_mask` was and runs the verifier arm
+# for seeds 0-4. First it says whether each seed's run is the correct run digit for digit:
+# the engine is deterministic, so a fix that computes what the engine's function computes
+# gives the correct runs exactly, and that is the real proof of a fix. Then, on each panel
+# that separates the bug's run (measured on the stored runs, as the checks of the tells
+# measure them), it prints your runs' value and the bug's own beside the correct runs' band.
+# That band is of one number a run, each panel's mean over the run (as in `compare`): the
+# correct runs' mean over seeds with its 95% half-width, not the band drawn point by point
+# on the dashboard. A fix that lands in the band without the same digits computes something
+# a little different somewhere. Every "fix it" below ends the same way.
 
 # %%
 print(band_report("A", fix_run_a, runs, progress=PROGRESS))
@@ -272,11 +315,30 @@ print(band_report("B", fix_run_a, runs, progress=PROGRESS))
 # %% [markdown]
 # ## Run C
 #
-# GRPO's verifier arm of chapter 8, whose leash is $\beta$ times a k3 term in the loss, with
-# one line changed.
+# GRPO's reward-model arm of chapter 8 (`grpo-rm`), whose leash is $\beta$ times a k3 term in
+# the loss, with one line changed. This arm is chosen for the leash bugs because its leash
+# binds: the next cell runs it with $\beta = 0$ for one seed, and its KL ends several times
+# the correct run's.
+
+# %%
+free = free_run("grpo-rm", 0)
+leashed = runs["correct"]["grpo-rm"]["0"]
+print("grpo-rm, seed 0: exact KL to the reference at the end")
+beta = REGISTRY["grpo-rm"].beta
+print(f"  beta = {beta} (the arm's): {leashed['kl'][-1]:.4f}")
+print(f"  beta = 0:{'':14}{free['kl'][-1]:.4f}  "
+      f"({free['kl'][-1] / leashed['kl'][-1]:.1f} times)")
 
 # %% tags=["hide-input"]
 show_dashboard("C")
+
+# %% [markdown]
+# For the leash bugs, one more tool: `unleashed("C")` runs the correct arm with no leash at
+# all, $\beta = 0$, for seed 0, and says panel by panel whether run C's seed 0 is that run,
+# digit for digit. What would each mechanism of the list predict?
+
+# %%
+unleashed("C")
 
 # %% [markdown]
 # ### Exercise 10.4: name the tell of run C
@@ -287,9 +349,9 @@ def tell_run_c():
     (None if none does), the number of its mechanism, and why (not
     graded)."""
     # BEGIN SOLUTION
-    return (None, 7,
-            "no panel separates over three seeds; the KL leans above the "
-            "correct run's and nothing else moves: the leash has no pull")
+    return ("kl", 7,
+            "the run is the run with beta = 0 digit for digit: the leash "
+            "has a value but no gradient")
     # END SOLUTION
 
 # %% [hints] tell_run_c
@@ -303,12 +365,13 @@ check("tell_run_c", tell_run_c);
 #
 # **The KL term carries no gradient** (mechanism 7). The policy's log-probs are detached
 # inside the k3 term, as if it were computed under `torch.no_grad()`. The loss still shows
-# the leash's value, but its gradient is zero, so the run is GRPO with $\beta = 0$. The exact
-# KL of the evaluation drifts above the correct run's as the run goes on, but over seeds 0-2
-# no panel separates the runs. In this arm, over 25 iterations, taking the leash away moves
-# the KL by less than the spread of three seeds: of the seven bugs, this is the one the
-# dashboard does not show. The check of the leash's gradient before training finds it at
-# once.
+# the leash's value, but its gradient is zero, so every step is the step of GRPO with
+# $\beta = 0$: the run is the unleashed run to the last digit, as `unleashed("C")` printed.
+# Both KL panels end several times the correct run's, and accuracy pays for the drift (the
+# table at the end). Mechanism 1, k1 as the loss, would also loosen the leash, but its
+# gradient is zero only on average: in each batch it pushes, so its run would not be the
+# unleashed run digit for digit. The check of the leash's gradient before training finds
+# this bug at once.
 #
 # </details>
 
@@ -342,7 +405,7 @@ print(band_report("C", fix_run_c, runs, progress=PROGRESS))
 # %% [markdown]
 # ## Run D
 #
-# GRPO's verifier arm again.
+# GRPO's reward-model arm again, with another line of the leash changed.
 
 # %% tags=["hide-input"]
 show_dashboard("D")
@@ -356,10 +419,10 @@ def tell_run_d():
     (None if none does), the number of its mechanism, and why (not
     graded)."""
     # BEGIN SOLUTION
-    return ("accuracy", 1,
+    return ("objective/entropy", 1,
             "on the policy's own samples the leash pulls nowhere on "
-            "average, so the KL leans up as in run C, but it still pushes "
-            "in each batch, and accuracy pays")
+            "average, so the KL climbs as in run C, but it still pushes "
+            "in each batch, and the seeds scatter")
     # END SOLUTION
 
 # %% [hints] tell_run_d
@@ -376,15 +439,18 @@ check("tell_run_d", tell_run_d);
 # unbiased (chapter 1). As a loss, its gradient is $\nabla \log \pi_\theta$ of the sampled
 # tokens. On the first update of a batch the samples are the policy's own, and on average
 # that is $\sum_y \pi_\theta(y)\,\nabla\log\pi_\theta(y) = \nabla \sum_y \pi_\theta(y) =
-# 0$: the leash pulls nowhere, and the KL leans above the correct run's as in run C. On the
+# 0$: the leash pulls nowhere, and the KL climbs above the correct run's as in run C. On the
 # second update the samples come from $\pi_\text{old}$, the policy before the first, and the
 # average gradient of $\beta$ times the term is $\beta\sum_y
 # \pi_\text{old}(y)\,\nabla\log\pi_\theta(y) = -\beta\,\nabla
 # \mathrm{KL}(\pi_\text{old}\,\|\,\pi_\theta)$: a step down the loss raises that KL, and
 # pushes the policy away from the policy that sampled the batch, not back to the reference.
-# In any one batch, too, it pushes down the tokens that were sampled. Unlike run C's, run D's
-# accuracy is lower than the correct run's over the whole run (the table at the end).
-# Chapter 7 shows the same trap from the other side, with k3 in the reward.
+# In any one batch, too, it pushes down the tokens that were sampled, a push that differs from
+# seed to seed: run D's seeds scatter far more than run C's (its bands are wider), and it is
+# not the unleashed run (`unleashed("D")` says so panel by panel). Its panels that separate
+# (the table at the end) are those a production run logs; `accuracy` is one only where a
+# verifier can grade every answer, as here. Chapter 7 shows the same trap from the other
+# side, with k3 in the reward.
 #
 # </details>
 
@@ -403,7 +469,7 @@ print(band_report("D", fix_run_c, runs, progress=PROGRESS))
 # %% [markdown]
 # ## Run E
 #
-# GRPO's verifier arm, with a line of its loss changed.
+# GRPO's reward-model arm, with a line of its loss changed.
 
 # %% tags=["hide-input"]
 show_dashboard("E")
@@ -417,7 +483,7 @@ def tell_run_e():
     (None if none does), the number of its mechanism, and why (not
     graded)."""
     # BEGIN SOLUTION
-    return ("objective/kl", 4,
+    return ("kl", 4,
             "the clip compares the policy with the reference, so a token "
             "that has moved 20% from the start gets no more gradient")
     # END SOLUTION
@@ -435,9 +501,8 @@ check("tell_run_e", tell_run_e);
 # now with the policy that sampled the batch, so that the clip bounds one update (chapter 5).
 # Taken against the frozen reference, the clip bounds the whole run instead. A token whose
 # probability has moved 20% from the start gets no more gradient in the direction it was
-# going. The run stays closer to the reference: its `objective/kl` is lower than the correct
-# run's over the run, just enough to separate the two, and the exact `kl` leans the same way.
-# In these runs that costs no accuracy, though. The logged `policy/clipfrac_avg` does not
+# going. The run stays closer to the reference: both KL panels are lower than the correct
+# run's over the run, by about half. In these runs that costs no accuracy. The logged `policy/clipfrac_avg` does not
 # show it either: the engine logs the clip against the sampling policy, as TRL does, and
 # that is not what this loss clipped.
 #
@@ -523,7 +588,8 @@ changed_line("F")
 #
 # Write `logprobs_from_logits` again, as `fix_run_f(logits, tokens, temperature=1.0)`: the
 # log-probability of each token under softmax(logits / temperature). It takes logits
-# `(B, T, 13)` and token ids `(B, T)`, and returns `(B, T)`.
+# `(B, T, V)` and token ids `(B, T)`, and returns `(B, T)`. The engine's vocabulary has
+# V = 13 tokens; the check's cases use 4, so that their inputs fit the report.
 
 # %% tags=["solution"]
 def fix_run_f(logits, tokens, temperature=1.0):
@@ -582,11 +648,12 @@ check("tell_run_g", tell_run_g);
 # correct run's over the run, and `rewards/accuracies` falls to near 0.
 #
 # Nor does it learn to write the right answers. On the eval prompts (the cell after this
-# answer), the right answer's log-prob falls by 0.05524 over the run, where the correct run's
-# rises by 0.226264. What the run learns is wrong answers: a random wrong number, the kind the
-# pairs reject, gains 2.62123 nats, and a near-miss 0.65198. Its greedy accuracy still rises
-# from the start, by 0.05167 against the correct run's 0.07250, and in both runs the share of
-# near-misses among the greedy answers falls by the same 0.04667: answers that were
+# answer), the right answer's log-prob falls by 0.057551 over the run, where the correct run's
+# rises by 0.229584. What the run learns is wrong answers: a random wrong number, the kind the
+# pairs reject, gains 2.61756 nats, and a near-miss 0.64648. Its greedy accuracy still rises
+# from the start, by 0.049500 against the correct run's 0.069500, and in both runs the share
+# of near-misses among the greedy answers falls, by 0.046000 and 0.04200 (the difference holds
+# 0): answers that were
 # near-misses become right. The mean log-probs do not say why. Greedy decoding takes the
 # likeliest token at each step, prompt by prompt, and a mean over 400 prompts does not show
 # which answer is likeliest for each. Exercise 9.1's check names this one-term slip too.
@@ -598,7 +665,7 @@ check("tell_run_g", tell_run_g);
 # log-prob of the right answer and of two kinds of wrong one (the held-out log-probs that
 # chapter 9's DPO runs log), and the share of greedy answers that are right or near-misses.
 # Each is the change from the start to the end of the run, mean and 95% half-width over seeds
-# 0-2, and last the paired difference of those changes, run G minus the correct run.
+# 0-4, and last the paired difference of those changes, run G minus the correct run.
 
 # %%
 writes = sb.what_it_writes(runs, ch10.bug_of("G"))
@@ -644,40 +711,58 @@ print(band_report("G", fix_run_g, runs, progress=PROGRESS))
 # For each run, every panel of its dashboard that separates it from the correct run by the
 # test the checks of the tells used: the panel's mean over the run (for `accuracy` and `kl`,
 # after the start), seed by seed, buggy minus correct, and the 95% interval of those
-# differences. For run C, where no panel separates, its two KL panels. The correct run's value
-# is a mean over seeds 0-2, and the difference is the mean of the three seeds' differences
-# with its 95% half-width.
+# differences. The correct run's value is a mean over seeds 0-4, and the difference is the
+# mean of the five seeds' differences with its 95% half-width. The last column is how far the
+# interval's near edge is from 0, in half-widths: 0.25 says the edge is a quarter of a
+# half-width clear of 0; "exact" marks a difference that is the same number on every seed.
+# These rows are the answer keys: each check above read them from the same runs.
 
 # %%
-print(f"{'run':<4} {'panel':<21} {'correct':>9}  buggy - correct")
+print(f"{'run':<4} {'panel':<21} {'correct':>9}  {'buggy - correct':<27}"
+      f" {'margin':>6}")
 for letter, bug in ch10.RUNS.items():
-    rows = sb.tell_table(runs, [bug], every=True)[bug]
-    shown = ({m: r for m, r in rows.items() if r["separates"]}
-             or {m: rows[m] for m in ("kl", "objective/kl")})
-    for metric, row in shown.items():
-        verdict = "separates" if row["separates"] else "DOES NOT"
+    for metric, row in sb.tell_table(runs, [bug])[bug].items():
         diff = ch10.interval_text(*row["difference"])
+        margin = ("exact" if row["margin"] == float("inf")
+                  else f"{row['margin']:.2f}")
         print(f"{letter:<4} {metric:<21} {row['correct'][0]:>9.3g}  "
-              f"{diff:<24}  {verdict}")
+              f"{diff:<27} {margin:>6}")
+
+# %% [markdown]
+# Each run has at least one panel besides `accuracy` (which a run without a verifier does not
+# have) whose interval clears 0 by a quarter of its half-width or more; the next cell checks
+# it on the runs above.
+
+# %%
+for letter, bug in ch10.RUNS.items():
+    rows = sb.tell_table(runs, [bug])[bug]
+    best = max(((r["margin"], m) for m, r in rows.items()
+                if m != "accuracy"), default=(float("-inf"), None))
+    assert best[0] >= 0.25, (letter, best)
+    print(f"run {letter}: {best[1]} clears 0 by "
+          + ("every seed alike" if best[0] == float("inf")
+             else f"{best[0]:.2f} half-widths"))
 
 # %% [markdown]
 # ## Which panel moves first
 #
-# Over seeds 0-2, every run but C has a panel that separates it from the correct run: most of
-# the dashboard for runs A, B and G, four panels for run F, and one for runs D and E, each by
-# a small margin (`accuracy` for run D, `objective/kl` for run E). Run C's KL panels lean the
-# way its bug predicts, above the correct run's, but three seeds do not tell them from noise.
+# Over seeds 0-4, every run has panels that separate it from the correct run: most of the
+# dashboard for runs A, B and G, and for the others both KL panels at least, except run D,
+# whose KL scatters from seed to seed and whose clearest tell is `objective/entropy`. Every
+# run's best panel other than `accuracy` clears 0 by more than a quarter of its half-width.
 #
 # A dashboard is read while the run goes on, so it matters *when* a tell shows. For each panel
 # that separates a run, and only for those, the next cell prints the first point from which
 # the panel stays apart from the correct run for three points in a row: an iteration, or for
 # run G a DPO step, as on the dashboards' x axis. A point is apart when the table's test, made
-# on that point alone, finds it so: the three seeds' differences there, buggy minus correct,
+# on that point alone, finds it so: the five seeds' differences there, buggy minus correct,
 # have a 95% interval that excludes 0, on the side of the whole-run difference. Both runs'
 # noise is in those differences. Three points in a row keep a one-point blip out. And since
 # only panels that pass the whole-run test are timed, a panel the bug does not move is timed
-# with a chance of about 5%, that test's own, not 5% at each point of its curve. The time itself is
-# a description, not a test: with three seeds it may be a point or two early or late.
+# with a chance of about 5%, that test's own, not 5% at each point of its curve. A difference
+# below $10^{-12}$ is float64 rounding, never a departure: at the start a policy's KL to itself
+# comes out near $10^{-17}$, not exactly 0. The time itself is a description, not a test: with
+# five seeds it may be a point or two early or late.
 
 # %%
 for letter, bug in ch10.RUNS.items():
@@ -698,21 +783,23 @@ for letter, bug in ch10.RUNS.items():
 # Four kinds of bug show four ways:
 #
 # - **A wrong mask** (runs A and B) shows at the first iteration, in `val/completion_length`,
-#   the mask's own sum, and in `objective/entropy`, another average over the mask. The exact
-#   `kl` follows, from iteration 2 in run A and 6 in run B.
-# - **A leash that does not hold** (runs C and D) does not show in the KL. No panel of run C
-#   separates, and run D's one panel that does, `accuracy`, is apart from iteration 5 on, and
-#   lower, not better.
+#   the mask's own sum, in `objective/entropy`, another average over the mask, in
+#   `policy/approxkl_avg` and in the exact `kl`. The logged `objective/kl` follows, from
+#   iteration 5 in run A and 9 in run B.
+# - **A leash that does not hold** (runs C and D) shows in the KL as the policy drifts: the
+#   exact `kl` is apart from iteration 4 in both, and accuracy, lower, from iteration 5 in run
+#   C and 4 in run D. Run D's `objective/entropy` separates over the whole run but is never
+#   apart at three points in a row.
 # - **A wrong loss** shows in what the loss moves. Run G's DPO logs are apart from step 2,
-#   while its accuracy is apart only from step 152. Run E's `objective/kl` separates over the
-#   whole run but is never apart at three points in a row.
-# - **Log-probs at the wrong temperature** (run F) show late point by point:
-#   `policy/approxkl_avg` is apart from iteration 20, and the other three panels that
+#   while its accuracy is apart only from step 8. Run E's exact `kl` is apart from iteration
+#   3, lower: the clip against the reference holds the policy back from the start.
+# - **Log-probs at the wrong temperature** (run F) show late point by point: the exact `kl`
+#   is apart from iteration 15 and `policy/approxkl_avg` from 21, and the other panels that
 #   separate run F never are.
 #
 # The panels that show a bug early measure the changed line itself: the mask's length, DPO's
 # own logs. A bug that moves the policy through the leash, the clip or the log-probs shows
-# late, only over the whole run, or, for run C, not at all.
+# later, as the policy drifts, and some panels only over the whole run.
 
 # %% [markdown]
 # ## Checks before training
@@ -774,23 +861,22 @@ with sb.planted(sb.BUGS[ch10.bug_of("B")]):
 # - `val/completion_length` flat at the maximum, or one token short of what the answers
 #   should be, from the first iteration: the mask.
 # - `objective/entropy` off a healthy run's from the first iteration, up or down: the mask.
-# - Accuracy a little lower than a healthy run's, and no other panel apart: among these runs,
-#   the leash written as k1 (run D). A leash with no pull at all (run C) moved no panel over
-#   three seeds, and the KL separated neither run, so check the leash's gradient before
-#   training instead.
-# - `objective/kl` lower than a healthy run's over the run while accuracy holds: the clip may
-#   be measured against the reference (run E, which separated only just and only over the
-#   whole run).
+# - Both KL panels climbing far past a healthy run's, with accuracy falling: the leash does
+#   not hold (runs C and D). A leash with no gradient gives the run with $\beta = 0$ digit for
+#   digit; a leash that pulls only on average scatters from seed to seed. The leash-gradient
+#   check before training catches both.
+# - Both KL panels lower than a healthy run's while accuracy holds: the clip may be measured
+#   against the reference (run E).
 # - `objective/kl` lower than an exact KL on the same answers would have it, or
 #   `policy/approxkl_avg` and `policy/clipfrac_avg` well below a healthy run's: the
 #   log-probs in the loss are not the sampler's.
 # - DPO's `rewards/accuracies` near 0, or `logps/rejected` rising: a sign in the loss.
 #
-# **Always:** compare with a healthy run. Over the whole run, accuracy separated only three
-# of these runs (D, F and G) from the correct one, by a few points at most. Only a baseline
-# with bands over seeds tells what is normal, and that is how every dashboard above was read.
-# Three seeds are not always enough: they did not separate run C at all, and runs D and E
-# only just.
+# **Always:** compare with a healthy run. Over the whole run, accuracy separated four of
+# these runs (C, D, F and G) from the correct one, run F's by less than a point, and a real
+# run has no accuracy to read at all. Only a baseline with bands over seeds tells what is
+# normal, and that is how every dashboard above was read. Count the seeds, too: over three,
+# run D's best panel clears 0 by less than half a half-width (exercise 1 below).
 #
 # ## Bugs this chapter does not plant
 #
@@ -818,9 +904,10 @@ with sb.planted(sb.BUGS[ch10.bug_of("B")]):
 #   tokens after an answer's end mark; its score must not change.
 # - **A reference that shares the policy's weights.** The reference is the policy object
 #   itself, not a frozen copy (mechanism 8 of the list). The leash then measures the policy
-#   against itself: both KL panels would read exactly 0 at every point, and the run would be
-#   one without a leash. The first KL is 0 in a correct run too, so check the KL after one
-#   step: it must be above 0.
+#   against itself: both KL panels would read exactly 0 at every point, and the leash would
+#   pull only towards the policy that sampled each batch, never back to the start (exercise 3
+#   below). The first KL is 0 in a correct run too, so check the KL after one step: it must
+#   be above 0.
 # - **Gradient accumulation that averages averages.** When a batch is split into
 #   micro-batches, each with its own token mean, the mean of those means gives a token of a
 #   short micro-batch more weight than the token mean over the whole batch. No panel would
@@ -836,3 +923,105 @@ with sb.planted(sb.BUGS[ch10.bug_of("B")]):
 #   TRL corrects for the gap with importance sampling when vLLM, such an engine, samples
 #   (`vllm_importance_sampling_correction` in `grpo_config.py`). Check, as the log-prob check
 #   above does: the sampler's own log-probs of its answers against the trainer's.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a worked answer under it. Try the exercise first.
+#
+# **1. Three seeds or five?** This chapter reads five seeds of every run. Had it read three
+# (seeds 0-2), which runs would still have a tell, and which would have lost theirs? Predict
+# from the dashboards, the bands' widths in particular, then look.
+#
+# <details class="answer">
+# <summary>Worked answer: three seeds or five</summary>
+#
+# The cell below makes the table's test again on seeds 0-2 alone, and prints, for each run,
+# how many panels separate it and the best margin among the panels a real run logs (not
+# `accuracy`), beside the same over five seeds. Runs whose bug moves a panel by much more than
+# the seeds' spread (the masks, the leash with no gradient, the clip, DPO's sign) keep their
+# tells with three seeds. Run D keeps three of its four panels, but its best margin falls from
+# 0.97 to 0.42 half-widths: k1's push differs from batch to batch, so its seeds scatter, and
+# an interval over three seeds is wide (Student's t for two degrees of freedom is more than
+# half as large again as for four). A bug whose effect is noisy needs more seeds than one
+# whose effect is
+# steady, and a null over three seeds says little.
+#
+# </details>
+
+# %% tags=["hide-input"]
+first3 = {"correct": {arm: {s: logs[s] for s in ("0", "1", "2")}
+                      for arm, logs in runs["correct"].items()},
+          **{bug: {s: runs[bug][s] for s in ("0", "1", "2")}
+             for bug in ch10.RUNS.values()}}
+print(f"{'run':<4}{'panels that separate':>22}"
+      f"{'best margin, not accuracy':>30}")
+print(f"{'':<4}{'3 seeds':>13}{'5 seeds':>9}{'3 seeds':>18}{'5 seeds':>12}")
+for letter, bug in ch10.RUNS.items():
+    cells = []
+    for these in (first3, runs):
+        rows = sb.tell_table(these, [bug])[bug]
+        best = max((r["margin"] for m, r in rows.items()
+                    if m != "accuracy"), default=None)
+        text = ("-" if best is None else "exact" if best == float("inf")
+                else f"{best:.2f}")
+        cells.append((len(rows), text))
+    print(f"{letter:<4}{cells[0][0]:>13}{cells[1][0]:>9}"
+          f"{cells[0][1]:>18}{cells[1][1]:>12}")
+
+# %% [markdown]
+# **2. The band and the pair.** A fix is judged twice: whether its runs are the correct runs
+# digit for digit, and whether its value on each panel lands in the correct runs' band, one
+# number per seed. The tells were read from paired differences instead. Find panels where the
+# bug's own value lands inside the correct runs' band although the paired test separates the
+# bug's run, and say why the two tests disagree.
+#
+# <details class="answer">
+# <summary>Worked answer: the band and the pair</summary>
+#
+# The cell below lists them: for each run, the panels that separate it by the paired test
+# while its mean over seeds lies inside the correct runs' band (the band the fix reports
+# print). The band holds the whole spread of the correct runs from seed to seed: how hard the
+# prompts drawn for that seed were, how lucky its samples. A buggy run with the same seed
+# draws its first batch from the same prompts with the same random numbers, so much of that
+# spread is shared, and the seed-by-seed difference cancels it. The paired test sees a shift
+# smaller than the spread of either run; the band does not. That is why a fix's report leads
+# with the digits: a fix that is right gives the correct runs exactly, and only a fix that
+# computes the same numbers another way, in another order, leaves the band as the test.
+#
+# </details>
+
+# %% tags=["hide-input"]
+for letter, bug in ch10.RUNS.items():
+    arm = sb.BUGS[bug].arm
+    seeds = sorted(runs[bug], key=int)
+    hidden = []
+    for metric in sb.separating(runs, bug):
+        mean, half = mean_ci95([sb.tell_value(runs["correct"][arm][s],
+                                                   metric) for s in seeds])
+        value = sum(sb.tell_value(runs[bug][s], metric)
+                    for s in seeds) / len(seeds)
+        if abs(value - mean) <= half:
+            hidden.append(f"{metric} ({value:.4g} in "
+                          f"{mean:.4g} ± {half:.2g})")
+    line = f"run {letter}: " + (", ".join(hidden) or "none")
+    print(textwrap.fill(line, 77, subsequent_indent="    "))
+
+# %% [markdown]
+# **3. Mechanism 8.** No run planted mechanism 8: the reference shares the policy's weights.
+# Predict its dashboard beside a correct run, and what `unleashed` would print for it.
+#
+# <details class="answer">
+# <summary>Worked answer: mechanism 8</summary>
+#
+# The reference would move with the policy. Its log-probs of a batch are taken when the batch
+# is sampled, from the policy of that moment, so they are the sampling policy's: both KL
+# panels read exactly 0 at every point, the most visible tell of all. The leash is not
+# simply gone, though. On the first update of a batch its term and gradient are 0, and that
+# step is the unleashed run's; on the second, k3 pulls the policy back towards the policy
+# that sampled the batch, a trust region of its own, not towards the start. So `unleashed`
+# would print "differs" for every panel from the second update on, and the run would drift
+# from the start with nothing to hold it but that pull. The check after one step (the
+# KL must be above 0) finds it before the run.
+#
+# </details>

@@ -32,3 +32,17 @@ def tiny():
     policy = TinyGPT(GPTConfig()).eval()
     rm = TinyGPT(GPTConfig(), scalar_head=True).eval()
     return policy, rm, EvalSet(task.eval_pairs()[:32])
+
+
+@pytest.fixture(autouse=True)
+def chapter_10_runs(monkeypatch):
+    """Chapter 10's answer keys are measured on its stored runs; every test reads them from
+    made-up runs (tests/tell_runs.py) instead, whatever is stored. A test of the stored runs
+    themselves sets ``ch10.stored_runs`` back to ``REAL_STORED_RUNS``."""
+    from tell_runs import runs
+
+    from minirlhf.course.exercises import ch10
+
+    made_up = runs()
+    monkeypatch.setattr(ch10, "stored_runs", lambda: made_up)
+    return made_up

@@ -6,9 +6,11 @@ import re
 
 import nbformat
 import pytest
+from tell_runs import SEP
+from tell_runs import runs as made_up_runs
 
 from minirlhf.course import grader, nbgen
-from minirlhf.course.cases import MISTAKES, Case, Exercise, run_cases
+from minirlhf.course.cases import MISTAKES, Case, Exercise, NotReady, run_cases
 from minirlhf.course.exercises import ch10, get
 from minirlhf.course.grader.grading import _reference_name
 from minirlhf.course.grader.kernel import _block_reference, _ReferenceNotAvailable, _unblock_references
@@ -16,6 +18,8 @@ from minirlhf.course.report import describe
 from minirlhf.course.tells import ExpectTell, Tell
 from minirlhf.paths import ROOT
 from minirlhf.studies import silent_bugs as sb
+
+REAL_STORED_RUNS = ch10.stored_runs  # before the tests' fixture puts made-up runs in its place
 
 SHOWN = ("accuracy", "kl", "objective/kl", "val/completion_length")
 MECHANISMS = ((1, "The mask keeps every token."), (2, "The mask drops the end mark."), (3, "DPO's sign."))
@@ -89,7 +93,7 @@ def test_messages_say_what_they_test_and_give_nothing_away():
     wrong = verdict(("accuracy", 2)).message
     assert "paired difference" in wrong and "95% interval that holds 0" in wrong
     assert "val/completion_length" not in wrong and "kl," not in wrong  # which panel separates is not told
-    assert wrong.endswith("The mechanism, 2, is right")
+    assert wrong.endswith("The mechanism is judged once the metric is right")  # never alone
     missed = verdict((None, 2)).message
     assert "one does" in missed and "val/completion_length" not in missed
     sibling = verdict(("kl", 1)).message  # run A's bug, whose answer the learner has seen
@@ -97,7 +101,8 @@ def test_messages_say_what_they_test_and_give_nothing_away():
     other = verdict(("kl", 3)).message  # not a run seen yet: nothing said about whose bug it is
     assert "not what the changed line of run B does" in other and "'s bug" not in other
     both = verdict(("accuracy", 3))
-    assert both.mistake == "wrong-metric" and "holds 0" in both.message and "mechanism 3" in both.message
+    assert both.mistake == "wrong-metric" and "holds 0" in both.message and "mechanism 3" not in both.message
+    assert verdict(("accuracy", 2)).message.split(". ")[-1] == verdict(("accuracy", 3)).message.split(". ")[-1]
     # what a failing case shows as expected: the question, not its answer
     shown = describe(TELL)
     assert "separates run B" in shown and "val/completion_length" not in shown and "2" not in shown
@@ -115,7 +120,8 @@ def answer(metric, mechanism, note=None):
 @pytest.mark.parametrize("letter", LETTERS)
 def test_each_run_accepts_every_separating_metric_and_only_those(letter):
     ex = get(ch10.tell_name(letter))
-    tell = ex.cases[0].expected
+    tell = ex.case_list()[0].expected
+    assert set(tell.separating) == set(SEP[ch10.bug_of(letter)])  # measured on the runs
     right = tell.mechanism
     assert run_cases(ex.reference, ex).passed
     for metric in tell.shown:
@@ -142,7 +148,7 @@ def test_every_other_mechanism_fails_each_run(letter):
     for other in LETTERS:
         if other != letter:
             sibling = ch10.MECHANISM_OF[ch10.bug_of(other)]
-            assert not any(run_cases(answer(m, sibling), ex).passed for m in (None, *ex.cases[0].expected.shown))
+            assert not any(run_cases(answer(m, sibling), ex).passed for m in (None, *ex.case_list()[0].expected.shown))
 
 
 def test_each_run_has_its_own_mechanism_and_the_reference_names_it():
@@ -151,9 +157,7 @@ def test_each_run_has_its_own_mechanism_and_the_reference_names_it():
     for letter in LETTERS:
         metric, mechanism = get(ch10.tell_name(letter)).reference()
         assert mechanism == ch10.MECHANISM_OF[ch10.bug_of(letter)]
-        assert metric in ch10.SEPARATING[ch10.bug_of(letter)] or (
-            metric is None and not ch10.SEPARATING[ch10.bug_of(letter)]
-        )
+        assert metric in SEP[ch10.bug_of(letter)] and metric != "accuracy"  # a panel a real run logs first
 
 
 # The adversary's answers (review 2026-12, A1-A3): one sentence stuffed with every stem the
@@ -175,7 +179,7 @@ def test_the_stuffed_sentence_and_nonsense_cannot_pass():
     )
     for letter in LETTERS:
         ex = get(ch10.tell_name(letter))
-        tell = ex.cases[0].expected
+        tell = ex.case_list()[0].expected
         metrics = tell.separating or (None,)
         for reason in nonsense:
             # as the old format's reason, in place of a mechanism
@@ -200,20 +204,70 @@ def _solution():
     return json.loads((ROOT / "solutions" / "10_silent_bugs.ipynb").read_text(encoding="utf-8"))
 
 
-def test_the_accepted_metrics_are_those_the_chapter_prints_as_separating():
-    """The check's data and the chapter's measured table say the same: every panel the table
-    prints as separating a run is accepted for it, and no other (a run with none prints its KL
-    panels as DOES NOT)."""
+def test_the_solutions_tells_are_rows_of_the_chapters_measured_table():
+    """The recorded chapter prints, per run, the panels that separate it (the checks' answer
+    keys, measured on the same runs); the solution's answer for each run is one of them, not
+    `accuracy`, and each run has a row other than `accuracy` whose margin is at least 0.25."""
     nb = _solution()
     table = next(_printed(c) for c in nb["cells"] if c["cell_type"] == "code" and "tell_table" in "".join(c["source"]))
-    printed = {letter: set() for letter in LETTERS}
+    printed = {letter: {} for letter in LETTERS}
     for line in table.splitlines()[1:]:
-        letter, metric, *_, verdict = line.split()
-        if verdict == "separates":
-            printed[letter].add(metric)
-        else:
-            assert verdict == "NOT"
-    assert {letter: set(ch10.SEPARATING[ch10.bug_of(letter)]) for letter in LETTERS} == printed
+        letter, metric, *_, margin = line.split()
+        printed[letter][metric] = float("inf") if margin == "exact" else float(margin)
+    codes = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    for letter in LETTERS:
+        source = next(c for c in codes if c.startswith(f"def tell_run_{letter.lower()}("))
+        namespace = {}
+        exec(source, namespace)
+        metric = namespace[f"tell_run_{letter.lower()}"]()[0]
+        assert metric in printed[letter] and metric != "accuracy", (letter, metric, printed[letter])
+        assert max(m for name, m in printed[letter].items() if name != "accuracy") >= 0.25, letter
+
+
+def test_the_key_follows_the_stored_runs(monkeypatch, tmp_path):
+    """The answer keys are read from the runs the chapter stored, when the check runs: store
+    other runs and the key follows; with none stored, the check and the grader say so in one
+    line."""
+    from minirlhf.course import runs as stored
+    from minirlhf.course.exercises import check
+
+    monkeypatch.setattr(ch10, "stored_runs", REAL_STORED_RUNS)
+    monkeypatch.setattr(ch10, "RUNS_FILE", tmp_path / "silent_bugs.json")
+    made = {"sep": SEP}
+    monkeypatch.setattr(sb, "study", lambda seeds, progress=False, workers=None: made_up_runs(made["sep"], seeds))
+    ex = get("tell_run_a")
+    assert ch10.runs_ready() is not None and "not stored yet" in ch10.runs_ready()
+    with pytest.raises(NotReady, match="run the chapter's first code cell"):
+        ex.case_list()
+    assert check("tell_run_a", answer("val/completion_length", 6)) is None  # one line, no verdict
+    stored.stored_bug_runs(ch10.RUNS_FILE, ch10.SEEDS)  # the chapter's first cell
+    assert ch10.runs_ready() is None
+    assert run_cases(answer("objective/entropy", 6), ex).passed
+    assert not run_cases(answer("kl", 6), ex).passed
+    # the runs change (stored again, as after a change of the engine): so does the key
+    made["sep"] = {**SEP, "no-mask": ("kl",)}
+    ch10.RUNS_FILE.unlink()
+    stored.stored_bug_runs(ch10.RUNS_FILE, ch10.SEEDS)
+    assert run_cases(answer("kl", 6), ex).passed
+    assert not run_cases(answer("objective/entropy", 6), ex).passed
+    assert ch10.tell_run_a() == ("kl", 6)
+
+
+def test_check_before_the_runs_are_stored_prints_one_line(monkeypatch, tmp_path, capsys):
+    from minirlhf.course.exercises import check
+
+    monkeypatch.setattr(ch10, "stored_runs", REAL_STORED_RUNS)
+    monkeypatch.setattr(ch10, "RUNS_FILE", tmp_path / "none.json")
+    assert check("tell_run_c", answer("kl", 7)) is None
+    out = capsys.readouterr().out.strip()
+    assert out.count("\n") == 0 and out.startswith("tell_run_c: not checked yet: chapter 10's runs are not stored")
+    # the grader says so in one line, and runs nothing (learner 2026-12-06: 22 NameErrors under a PASS)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("def tell_run_a():\n    return ('kl', 6)")])
+    path = tmp_path / "10_silent_bugs.ipynb"
+    nbformat.write(nb, str(path))
+    result = grader.grade_notebook(path, seed=1)
+    assert result.error.startswith("10_silent_bugs.ipynb: not graded yet: chapter 10's runs are not stored yet")
+    assert not result.exercises and grader.exit_status([result]) != 0
 
 
 def test_the_separating_metrics_follow_from_the_runs():
@@ -265,10 +319,10 @@ def test_the_tell_references_are_functions_the_grader_can_block():
 NONSENSE = {  # review 2026-12, A1-A3: nonsense reasons; in the new form, beside a sibling's mechanism
     "a": (("val/completion_length", 2, "kl goes up, the gradient is fine and correct"), "mechanism"),
     "b": (("val/completion_length", "I'm not sure; it just looks shorter"), "type"),  # the old form
-    "c": (("kl", 7, STUFFED), "wrong-metric"),
-    "d": (("kl", 7, "I have nothing to say about the kl"), "wrong-metric"),
+    "c": (("val/completion_length", 7, STUFFED), "wrong-metric"),
+    "d": (("kl", 1, "I have nothing to say about the kl"), "wrong-metric"),
     "e": (("accuracy", 4, "the reference is fine, the ratio is fine"), "wrong-metric"),
-    "f": (("objective/kl", 4, "it is the temperature of the room"), "mechanism"),
+    "f": (("policy/approxkl_avg", 4, "it is the temperature of the room"), "mechanism"),
     "g": (("logps/rejected", 5, STUFFED), "mechanism"),
 }
 UNFIXED = """def fix_run_c(new_logp, ref_logp, mask, kl_clamp=10.0):

@@ -50,6 +50,13 @@ def test_the_original_recipe_arms_run_by_name(name, reward, beta):
     small = GPTConfig(n_layer=1, n_embd=16, n_head=2)
     policy, rm = TinyGPT(small).eval(), TinyGPT(small, scalar_head=True).eval()
     _, log = experiment.run_arm(
-        name, policy, rm, 0, None, PPOConfig(iterations=2, batch_size=8), EvalSet(task.eval_pairs()[:40]), progress=False
+        name,
+        policy,
+        rm,
+        0,
+        None,
+        PPOConfig(iterations=2, batch_size=8),
+        EvalSet(task.eval_pairs()[:40]),
+        progress=False,
     )
     assert len(log["accuracy"]) == 3 and log["beta0"] == beta

@@ -1,6 +1,7 @@
 """The planted bugs: each is one line away from the engine, planting it reaches the engine's
 run and is undone after, and the checks before training catch every one."""
 
+import dataclasses
 import importlib
 import inspect
 
@@ -48,17 +49,17 @@ def test_one_line_diff_refuses_a_copy_two_lines_away():
         ends_before = torch.cumsum(is_end, dim=1)
         return torch.ones_like(ends_before).float()
 
-    bug = sb.Bug("t", "t", ("minirlhf.ppo",), "completion_mask", completion_mask, "verifier", ("kl",))
+    bug = sb.Bug("t", "t", ("minirlhf.ppo",), "completion_mask", completion_mask, "verifier")
     with pytest.raises(ValueError, match="differs in 2 line"):
         sb.one_line_diff(bug)
 
 
 def test_a_bug_names_its_modules():
-    one = sb.Bug("t", "t", "minirlhf.ppo", "completion_mask", sb.completion_mask_missing, "verifier", ("kl",))
+    one = sb.Bug("t", "t", "minirlhf.ppo", "completion_mask", sb.completion_mask_missing, "verifier")
     assert one.modules == ("minirlhf.ppo",) and one.module == "minirlhf.ppo"  # one name is one module
     assert sb.BUGS["no-mask"].modules == ("minirlhf.ppo", "minirlhf.evaluation")
     with pytest.raises(ValueError, match="modules must name"):
-        sb.Bug("t", "t", (), "completion_mask", sb.completion_mask_missing, "verifier", ("kl",))
+        sb.Bug("t", "t", (), "completion_mask", sb.completion_mask_missing, "verifier")
 
 
 def test_planting_swaps_the_function_and_puts_it_back():
@@ -133,17 +134,35 @@ def test_the_mask_check_shows_the_mask_as_characters(sft):
 
 def test_tell_table_separates_by_paired_differences():
     def log(kl):
-        return {"kl": [0.0] + kl, "objective/kl": kl}
+        return {**{k: [0.5, 0.5, 0.5] for k in sb.DASHBOARD["ppo"]}, "kl": [0.0] + kl, "objective/kl": kl}
 
     runs = {
-        "correct": {"grpo-verifier": {0: log([0.1, 0.1]), 1: log([0.1, 0.12]), 2: log([0.1, 0.11])}},
+        "correct": {"grpo-rm": {0: log([0.1, 0.1]), 1: log([0.1, 0.12]), 2: log([0.1, 0.11])}},
         "kl-no-grad": {0: log([0.2, 0.2]), 1: log([0.2, 0.22]), 2: log([0.2, 0.21])},
     }
-    row = sb.tell_table(runs)["kl-no-grad"]["kl"]
+    table = sb.tell_table(runs)["kl-no-grad"]
+    assert list(table) == ["kl", "objective/kl"]  # only the panels that separate, measured
+    row = table["kl"]
     assert row["difference"][0] == pytest.approx(0.1) and row["separates"]
+    assert row["margin"] > 1e6  # the same difference on every seed, to the last bits
     assert row["correct"][0] == pytest.approx((0.1 + 0.11 + 0.105) / 3)
-    same = {"correct": runs["correct"], "kl-no-grad": runs["correct"]["grpo-verifier"]}
-    assert not sb.tell_table(same)["kl-no-grad"]["kl"]["separates"]
+    same = {"correct": runs["correct"], "kl-no-grad": runs["correct"]["grpo-rm"]}
+    assert sb.tell_table(same)["kl-no-grad"] == {}
+    assert not sb.tell_table(same, every=True)["kl-no-grad"]["kl"]["separates"]
+
+
+def test_the_margin_is_the_near_edge_in_half_widths():
+    def log(kl):
+        return {"kl": [0.0, kl]}
+
+    runs = {"correct": {"grpo-rm": {"0": log(0.1), "1": log(0.1), "2": log(0.1)}}}
+    runs["kl-no-grad"] = {"0": log(0.3), "1": log(0.31), "2": log(0.32)}
+    row = sb.paired_difference(runs, "kl-no-grad", "kl")
+    mean, half = row["difference"]
+    assert row["margin"] == pytest.approx(mean / half - 1) and row["margin"] > 0 and row["separates"]
+    runs["kl-no-grad"] = {"0": log(0.0), "1": log(0.1), "2": log(0.35)}  # holds 0: a negative margin
+    row = sb.paired_difference(runs, "kl-no-grad", "kl")
+    assert row["margin"] < 0 and not row["separates"]
 
 
 def test_study_runs_every_bug_and_each_arm_once_per_seed(monkeypatch):
@@ -157,7 +176,7 @@ def test_study_runs_every_bug_and_each_arm_once_per_seed(monkeypatch):
     monkeypatch.setattr(bug_runs, "run_bug", fake_run)  # where study looks it up
     runs = sb.study(seeds=(0, 1), policy="p", rm="r", workers=1)  # here, so the calls are counted
     assert set(runs) == {"correct", *sb.BUGS}
-    assert set(runs["correct"]) == {"verifier", "grpo-verifier", "dpo"}
+    assert set(runs["correct"]) == {"verifier", "grpo-rm", "dpo"}
     assert all(set(runs[name]) == {"0", "1"} for name in sb.BUGS)
     assert "unused" not in runs["no-mask"]["0"] and "val/completion_length" in runs["no-mask"]["0"]
     assert len(calls) == 2 * (3 + len(sb.BUGS))
@@ -182,11 +201,11 @@ def test_the_dashboard_titles_the_tells_in_bold():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def log(v):
-        return {k: [v, v + 1.0, v + 2.0] for k in sb.DASHBOARD["ppo"]}
+    def log(v, length=3.5):
+        return {**{k: [v, v + 1.0, v + 2.0] for k in sb.DASHBOARD["ppo"]}, "val/completion_length": [length] * 3}
 
-    runs = {"correct": {"verifier": {"0": log(0.0), "1": log(0.5)}}, "no-mask": {"0": log(1.0), "1": log(1.5)}}
-    axes = sb.plot_dashboard(runs, "no-mask")
+    runs = {"correct": {"verifier": {"0": log(0.0), "1": log(0.5)}}, "no-mask": {"0": log(0.0, 4), "1": log(0.5, 4)}}
+    axes = sb.plot_dashboard(runs, "no-mask")  # only the panel that separates is bold, as measured
     titles = {ax.get_title(): ax.title.get_fontweight() for ax in axes if ax.get_visible()}
     assert set(titles) == set(sb.DASHBOARD["ppo"])
     assert titles["val/completion_length"] == "bold" and titles["accuracy"] == "normal"
@@ -195,22 +214,43 @@ def test_the_dashboard_titles_the_tells_in_bold():
     plt.close("all")
 
 
-def test_band_check_plants_the_fix_and_judges_each_tell(monkeypatch):
+def test_band_check_plants_the_fix_and_judges_the_panels_that_separate(monkeypatch):
     seen = []
+
+    def log(length, entropy):
+        return {
+            **{k: [0.5, 0.5] for k in sb.DASHBOARD["ppo"]},
+            "val/completion_length": length,
+            "objective/entropy": entropy,
+        }
+
+    def good(seed):
+        return log([3.5, 3.5], [0.5, 0.5 + 0.01 * seed])
 
     def fake_run(bug, arm, policy, rm, seed, evalset=None, progress=False, config=None):
         seen.append((bug.copy, arm, seed))
-        return {"val/completion_length": [3.5, 3.5], "objective/entropy": [0.5, 0.5 + 0.01 * seed]}
+        return good(seed)
 
-    def good(v):
-        return {"val/completion_length": [3.5, 3.5], "objective/entropy": [0.5, v]}
-
-    runs = {"correct": {"verifier": {"0": good(0.5), "1": good(0.51), "2": good(0.52)}}}
+    runs = {
+        "correct": {"verifier": {str(s): good(s) for s in range(3)}},
+        "no-mask": {str(s): log([4.0, 4.0], [0.5, 0.5 + 0.01 * s]) for s in range(3)},  # only the length moves
+    }
     monkeypatch.setattr(bug_runs, "run_bug", fake_run)  # where band_check looks it up
     fix = lambda completions: completions  # noqa: E731  (never called: run_bug is faked)
     result = sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)  # here, so calls are seen
     assert [s for *_, s in seen] == [0, 1, 2] and all(c is fix and a == "verifier" for c, a, _ in seen)
-    assert result["passed"] and result["val/completion_length"]["inside"]
+    assert list(result["panels"]) == ["val/completion_length"]  # the panel that separates, measured
+    row = result["panels"]["val/completion_length"]
+    assert row["inside"] and row["buggy"] == 4.0 and not row["bug_inside"]
+    assert result["passed"] and result["identical"]
+    # runs that land in the band without being the correct runs: passed, not identical
+    monkeypatch.setattr(bug_runs, "run_bug", lambda bug, arm, policy, rm, seed, *args, **kw: good(2 - seed))
+    other = sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)
+    assert other["passed"] and not other["identical"]
+    # the stored bug runs change: so do the panels judged
+    runs["no-mask"] = {str(s): log([3.5, 3.5], [0.9, 0.9 + 0.01 * s]) for s in range(3)}
+    monkeypatch.setattr(bug_runs, "run_bug", fake_run)
+    assert list(sb.band_check("no-mask", fix, runs, policy="p", rm="r", workers=1)["panels"]) == ["objective/entropy"]
     runs["correct"]["verifier"] = {
         k: {**v, "objective/entropy": [0.9, 0.9]} for k, v in runs["correct"]["verifier"].items()
     }
@@ -221,7 +261,7 @@ def _kl_runs(correct, buggy):
     def logs(values_by_seed):
         return {str(s): {"kl": list(v)} for s, v in enumerate(values_by_seed)}
 
-    return {"correct": {"grpo-verifier": logs(correct)}, "kl-no-grad": logs(buggy)}
+    return {"correct": {"grpo-rm": logs(correct)}, "kl-no-grad": logs(buggy)}
 
 
 _CORRECT = [
@@ -268,6 +308,9 @@ def test_first_departure_never_times_a_zero_band_or_a_panel_that_does_not_separa
     assert sb.first_departure(_kl_runs(_CORRECT, early), "kl-no-grad", "kl", k=2) == 3
     with pytest.raises(ValueError, match="k must be"):
         sb.first_departure(_kl_runs(_CORRECT, _CORRECT), "kl-no-grad", "kl", k=0)
+    # a residue of float64 rounding at the start, the same on every seed, is not a departure
+    residue = [[c + (3e-17 if i == 0 else 1.0) for i, c in enumerate(row)] for row in _CORRECT]
+    assert sb.first_departure(_kl_runs(_CORRECT, residue), "kl-no-grad", "kl") == 1
 
 
 def test_curve_x_puts_every_panel_on_one_axis():
@@ -291,7 +334,7 @@ def test_tell_table_every_metric_of_the_dashboard():
     }
     every = sb.tell_table(runs, ["no-mask"], every=True)["no-mask"]
     assert list(every) == list(sb.DASHBOARD["ppo"]) and all(row["separates"] for row in every.values())
-    assert list(sb.tell_table(runs, ["no-mask"])["no-mask"]) == list(sb.BUGS["no-mask"].tells)
+    assert list(sb.tell_table(runs, ["no-mask"])["no-mask"]) == list(sb.DASHBOARD["ppo"])
     assert sb.separating(runs, "no-mask") == sb.DASHBOARD["ppo"]
     assert sb.paired_difference(runs, "no-mask", "kl")["difference"][0] == pytest.approx(1.0)
 
@@ -340,3 +383,41 @@ def test_what_it_writes_compares_the_change_from_the_start():
     assert rows["kinds/malformed"]["buggy"][0] == pytest.approx(-0.19)
     with pytest.raises(ValueError, match="DPO bug"):
         sb.what_it_writes(runs, "no-mask")
+
+
+def test_band_report_names_a_fix_that_calls_the_engines_function(monkeypatch):
+    """A fix that calls the engine's own function passes its check, and in the run calls itself,
+    since it has taken that function's place (learner 2026-12-06): the report says so, not
+    "RecursionError ... with shapes the check's cases may not have"."""
+    from minirlhf.course.exercises import ch10
+    from minirlhf.model import completion_mask
+
+    def fake_band_check(name, fn, runs, progress=False):
+        with sb.planted(dataclasses.replace(sb.BUGS[name], copy=fn)):  # as the run plants it
+            return fn(torch.tensor([[1, 2, SEMI, SEMI]]))
+
+    def fix_run_a(completions):
+        return ppo.completion_mask(completions)  # the engine's function, reached by its module
+
+    assert ppo.completion_mask is completion_mask
+    monkeypatch.setattr(sb, "band_check", fake_band_check)
+    text = ch10.band_report("A", fix_run_a, runs={})
+    assert "called itself without end" in text and "completion_mask" in text and "RecursionError" not in text
+    assert ppo.completion_mask is completion_mask
+
+
+def test_band_report_leads_with_the_digits_and_shows_the_bug_beside_the_band(monkeypatch):
+    from minirlhf.course.exercises import ch10
+    from minirlhf.model import completion_mask
+
+    row = {"fixed": 3.5, "buggy": 4.0, "band": (3.5, 0.01), "inside": True, "bug_inside": False}
+    monkeypatch.setattr(sb, "separating", lambda runs, name: ("val/completion_length",))
+    for identical, last in ((True, "PASS: the run is the correct run again"), (False, "PASS within the band")):
+        result = {"panels": {"val/completion_length": row}, "identical": identical, "passed": True}
+        monkeypatch.setattr(sb, "band_check", lambda name, fn, runs, progress=False, r=result: r)
+        text = ch10.band_report("A", completion_mask, runs={"correct": {"verifier": {"0": {}, "1": {}}}})
+        lines = text.splitlines()
+        verdict = next(line for line in lines if line.startswith(("PASS", "not yet")))
+        assert lines[0].endswith("seeds 0-1:") and "digit for digit" in lines[1] and verdict.startswith(last)
+        assert "bug   4.0000 OUT" in text and "3.5000 in" in text
+        assert max(len(line) for line in lines) <= 77, text

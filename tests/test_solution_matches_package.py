@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from minirlhf.course.cases import run_case
+from minirlhf.course.cases import MeasuredCases, run_case
 from minirlhf.course.exercises import EXERCISES
 from minirlhf.course.nbgen import SOLUTION_DIR, SOURCES, drop_markers, parse
 
@@ -74,6 +74,8 @@ EXAMPLES = sorted(EXERCISES)
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_solution_agrees_with_the_package(name, where):
     ex = EXERCISES[name]
+    if isinstance(ex.cases, MeasuredCases):
+        pytest.skip("its answer is measured on the chapter's stored runs: nbval runs the solution's check on them")
     solution = where(ex)
     for i, case in enumerate(ex.cases, 1):  # a case may expect a raise: judged as the checker does
         result = run_case(solution, case, ex)

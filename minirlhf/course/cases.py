@@ -41,6 +41,7 @@ import copy
 import io
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -66,6 +67,8 @@ __all__ = [
     "run_case",
     "run_cases",
     "not_run",
+    "NotReady",
+    "MeasuredCases",
 ]
 
 
@@ -173,6 +176,12 @@ class Exercise:
 
     ``hint_for`` maps a mistake (see :data:`MISTAKES` and the slips of ``expect``) to the
     number (1-based) of the hint that helps with it.
+
+    ``cases`` is a tuple, or, for an exercise whose answer is measured on stored runs (chapter
+    10's tells), :class:`MeasuredCases`, which computes them from the runs each time they are
+    read. Such an exercise has ``ready``: a function that returns None when those runs are
+    there, else one line saying what to run first (:class:`NotReady`), which the grader asks
+    before it runs a notebook.
     """
 
     name: str
@@ -186,6 +195,42 @@ class Exercise:
     time_limit: float = 10.0  # seconds per call
     n_random: int = 100  # randomized inputs the grader tries (fewer for slow exercises)
     hint_for: dict = field(default_factory=dict)  # mistake -> number of the hint that fits it
+    ready: Callable | None = None  # () -> None when the cases can be computed, else what to run first
+
+    def case_list(self) -> tuple:
+        """Return the cases as they are now (:class:`MeasuredCases` computes them);
+        :class:`NotReady` (one line) when what they are measured on is not there yet."""
+        return tuple(self.cases)
+
+
+class NotReady(Exception):
+    """An exercise whose cases are measured on stored runs was checked before they were made;
+    the message says, in one line, what to run first."""
+
+
+class MeasuredCases(Sequence):
+    """The cases of an exercise whose answer is measured, not written down: ``make()`` returns
+    them, computed from what it reads (chapter 10's stored runs), each time they are read, so
+    that a change of the runs changes the answer key with them. ``ready()`` returns None when
+    that is there, else one line saying what to run first, raised as :class:`NotReady`."""
+
+    def __init__(self, make: Callable[[], tuple], ready: Callable[[], str | None]):
+        self.make, self.ready = make, ready
+
+    def _now(self) -> tuple:
+        waiting = self.ready()
+        if waiting:
+            raise NotReady(waiting)
+        return tuple(self.make())
+
+    def __getitem__(self, i):
+        return self._now()[i]
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __iter__(self):
+        return iter(self._now())
 
 
 @dataclass

@@ -49,6 +49,7 @@ __all__ = [
     "weights_digest",
     "stored_runs",
     "stored_bug_runs",
+    "NotStored",
 ]
 
 
@@ -169,7 +170,14 @@ def _read_stored(path: Path) -> tuple[dict | None, str]:
     return (None, problem) if problem else (stored, "")
 
 
-def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, arms, progress: bool = False) -> dict:
+class NotStored(LookupError):
+    """The results a caller asked for are not stored (or were made by other code or settings),
+    and it asked not to make them; its message is one line naming the file."""
+
+
+def load_or_run(
+    path: Path, settings: dict, starts: dict, run, check=None, *, arms, progress: bool = False, make: bool = True
+) -> dict:
     """Return the results stored at ``path`` if the current engine code made them with
     ``settings`` and the arms ``arms`` (names of :data:`minirlhf.arms.REGISTRY`, as they are
     defined now; () for runs that use none) from the same starting point as the runs in
@@ -181,7 +189,8 @@ def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, ar
     docstring) is run again, with one line that names it and says why; when ``path`` cannot
     take a file, that is said before the run, and the results are returned without being kept.
     While another process makes the same file, this one waits for it and reads it
-    (:func:`minirlhf.paths.making`; with ``progress``, a line says so).
+    (:func:`minirlhf.paths.making`; with ``progress``, a line says so). With ``make`` False
+    nothing is run: results that cannot be returned raise :class:`NotStored`, naming the file.
     """
     path = Path(path)
     unknown = [arm for arm in arms if arm not in arm_registry.REGISTRY]
@@ -193,6 +202,8 @@ def load_or_run(path: Path, settings: dict, starts: dict, run, check=None, *, ar
     stored, why = _usable(path, settings, starts, check)
     if stored is not None:
         return stored
+    if not make:
+        raise NotStored(f"{path.name} holds no runs of the current code and settings" + (f": {why}" if why else ""))
     # Another process (a chapter run beside this one) may be making the same file: wait for it,
     # then read what it wrote, rather than make the same runs twice.
     with making(path, on_wait=lambda: progress and print(f"stored runs: waiting for {path}", flush=True)):
@@ -308,12 +319,23 @@ def stored_arms(
     return load_or_run(Path(path), settings, starts or {}, run, _every_run(arms, seeds), arms=arms, progress=progress)
 
 
-def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int | None = None) -> dict:
+# The modules of minirlhf.studies.silent_bugs that only read runs once they are made (the tests
+# of the tells, the checks before training) or re-export names: a change to them makes no run
+# again. Every other module of the package (the copies, the study, the dashboard's kept keys)
+# is in the stored runs' key.
+_READ_ONLY = ("__init__", "tells", "checks")
+
+
+def stored_bug_runs(
+    path, seeds=(0, 1, 2), progress: bool = False, workers: int | None = None, make: bool = True
+) -> dict:
     """Return :func:`minirlhf.studies.silent_bugs.study` over ``seeds`` under ``"runs"``:
-    every planted bug's run and the correct run of its arm.
+    every planted bug's run and the correct run of its arm. With ``make`` False they are read
+    and never made: :class:`NotStored` when they are not there.
 
     Stored at ``path`` and read back through :func:`load_or_run`; the key also holds a digest
-    of the study's own source, every module of its package, so that a changed bug is run again.
+    of the study's own source, every module of its package that makes or keeps runs (not
+    :data:`_READ_ONLY`'s), so that a changed bug is run again.
     """
     import hashlib
     import pkgutil
@@ -324,7 +346,7 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int 
     from ..studies import silent_bugs
 
     folder = Path(silent_bugs.__file__).parent
-    files = ["__init__", *sorted(m.name for m in pkgutil.iter_modules(silent_bugs.__path__))]
+    files = [m for m in sorted(m.name for m in pkgutil.iter_modules(silent_bugs.__path__)) if m not in _READ_ONLY]
     digests = " ".join(code_digest((folder / f"{name}.py").read_text()) for name in files)
     source = hashlib.sha256(digests.encode()).hexdigest()[:16]
     settings = {
@@ -342,6 +364,7 @@ def stored_bug_runs(path, seeds=(0, 1, 2), progress: bool = False, workers: int 
         lambda found: found["runs"].items(),
         arms={bug.arm for bug in silent_bugs.BUGS.values()},
         progress=progress,
+        make=make,
     )
 
 

@@ -130,6 +130,8 @@ class ExpectTell(Expect):
                     "whose interval excludes 0, or None if no panel's does",
                 )
             )
+        if problems:  # the metric is wrong: the mechanism is judged once it is right, never alone
+            return problems[0][0], f"{problems[0][1]}. The mechanism is judged once the metric is right"
         if mechanism != expected.mechanism:
             text = dict(expected.mechanisms)[mechanism].rstrip(".")
             text = text if text[:2].isupper() else text[:1].lower() + text[1:]
@@ -141,16 +143,10 @@ class ExpectTell(Expect):
                 "leave the others where they are"
             )
             said = f"mechanism {mechanism} ({text}) is not what the changed line of {expected.run} does: {why}"
-            if not problems:
-                right = (
-                    f"None is right: no panel separates {expected.run} from the correct run"
-                    if metric is None
-                    else f"the metric is right: {metric} separates {expected.run} from the correct run"
-                )
-                return "mechanism", f"{right}. But {said}"
-            problems.append(("mechanism", said))
-        if not problems:
-            return None
-        if len(problems) == 1:  # the metric alone is wrong
-            return problems[0][0], f"{problems[0][1]}. The mechanism, {mechanism}, is right"
-        return problems[0][0], f"{problems[0][1]}. And {problems[1][1]}"
+            right = (
+                f"None is right: no panel separates {expected.run} from the correct run"
+                if metric is None
+                else f"the metric is right: {metric} separates {expected.run} from the correct run"
+            )
+            return "mechanism", f"{right}. But {said}"
+        return None

@@ -14,17 +14,20 @@ fixes are those of A and C. :func:`band_report` then plants a fix in the run.
 import copy
 import dataclasses
 import textwrap
+from functools import partial
 
 import numpy as np
 import torch
 
 from ...leashes.loss import k3_loss_term
 from ...model import completion_mask
+from ...paths import OUTPUTS
 from ...ppo import logprobs_from_logits
 from ...studies import silent_bugs as sb
 from ...task import encode
-from ..cases import Case, Exercise, Slip, run_cases
+from ..cases import Case, Exercise, MeasuredCases, NotReady, Slip, run_cases
 from ..expect import ExpectArray
+from ..runs import NotStored, stored_bug_runs
 from ..sandbox import _where
 from ..tells import ExpectTell, Tell
 from . import ch08, ch09
@@ -83,70 +86,74 @@ MECHANISM_OF = {
     "dpo-rejected-flipped": 10,
 }
 
-# The metrics that separate each run from the correct one by the whole-run paired test
-# (silent_bugs.separating), over seeds 0-2 of the stored runs, as chapter 10's table prints
-# them; a test holds the two together. No panel separates run C.
-SEPARATING = {
-    "no-mask": (
-        "kl",
-        "objective/kl",
-        "objective/entropy",
-        "policy/clipfrac_avg",
-        "policy/approxkl_avg",
-        "val/completion_length",
-    ),
-    "pad-is-end": (
-        "kl",
-        "objective/kl",
-        "objective/entropy",
-        "policy/clipfrac_avg",
-        "policy/approxkl_avg",
-        "val/completion_length",
-    ),
-    "kl-no-grad": (),
-    "k1-loss": ("accuracy",),
-    "ratio-to-reference": ("objective/kl",),
-    "no-temperature": ("accuracy", "objective/kl", "policy/clipfrac_avg", "policy/approxkl_avg"),
-    "dpo-rejected-flipped": (
-        "accuracy",
-        "rewards/accuracies",
-        "rewards/margins",
-        "logps/chosen",
-        "logps/rejected",
-        "rewards/chosen",
-        "rewards/rejected",
-    ),
-}
+# The chapter's runs: every bug's run and the correct run of its arm, for these seeds, stored
+# by the chapter's first cell in this file. The answer keys of the tells and the panels a fix
+# is judged on are measured on them when a check runs (silent_bugs.separating), never listed
+# here: a change of the runs changes the keys with them.
+SEEDS = (0, 1, 2, 3, 4)
+RUNS_FILE = OUTPUTS / "silent_bugs.json"
+
+
+def stored_runs() -> dict:
+    """Return the chapter's runs as its first cell stored them (``{"correct": {arm: {seed:
+    log}}, bug: {seed: log}}``), never making them; :class:`~minirlhf.course.cases.NotReady`
+    with one line when they are not there."""
+    try:
+        return stored_bug_runs(RUNS_FILE, SEEDS, make=False)["runs"]
+    except NotStored as exc:
+        raise NotReady(
+            f"chapter 10's runs are not stored yet ({exc}): run the chapter's first code cell, which "
+            "makes them (Run All does), then check again"
+        ) from None
+
+
+def runs_ready() -> str | None:
+    """None when the chapter's runs are stored, else the one line :func:`stored_runs` raises."""
+    try:
+        stored_runs()
+    except NotReady as exc:
+        return str(exc)
+    return None
+
+
+def answer_key(letter: str, runs: dict) -> tuple:
+    """Return ``(metric, mechanism)``: a panel that separates run ``letter`` from the correct one
+    in ``runs`` (the one whose interval clears 0 by the most, among those a real run logs, so
+    not ``accuracy`` while another separates), or None when none does; and its mechanism."""
+    bug = bug_of(letter)
+    rows = sb.tell_table(runs, [bug])[bug]
+    ranked = sorted(rows, key=lambda m: (m == "accuracy", -rows[m]["margin"]))
+    return (ranked[0] if ranked else None), MECHANISM_OF[bug]
 
 
 # The reference answers: plain functions of this module, so that the grader can block them
-# while their exercise is graded (a closure it could not).
+# while their exercise is graded (a closure it could not), each measured on the stored runs.
 def tell_run_a():
-    return "val/completion_length", 6
+    return answer_key("A", stored_runs())
 
 
 def tell_run_b():
-    return "val/completion_length", 2
+    return answer_key("B", stored_runs())
 
 
 def tell_run_c():
-    return None, 7
+    return answer_key("C", stored_runs())
 
 
 def tell_run_d():
-    return "accuracy", 1
+    return answer_key("D", stored_runs())
 
 
 def tell_run_e():
-    return "objective/kl", 4
+    return answer_key("E", stored_runs())
 
 
 def tell_run_f():
-    return "policy/approxkl_avg", 9
+    return answer_key("F", stored_runs())
 
 
 def tell_run_g():
-    return "logps/rejected", 10
+    return answer_key("G", stored_runs())
 
 
 # Per run, the hints: where to look, how to pick the mechanism, nearly the answer.
@@ -167,29 +174,30 @@ TELL_HINTS = {
         "for padding and dropped from the mask.",
     ),
     "C": (
-        'Test every panel with `compare("C")`. When no panel\'s interval excludes 0, the metric to answer '
-        "is None: over three seeds, the dashboard does not show this bug.",
-        "The means still lean: both KL panels sit above the correct run's, and no other panel moves much. Two "
-        "mechanisms of the list make a leash that does not hold: one takes its pull away entirely, the other "
-        "pulls nowhere only on average and still pushes the sampled tokens in each batch. Which fits a run in "
-        "which only the KL leans?",
-        "None, and mechanism 7: the leash term's log-probs are detached, so it carries no gradient.",
+        'Test every panel with `compare("C")`, and look at how far the two KL panels end from the correct run\'s.',
+        "Both KL panels end several times the correct run's, and accuracy is lower: the leash does not hold. "
+        "Two mechanisms of the list make a leash that does not hold. One leaves the run exactly as it would be "
+        'with no leash at all; `unleashed("C")` runs the correct arm with beta = 0 for seed 0 and compares it '
+        "with run C's seed 0, digit for digit. Which mechanism gives that?",
+        "`kl` (or another panel that separates), and mechanism 7: the leash term's log-probs are detached, so "
+        "it carries no gradient, and run C is the run with beta = 0 to the last digit.",
     ),
     "D": (
-        'Test every panel with `compare("D")`: one separates, and it is not a KL.',
-        "The KL panels lean above the correct run's, as in run C, but here accuracy is lower over the run "
-        "too: a leash that does not hold, and something more. Run C's bug took the leash's pull away "
-        "entirely; which mechanism leaves a leash that pulls nowhere on average, and still pushes in each "
-        "batch?",
-        "`accuracy`, and mechanism 1: the leash term is k1, whose gradient is zero on average.",
+        'Test every panel with `compare("D")`, and look at the width of its bands beside run C\'s.',
+        "The KL leans above the correct run's, as in run C, but its seeds scatter far more, and "
+        '`unleashed("D")` says that run D is not the run with no leash: its leash still pushes, batch by '
+        "batch. Run C's bug took the leash's pull away entirely; which mechanism leaves a leash that pulls "
+        "nowhere on average and still pushes in each batch?",
+        "`objective/entropy` (or another panel that separates), and mechanism 1: the leash term is k1, whose "
+        "gradient is zero on average over the policy's own samples.",
     ),
     "E": (
-        'Test every panel with `compare("E")`: one separates, just.',
-        "`objective/kl` is lower than the correct run's over the run, and the exact `kl` leans the same way, "
-        "while accuracy does not move: the policy stays nearer the reference. What in GRPO's loss could stop "
-        "a token that has moved far enough from where the run started?",
-        "`objective/kl`, and mechanism 4: the clipped ratio is taken against the reference, so the clip stops "
-        "every token that has moved 20% from the start.",
+        'Test every panel with `compare("E")`: the two KL panels separate.',
+        "Both KL panels are lower than the correct run's over the run, while accuracy does not move: the "
+        "policy stays nearer the reference than a healthy run does. What in GRPO's loss could stop a token "
+        "that has moved far enough from where the run started?",
+        "`kl` (or another panel that separates), and mechanism 4: the clipped ratio is taken against the "
+        "reference, so the clip stops every token that has moved 20% from the start.",
     ),
     "F": (
         'Test every panel with `compare("F")`: four separate. Look at the two panels of PPO\'s own update, '
@@ -230,13 +238,14 @@ def fix_name(letter: str) -> str:
     return f"fix_run_{FIX_OF[letter].lower()}"
 
 
-def tell(letter: str) -> Tell:
-    """Return the expected answer of run ``letter``'s "name the tell"."""
+def tell(letter: str, runs: dict) -> Tell:
+    """Return the expected answer of run ``letter``'s "name the tell", its panels measured on
+    ``runs`` (:func:`~minirlhf.studies.silent_bugs.separating`)."""
     bug = sb.BUGS[bug_of(letter)]
     before = list(RUNS)[: list(RUNS).index(letter)]
     return Tell(
         run=f"run {letter}",
-        separating=SEPARATING[bug_of(letter)],
+        separating=sb.separating(runs, bug_of(letter)),
         mechanism=MECHANISM_OF[bug_of(letter)],
         mechanisms=MECHANISMS,
         shown=tuple(sb.DASHBOARD[sb._trainer(bug.arm)]),
@@ -250,8 +259,15 @@ def _no_inputs(rng) -> dict:
     return {}
 
 
-def _tell_exercise(letter: str) -> Exercise:
+def _tell_cases(letter: str) -> tuple:
+    # The one case of a tell, measured on the stored runs when the check runs.
     arm = sb.BUGS[bug_of(letter)].arm
+    seeds = f"seeds {SEEDS[0]}-{SEEDS[-1]}"
+    why = f"run {letter}'s dashboard beside the correct run ({arm} arm, {seeds})"
+    return (Case({}, tell(letter, stored_runs()), why),)
+
+
+def _tell_exercise(letter: str) -> Exercise:
     hint_for = {
         "type": 1,
         "unknown-metric": 1,
@@ -265,7 +281,8 @@ def _tell_exercise(letter: str) -> Exercise:
         chapter=10,
         title=f"Name the tell of run {letter}",
         expect=ExpectTell(),
-        cases=(Case({}, tell(letter), f"run {letter}'s dashboard beside the correct run ({arm} arm, seeds 0-2)"),),
+        cases=MeasuredCases(partial(_tell_cases, letter), runs_ready),
+        ready=runs_ready,
         hints=TELL_HINTS[letter],
         reference=_TELL_REFERENCES[letter],
         random_kwargs=_no_inputs,
@@ -314,26 +331,48 @@ def _lp(values) -> torch.Tensor:
 
 
 def _k3_cases() -> tuple:
+    # (B, T) tensors, as the run passes them: one answer of two tokens, then two of three
     rows = (
-        ([-1.0, -2.0], [-1.0, -2.0], [1.0, 1.0], "the policy is the reference: every log-ratio 0, the leash 0"),
         (
-            [-1.0, -2.0],
-            [-1.5, -1.0],
-            [1.0, 1.0],
+            [[-1.0, -2.0]],
+            [[-1.0, -2.0]],
+            [[1.0, 1.0]],
+            10.0,
+            "the policy is the reference: every log-ratio 0, the leash 0",
+        ),
+        (
+            [[-1.0, -2.0]],
+            [[-1.5, -1.0]],
+            [[1.0, 1.0]],
+            10.0,
             "d = ref - new = -0.5 and +1: k3 = e^d - d - 1 = 0.1065 and 0.7183, mean 0.4124",
         ),
-        ([-1.0, -2.0], [-1.5, -1.0], [1.0, 0.0], "the second token masked out: 0.1065"),
-        ([-20.0, -1.0], [-1.0, -1.0], [1.0, 1.0], "d = +19 is clamped to 10: (e^10 - 11 + 0) / 2 = 11007.7"),
+        ([[-1.0, -2.0]], [[-1.5, -1.0]], [[1.0, 0.0]], 10.0, "the second token masked out: 0.1065"),
+        (
+            [[-20.0, -1.0]],
+            [[-1.0, -1.0]],
+            [[1.0, 1.0]],
+            10.0,
+            "d = +19 is clamped to 10: (e^10 - 11 + 0) / 2 = 11007.7",
+        ),
+        (
+            [[-20.0, -1.0]],
+            [[-1.0, -1.0]],
+            [[1.0, 1.0]],
+            3.0,
+            "kl_clamp = 3: d = +19 is clamped to 3, (e^3 - 4) / 2 = 8.043",
+        ),
         (
             [[-0.2, -3.0, -1.0], [-2.0, -0.1, -4.0]],
             [[-0.5, -2.0, -1.0], [-1.0, -0.4, -6.0]],
             [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]],
+            10.0,
             "two answers, one shorter: the mean over the five kept tokens",
         ),
     )
     cases = []
-    for new, ref, mask, why in rows:
-        kwargs = {"new_logp": _lp(new), "ref_logp": torch.tensor(ref), "mask": torch.tensor(mask), "kl_clamp": 10.0}
+    for new, ref, mask, clamp, why in rows:
+        kwargs = {"new_logp": _lp(new), "ref_logp": torch.tensor(ref), "mask": torch.tensor(mask), "kl_clamp": clamp}
         cases.append(
             Case(
                 kwargs,
@@ -369,8 +408,18 @@ def _k3_expect() -> ExpectLoss:
                 "that is the mean of k1, log pi - log ref: the leash is k3, "
                 "exp(d) - d - 1 with d = ref_logp - new_logp",
             ),
+            Slip(
+                "clamp-fixed",
+                _k3_clamped_at_10,
+                "that clamps d to plus or minus 10 whatever kl_clamp says: clamp with the argument",
+            ),
         ),
     )
+
+
+def _k3_clamped_at_10(new_logp, ref_logp, mask, kl_clamp=10.0):
+    # the slip: the clamp's bound written as a number, not read from kl_clamp
+    return k3_loss_term(new_logp, ref_logp, mask, 10.0)
 
 
 _COMPLETIONS = ("68;;", "7;;;", "198;", "1987", ";;;;", "12;7", "0;12")
@@ -568,10 +617,11 @@ IN_THIS_CHAPTER = (
 
 def band_report(letter: str, fn, runs: dict, progress: bool = False) -> str:
     """Return a few lines: whether the learner's fix ``fn`` of run ``letter``'s function passes
-    its exercise, and if it does, whether run ``letter`` lands in the correct run's band with
-    ``fn`` planted in place of the buggy copy (seeds of ``runs``,
-    :func:`~minirlhf.studies.silent_bugs.band_check`). Never raises for the learner's code: what
-    the function raises during the run is reported in a line."""
+    its exercise, and if it does, what run ``letter`` does with ``fn`` planted in place of the
+    buggy copy (seeds of ``runs``, :func:`~minirlhf.studies.silent_bugs.band_check`): whether
+    each seed's run is the correct run digit for digit, and, on each panel that separates the
+    bug, the fixed runs' value and the bug's own beside the correct runs' band. Never raises for
+    the learner's code: what the function raises during the run is reported in a line."""
     from . import get
 
     bug = sb.BUGS[bug_of(letter)]
@@ -583,26 +633,44 @@ def band_report(letter: str, fn, runs: dict, progress: bool = False) -> str:
         )
     try:
         result = sb.band_check(bug_of(letter), fn, runs, progress=progress)
+    except RecursionError:
+        return (
+            f"{fix_name(letter)} passes its check, but in run {letter} it called itself without end: "
+            f"while the run is made, your function takes the place of the engine's {bug.name}, so a fix "
+            f"that calls {bug.name} calls itself. Write the computation out instead."
+        )
     except Exception as exc:  # the learner's function, called on the run's own batches
         return (
             f"{fix_name(letter)} passes its check, but raised during run {letter}: {type(exc).__name__}: "
             f"{exc}{_where(exc)}. The run calls it on every batch, with shapes the check's cases may not "
             "have: look at the inputs it gets there."
         )
-    seeds = len(runs["correct"][bug.arm])
+    seeds = sorted(runs["correct"][bug.arm], key=int)
+    separating = sb.separating(runs, bug_of(letter))
     lines = [
-        f"your fix, planted in run {letter} ({bug.arm} arm), seeds 0-{seeds - 1}: each tell,",
-        "  then the correct run's band (mean ± 95% half-width)",
+        f"your fix, planted in run {letter} ({bug.arm} arm), seeds {seeds[0]}-{seeds[-1]}:",
+        "  "
+        + (
+            "every seed's run is the correct run, digit for digit on every panel"
+            if result["identical"]
+            else "the runs are not the correct runs digit for digit"
+        ),
+        "  on each panel that separates the bug's run" + (":" if separating else " (none does, so on every panel):"),
+        "  your runs' value, the bug's, the correct runs' band (mean ± 95% half-width)",
     ]
-    for metric, row in result.items():
-        if metric == "passed":
-            continue
+    for metric, row in result["panels"].items():
         mean, half = row["band"]
         lines.append(
-            f"  {metric:<20} {row['fixed']:9.4f} vs {mean:9.4f} ± {half:.4f}: "
-            f"{'inside' if row['inside'] else 'OUTSIDE'}"
+            f"  {metric:<21}{row['fixed']:8.4f} {'in ' if row['inside'] else 'OUT'}  bug {row['buggy']:8.4f} "
+            f"{'in ' if row['bug_inside'] else 'OUT'}  band {mean:.4f} ± {half:.4f}"
         )
-    lines.append(
-        "PASS: the run is healthy again" if result["passed"] else "not yet: the run still differs from the correct one"
-    )
-    return "\n".join(lines)
+    if result["identical"]:
+        verdict = "PASS: the run is the correct run again, to the last digit"
+    elif result["passed"]:
+        verdict = (
+            "PASS within the band, but not digit for digit: the engine's function gives other digits in at "
+            "least one place, and a run grows any difference; read yours against the engine's"
+        )
+    else:
+        verdict = "not yet: the run still differs from the correct one"
+    return "\n".join([*lines, textwrap.fill(verdict, 77, subsequent_indent="  ")])

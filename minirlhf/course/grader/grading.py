@@ -146,8 +146,9 @@ def _grade_exercise(
 ) -> tuple[ExerciseGrade, bool]:
     """Grade one exercise in the runner's kernel; return the grade and whether the kernel was restarted."""
     limit = time_limit or exercise.time_limit
-    grade = ExerciseGrade(exercise, n_cases=len(exercise.cases), time_limit=limit, budget=budget)
-    everything = list(exercise.cases) + _random_cases(exercise, seed)
+    cases = exercise.case_list()
+    grade = ExerciseGrade(exercise, n_cases=len(cases), time_limit=limit, budget=budget)
+    everything = list(cases) + _random_cases(exercise, seed)
     spec = {
         "name": exercise.name,
         "inputs": str(tmp / f"{exercise.name}.in.pkl"),
@@ -258,6 +259,10 @@ def grade_notebook(
             f"{path.name}: no exercises to grade (the name should start with the chapter "
             "number, like 01_kl_penalty.ipynb, or the notebook should keep its check cells)"
         )
+        return grade
+    waiting = next((line for ex in exercises if ex.ready is not None for line in [ex.ready()] if line), None)
+    if waiting:  # answers measured on runs the notebook has not stored yet: say so, run nothing
+        grade.error = f"{path.name}: not graded yet: {waiting}"
         return grade
     if not any(c.cell_type == "code" and c.source.strip() for c in nb.cells):
         grade.error = (

@@ -5,7 +5,9 @@ way such bugs are shipped: a KL term that carries no gradient, k1 used as a loss
 mask that is missing or that treats the end mark as padding, a ratio taken against the
 reference, sampling temperature left out of the log-probs, DPO's rejected log-ratio the wrong
 way round. :data:`BUGS` names each one (a :class:`Bug`): the modules the engine looks its
-function up in, the arm it spoils and the metrics its fix is judged on.
+function up in and the arm it spoils. The leash and clip bugs are planted in chapter 8's GRPO
+arm rewarded by the reward model, whose leash binds (with beta 0 its KL is several times that of
+its beta); the mask and temperature bugs in chapter 5's verifier arm, DPO's in chapter 9's.
 
 :func:`planted` swaps the copy in, in every one of those modules, for the length of a run and
 puts the engine's function back after, so a buggy run is the engine's own ``ppo_train`` (or
@@ -134,7 +136,9 @@ def dpo_loss_rejected_flipped(
 
 @dataclass(frozen=True)
 class Bug:
-    """One planted bug: the engine function it replaces, the run it spoils, and its tells.
+    """One planted bug: the engine function it replaces and the run it spoils. Which panels
+    tell its run from the correct one is not a property of the bug: it is measured on the runs
+    (:func:`~minirlhf.studies.silent_bugs.separating`).
 
     ``modules`` are every module whose code looks the function up by its name at run time (a
     single name is taken as one module); the first is the one that shows it. The completion
@@ -148,7 +152,6 @@ class Bug:
     name: str  # the engine function's name
     copy: Callable  # the copy with one line changed
     arm: str  # the arm of minirlhf.arms.REGISTRY it is planted in
-    tells: tuple  # logged metrics the bug moves, on which band_check judges a fix of it
 
     def __post_init__(self):
         modules = (self.modules,) if isinstance(self.modules, str) else tuple(self.modules)
@@ -172,8 +175,7 @@ BUGS = {
         ("minirlhf.leashes.loss",),
         "k3_loss_term",
         k3_loss_term_no_grad,
-        "grpo-verifier",
-        ("kl", "objective/kl"),
+        "grpo-rm",
     ),
     "k1-loss": Bug(
         "k1 as the loss term",
@@ -183,8 +185,7 @@ BUGS = {
         ("minirlhf.leashes.loss",),
         "k3_loss_term",
         k3_loss_term_k1,
-        "grpo-verifier",
-        ("kl",),
+        "grpo-rm",
     ),
     "no-mask": Bug(
         "the completion mask is missing",
@@ -193,7 +194,6 @@ BUGS = {
         "completion_mask",
         completion_mask_missing,
         "verifier",
-        ("val/completion_length", "objective/entropy"),
     ),
     "pad-is-end": Bug(
         "the end mark is taken for padding",
@@ -203,7 +203,6 @@ BUGS = {
         "completion_mask",
         completion_mask_pad_is_end,
         "verifier",
-        ("val/completion_length", "objective/kl"),
     ),
     "ratio-to-reference": Bug(
         "the ratio is taken against the reference",
@@ -213,8 +212,7 @@ BUGS = {
         ("minirlhf.leashes.loss",),
         "grpo_token_loss",
         grpo_token_loss_ratio_to_reference,
-        "grpo-verifier",
-        ("kl", "accuracy"),
+        "grpo-rm",
     ),
     "no-temperature": Bug(
         "the log-probs leave out the temperature",
@@ -224,7 +222,6 @@ BUGS = {
         "logprobs_from_logits",
         logprobs_from_logits_no_temperature,
         "verifier",
-        ("objective/kl",),
     ),
     "dpo-rejected-flipped": Bug(
         "DPO's rejected log-ratio is the wrong way round",
@@ -234,7 +231,6 @@ BUGS = {
         "dpo_loss",
         dpo_loss_rejected_flipped,
         "dpo",
-        ("logps/rejected", "rewards/accuracies"),
     ),
 }
 

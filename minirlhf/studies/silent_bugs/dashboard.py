@@ -91,17 +91,20 @@ def plot_dashboard(
     runs: dict, name: str, metrics=None, axes=None, label: str | None = None, narrow: bool = False, bold: bool = True
 ):
     """Draw a bug's run beside the correct one, one panel per metric (default: the arm's
-    :data:`DASHBOARD`), mean over seeds with a 95% band; with ``bold``, its tells are titled
-    in bold. Every panel has the same x axis, the iteration or the DPO step (:func:`curve_x`),
-    named under the last panel of each column. ``label`` names the buggy run in the legend
+    :data:`DASHBOARD`), mean over seeds with a 95% band; with ``bold``, the panels that
+    separate the two runs (:func:`~.tells.separating`) are titled in bold. Every panel has
+    the same x axis, the iteration or the DPO step (:func:`curve_x`), named under the last
+    panel of each column. ``label`` names the buggy run in the legend
     (default: the bug's name); ``narrow`` draws two panels a row instead of four. Return the
     axes."""
     import matplotlib.pyplot as plt
 
     from ...palette import GRAY, ORANGE
+    from .tells import separating  # tells reads this module's tables
 
     bug = BUGS[name]
     metrics = list(metrics or DASHBOARD[_trainer(bug.arm)])
+    tells = separating(runs, name) if bold else ()
     if axes is None:
         cols = min(2 if narrow else 4, len(metrics))
         rows = (len(metrics) + cols - 1) // cols
@@ -120,7 +123,7 @@ def plot_dashboard(
             if len(curves) > 1:
                 half = np.array([mean_ci95(curves[:, j])[1] for j in range(curves.shape[1])])
                 ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, lw=0)
-        ax.set_title(metric, fontsize=9, fontweight="bold" if bold and metric in bug.tells else "normal")
+        ax.set_title(metric, fontsize=9, fontweight="bold" if metric in tells else "normal")
         if i + cols >= len(metrics):  # every panel on one x axis, named under each column's last
             ax.set_xlabel(X_LABEL[trainer], fontsize=8)
         ax.tick_params(labelsize=7 if narrow else 8)

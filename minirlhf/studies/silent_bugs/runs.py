@@ -5,7 +5,8 @@
 :func:`study` makes every bug's run and the correct run of its arm for each seed, keeping each
 log's dashboard (:data:`~.dashboard.DASHBOARD` and :data:`~.dashboard.KEPT`);
 :func:`band_check` plants a learner's fix in place of the bug's copy and says whether its runs
-land in the correct runs' band. Both look :func:`run_bug` up in this module at each call.
+land in the correct runs' band on the panels that separate the bug, and whether they are the
+correct runs digit for digit. Both look :func:`run_bug` up in this module at each call.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ...stats import mean_ci95
 from ...store import load_rm, load_sft
 from .copies import BUGS, Bug, planted
 from .dashboard import DASHBOARD, KEPT, _trainer
-from .tells import tell_value
+from .tells import separating, tell_value
 
 __all__ = ["run_bug", "study", "band_check"]
 
@@ -96,8 +97,14 @@ def band_check(
     ``fn`` replaces the engine's function as the bug's copy did, in each of the bug's modules,
     for each seed of the stored ``runs`` (:func:`study`'s layout), the seeds' runs made by
     ``workers`` worker processes (None: one per core; :func:`minirlhf.parallel.map_runs`).
-    Returns per tell: the fixed runs' value (mean over seeds), the correct runs' band (mean ±
-    95% half-width) and ``inside``; and ``passed``, True when every tell is inside.
+    The panels it judges are those that separate the bug's stored runs from the correct ones
+    (:func:`~.tells.separating`, measured on ``runs`` now), or every panel of the dashboard
+    when none does. Returns ``{"panels": {metric: row}, "identical": ..., "passed": ...}``:
+    per panel, the fixed runs' value (mean over seeds), the bug's own runs' value, the correct
+    runs' band (mean ± 95% half-width) and whether each value is ``inside`` it
+    (``bug_inside`` for the bug's); ``identical``, True when every seed's fixed run logged
+    every panel exactly as the stored correct run did, number for number; ``passed``, True
+    when every judged panel's fixed value is inside its band.
     """
     bug = BUGS[name]
     fixed_bug = dataclasses.replace(bug, copy=fn)
@@ -117,10 +124,22 @@ def band_check(
             ),
         )
     )
-    out = {}
-    for metric in bug.tells:
+    shown = DASHBOARD[_trainer(bug.arm)]
+    panels = {}
+    for metric in separating(runs, name) or shown:
         band = mean_ci95([tell_value(correct[s], metric) for s in correct])
         value = float(np.mean([tell_value(fixed[s], metric) for s in correct]))
-        out[metric] = {"fixed": value, "band": band, "inside": abs(value - band[0]) <= band[1]}
-    out["passed"] = all(row["inside"] for row in out.values())
-    return out
+        buggy = float(np.mean([tell_value(runs[name][s], metric) for s in correct]))
+        panels[metric] = {
+            "fixed": value,
+            "buggy": buggy,
+            "band": band,
+            "inside": abs(value - band[0]) <= band[1],
+            "bug_inside": abs(buggy - band[0]) <= band[1],
+        }
+    identical = all(
+        np.array_equal(np.asarray(fixed[s][m], dtype=float), np.asarray(correct[s][m], dtype=float))
+        for s in correct
+        for m in shown
+    )
+    return {"panels": panels, "identical": identical, "passed": all(row["inside"] for row in panels.values())}

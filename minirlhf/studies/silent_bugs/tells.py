@@ -1,13 +1,13 @@
 """The tells: which logged metrics tell a buggy run from the correct one, and from when.
 
-Each bug names the metrics that its fix is judged on (its *tells*), among those every run logs
-under TRL's names. :func:`paired_difference` is the chapter's test of whether a metric tells a
-buggy run from the correct one: each seed's difference, buggy minus correct, of the metric's
-mean over the run, and whether the 95% interval of those differences excludes 0;
-:func:`separating` lists the dashboard's metrics that pass it, and :func:`tell_table` prints
-them. In float64, over seeds 0-2, no metric separates kl-no-grad's run from the correct one,
-and one or a few separate k1-loss's, ratio-to-reference's and no-temperature's; chapter 10's
-table prints which. :func:`first_departure` times, among those panels only, the point from
+No bug carries a list of its tells: they are measured on the stored runs, each time they are
+read. :func:`paired_difference` is the chapter's test of whether a metric tells a buggy run
+from the correct one: each seed's difference, buggy minus correct, of the metric's mean over
+the run, and whether the 95% interval of those differences excludes 0, with the margin by
+which its near edge clears 0; :func:`separating` lists the dashboard's metrics that pass it,
+and :func:`tell_table` gives the test for them (or for every panel). Chapter 10's answer keys
+and its fixes' band checks are both read from :func:`separating`, so that a change of the
+runs changes them too. :func:`first_departure` times, among those panels only, the point from
 which a panel stays apart from the correct run's by a per-point paired test;
 :func:`what_it_writes` says what a DPO run learns to write, from the held-out log-probs and the
 greedy answers' kinds that its stored log keeps (:data:`~.dashboard.KEPT`).
@@ -24,7 +24,13 @@ from ...stats import mean_ci95
 from .copies import BUGS
 from .dashboard import DASHBOARD, KEPT, _trainer, curve_x
 
+# A mean difference smaller than this is float64 rounding of numbers of order 1, not a
+# departure: at the start (point 0) a policy's KL to itself comes out near 1e-17, not exactly 0,
+# and a bug that changes which tokens are summed changes that residue the same way on every seed.
+ROUNDING = 1e-12
+
 __all__ = [
+    "ROUNDING",
     "tell_value",
     "paired_difference",
     "separating",
@@ -47,18 +53,29 @@ def tell_value(log: dict, metric: str) -> float:
 def paired_difference(runs: dict, name: str, metric: str) -> dict:
     """Return the whole-run paired test of ``metric`` for bug ``name``: the correct and the buggy
     run's value (:func:`tell_value`; mean and 95% half-width over seeds), the paired difference,
-    buggy minus correct seed by seed (mean and 95% half-width), and ``separates``, True when that
-    interval excludes 0. ``runs`` is ``{"correct": {arm: {seed: log}}, bug_name: {seed: log}}``."""
+    buggy minus correct seed by seed (mean and 95% half-width), ``separates``, True when that
+    interval excludes 0, and ``margin``, how far its near edge is from 0 in half-widths
+    (``|mean| / half - 1``: above 0 when it separates; infinite when every seed's difference is
+    the same number, not 0; NaN when all are 0, or with one seed). ``runs`` is ``{"correct": {arm: {seed: log}},
+    bug_name: {seed: log}}``."""
     bug = BUGS[name]
     seeds = sorted(runs[name])
     good = [tell_value(runs["correct"][bug.arm][s], metric) for s in seeds]
     bad = [tell_value(runs[name][s], metric) for s in seeds]
     diff = mean_ci95([b - g for b, g in zip(bad, good)])
+    mean, half = diff
+    if half > 0:
+        margin = abs(mean) / half - 1.0
+    elif half == 0:  # every seed's difference the same: apart by any margin, or not at all
+        margin = float("inf") if mean != 0 else float("nan")
+    else:  # one seed: no interval
+        margin = float("nan")
     return {
         "correct": mean_ci95(good),
         "buggy": mean_ci95(bad),
         "difference": diff,
-        "separates": bool(abs(diff[0]) > diff[1]),
+        "separates": bool(abs(mean) > half),
+        "margin": margin,
     }
 
 
@@ -69,12 +86,13 @@ def separating(runs: dict, name: str) -> tuple:
 
 
 def tell_table(runs: dict, bugs=None, every: bool = False) -> dict:
-    """Return per bug and metric :func:`paired_difference`: for the bug's tells, or with ``every``
-    for every metric of its dashboard."""
+    """Return per bug and metric :func:`paired_difference`: for the panels that separate the
+    bug's run (:func:`separating`), or with ``every`` for every panel of its dashboard, in the
+    dashboard's order."""
     out = {}
     for name in bugs or [b for b in BUGS if b in runs]:
-        metrics = DASHBOARD[_trainer(BUGS[name].arm)] if every else BUGS[name].tells
-        out[name] = {metric: paired_difference(runs, name, metric) for metric in metrics}
+        rows = {metric: paired_difference(runs, name, metric) for metric in DASHBOARD[_trainer(BUGS[name].arm)]}
+        out[name] = rows if every else {m: row for m, row in rows.items() if row["separates"]}
     return out
 
 
@@ -109,7 +127,8 @@ def first_departure(runs: dict, name: str, metric: str, k: int = 3) -> int | Non
       correct run, and no band of the correct run alone is used: where every correct seed is
       exactly 0, a buggy seed that is 0 too gives a difference of 0, which keeps 0 inside the
       interval. Differences that are all equal and not 0 (every seed's first batch moved by
-      the same amount) are apart; differences that are all 0 never are.
+      the same amount) are apart; differences that are all 0, or whose mean is below
+      :data:`ROUNDING`, never are.
     - ``k`` points in a row, so that a one-point blip does not time the panel.
 
     The time found is a description of the curves, not a test of its own: the first point of
@@ -122,7 +141,7 @@ def first_departure(runs: dict, name: str, metric: str, k: int = 3) -> int | Non
         return None
     side = np.sign(whole["difference"][0])
     x, mean, half = point_differences(runs, name, metric)
-    apart = np.isfinite(half) & (side * mean > half)
+    apart = np.isfinite(half) & (side * mean > half) & (np.abs(mean) > ROUNDING)
     for i in range(len(apart) - k + 1):
         if apart[i : i + k].all():
             return int(x[i])
