@@ -502,9 +502,9 @@ check("tell_run_e", tell_run_e);
 # Taken against the frozen reference, the clip bounds the whole run instead. A token whose
 # probability has moved 20% from the start gets no more gradient in the direction it was
 # going. The run stays closer to the reference: both KL panels are lower than the correct
-# run's over the run, by about half. In these runs that costs no accuracy. The logged `policy/clipfrac_avg` does not
-# show it either: the engine logs the clip against the sampling policy, as TRL does, and
-# that is not what this loss clipped.
+# run's over the run, by about two fifths (the band report below). In these runs that costs
+# no accuracy. The logged `policy/clipfrac_avg` does not show it either: the engine logs the
+# clip against the sampling policy, as TRL does, and that is not what this loss clipped.
 #
 # </details>
 
@@ -570,13 +570,14 @@ check("tell_run_f", tell_run_f);
 #
 # **The log-probs leave out the temperature** (mechanism 9). The answers are sampled from
 # softmax(logits / 0.7), but the ratio, the leash and the logged KL use log-probs at
-# temperature 1. At temperature 1 every log-ratio comes out smaller, by the factor the
-# temperature divides the logits by, so PPO's own measures of an update,
-# `policy/approxkl_avg` and `policy/clipfrac_avg`, are well below the correct run's, and so
-# is the logged `objective/kl`. The gradient is that of another distribution than the one
-# that wrote the answers, and accuracy is a little lower over the run. The exact KL of the
-# evaluation, computed at 0.7, does not separate the runs. A check before training finds the
-# bug at once.
+# temperature 1. At temperature 1 the distribution is flatter and every log-ratio comes out
+# smaller, roughly by the factor 0.7 that divides the logits, so PPO's own measures of an
+# update are well below the correct run's: `policy/approxkl_avg`, which grows with the
+# square of a log-ratio, is about half, and `policy/clipfrac_avg` and the logged
+# `objective/kl` are lower too. The leash, measured at the wrong temperature, holds less:
+# the exact KL of the evaluation, computed at 0.7, ends higher than the correct run's. The
+# gradient is that of another distribution than the one that wrote the answers, and accuracy
+# is a little lower over the run. A check before training finds the bug at once.
 #
 # </details>
 
@@ -838,9 +839,10 @@ with sb.planted(sb.BUGS[ch10.bug_of("B")]):
     print("  run B: ", sb.check_mask(policy)[1])
 
 # %% [markdown]
-# The engine passes all five, and every bug fails at least one. Run C, which no panel showed,
-# fails the leash-gradient check, and run F fails two. The checks cost a second. Together they
-# cover what a dashboard shows late or not at all.
+# The engine passes all five, and every bug fails at least one: runs C and D, whose leash
+# does not hold, fail the leash-gradient check, and run F fails two. The checks take a few
+# seconds, where the dashboards needed five seeds of whole runs. Together they cover what a
+# dashboard shows late, or only over many seeds.
 #
 # ## A debugging checklist
 #
