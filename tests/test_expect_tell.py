@@ -120,7 +120,7 @@ def answer(metric, mechanism, note=None):
 @pytest.mark.parametrize("letter", LETTERS)
 def test_each_run_accepts_every_separating_metric_and_only_those(letter):
     ex = get(ch10.tell_name(letter))
-    tell = ex.case_list()[0].expected
+    tell = ex.cases[0].expected
     assert set(tell.separating) == set(SEP[ch10.bug_of(letter)])  # measured on the runs
     right = tell.mechanism
     assert run_cases(ex.reference, ex).passed
@@ -148,7 +148,7 @@ def test_every_other_mechanism_fails_each_run(letter):
     for other in LETTERS:
         if other != letter:
             sibling = ch10.MECHANISM_OF[ch10.bug_of(other)]
-            assert not any(run_cases(answer(m, sibling), ex).passed for m in (None, *ex.case_list()[0].expected.shown))
+            assert not any(run_cases(answer(m, sibling), ex).passed for m in (None, *ex.cases[0].expected.shown))
 
 
 def test_each_run_has_its_own_mechanism_and_the_reference_names_it():
@@ -179,7 +179,7 @@ def test_the_stuffed_sentence_and_nonsense_cannot_pass():
     )
     for letter in LETTERS:
         ex = get(ch10.tell_name(letter))
-        tell = ex.case_list()[0].expected
+        tell = ex.cases[0].expected
         metrics = tell.separating or (None,)
         for reason in nonsense:
             # as the old format's reason, in place of a mechanism
@@ -238,7 +238,7 @@ def test_the_key_follows_the_stored_runs(monkeypatch, tmp_path):
     ex = get("tell_run_a")
     assert ch10.runs_ready() is not None and "not stored yet" in ch10.runs_ready()
     with pytest.raises(NotReady, match="run the chapter's first code cell"):
-        ex.case_list()
+        tuple(ex.cases)
     assert check("tell_run_a", answer("val/completion_length", 6)) is None  # one line, no verdict
     stored.stored_bug_runs(ch10.RUNS_FILE, ch10.SEEDS)  # the chapter's first cell
     assert ch10.runs_ready() is None

@@ -180,8 +180,8 @@ class Exercise:
     ``cases`` is a tuple, or, for an exercise whose answer is measured on stored runs (chapter
     10's tells), :class:`MeasuredCases`, which computes them from the runs each time they are
     read. Such an exercise has ``ready``: a function that returns None when those runs are
-    there, else one line saying what to run first (:class:`NotReady`), which the grader asks
-    before it runs a notebook.
+    there, else the one line of :class:`NotReady` saying what to run first, which the grader
+    asks before it runs a notebook.
     """
 
     name: str
@@ -197,11 +197,6 @@ class Exercise:
     hint_for: dict = field(default_factory=dict)  # mistake -> number of the hint that fits it
     ready: Callable | None = None  # () -> None when the cases can be computed, else what to run first
 
-    def case_list(self) -> tuple:
-        """Return the cases as they are now (:class:`MeasuredCases` computes them);
-        :class:`NotReady` (one line) when what they are measured on is not there yet."""
-        return tuple(self.cases)
-
 
 class NotReady(Exception):
     """An exercise whose cases are measured on stored runs was checked before they were made;
@@ -211,16 +206,13 @@ class NotReady(Exception):
 class MeasuredCases(Sequence):
     """The cases of an exercise whose answer is measured, not written down: ``make()`` returns
     them, computed from what it reads (chapter 10's stored runs), each time they are read, so
-    that a change of the runs changes the answer key with them. ``ready()`` returns None when
-    that is there, else one line saying what to run first, raised as :class:`NotReady`."""
+    that a change of the runs changes the answer key with them; it raises :class:`NotReady`
+    when that is not there yet."""
 
-    def __init__(self, make: Callable[[], tuple], ready: Callable[[], str | None]):
-        self.make, self.ready = make, ready
+    def __init__(self, make: Callable[[], tuple]):
+        self.make = make
 
     def _now(self) -> tuple:
-        waiting = self.ready()
-        if waiting:
-            raise NotReady(waiting)
         return tuple(self.make())
 
     def __getitem__(self, i):

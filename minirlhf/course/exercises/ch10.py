@@ -281,7 +281,7 @@ def _tell_exercise(letter: str) -> Exercise:
         chapter=10,
         title=f"Name the tell of run {letter}",
         expect=ExpectTell(),
-        cases=MeasuredCases(partial(_tell_cases, letter), runs_ready),
+        cases=MeasuredCases(partial(_tell_cases, letter)),
         ready=runs_ready,
         hints=TELL_HINTS[letter],
         reference=_TELL_REFERENCES[letter],

@@ -146,7 +146,7 @@ def _grade_exercise(
 ) -> tuple[ExerciseGrade, bool]:
     """Grade one exercise in the runner's kernel; return the grade and whether the kernel was restarted."""
     limit = time_limit or exercise.time_limit
-    cases = exercise.case_list()
+    cases = tuple(exercise.cases)
     grade = ExerciseGrade(exercise, n_cases=len(cases), time_limit=limit, budget=budget)
     everything = list(cases) + _random_cases(exercise, seed)
     spec = {
