@@ -379,14 +379,68 @@ print(f"GRPO with the verifier, seed 0: accuracy {driven['accuracy'][0]:.3f}"
 # the other two are the variants the end of the chapter asks about.
 #
 # Their $\beta$ cannot be chapter 5's: there it weighs a per-token reward, here a loss term.
-# Each GRPO arm's $\beta$ was chosen by a short sweep (seeds 0 to 2) as the one whose KL to
-# the reference at the end matched that of chapter 5's arm with the same reward, so that the
-# arms would be compared at the same distance from the reference. Seeds 0 to 2 are also
-# three of the five seeds of the comparison below, so each $\beta$ was chosen on part of the
-# runs it is judged by. That sweep was made when
-# the book computed in float32, from the partial-SFT start of that time. The book now
-# computes in float64 from a start that stopped its SFT earlier, and the $\beta$ were not
-# chosen again: whether the KLs still match is measured below, not assumed. The variants keep
+# So each GRPO arm's $\beta$ is matched, not borrowed: a sweep on seeds 5 to 7, which the
+# comparison below does not use, runs the arm at several values of $\beta$ beside chapter 5's
+# arm with the same reward on the same seeds, and keeps the value whose KL to the reference
+# at the end is closest to that arm's. Only that KL is read, so each run is evaluated at its
+# start and its end alone (`eval_every`). The runs (thirty-nine, made side by side) are stored
+# in `outputs/grpo_beta.json`; the sweep and the pick are `minirlhf.studies.matching`'s, the
+# way any arm's $\beta$ is matched to another's. The verifier sweep includes 0.04, the
+# $\beta$ of DeepSeekMath's GRPO runs.
+
+# %%
+SWEEP_SEEDS = [5, 6, 7]
+GRPO_SWEEPS = {  # GRPO arm -> (chapter 5's arm it is matched to, betas)
+    "grpo-verifier": ("verifier", [0.03, 0.04, 0.05, 0.08, 0.12]),
+    "grpo-rm": ("rm", [0.75, 1.0, 1.25, 1.5, 2.0, 3.0])}
+# only the KL at the end is read: each run evaluates its start and its end
+at_end = replace(cfg, eval_every=cfg.iterations)
+
+
+def run_grpo_sweeps():
+    """Return {'arms': {name: {seed: log}}}: each GRPO arm at each beta of
+    its sweep, and chapter 5's arm it is matched to, seeds 5 to 7."""
+    arms = {}
+    for arm, (against, betas) in GRPO_SWEEPS.items():
+        arms.update(matching.sweep(arm, betas, SWEEP_SEEDS, policy, rm,
+                                   at_end, against=against,
+                                   progress=PROGRESS)["arms"])
+    return {"arms": arms}
+
+
+def print_match(match, against):
+    """Print a sweep's KL at the end for each beta, and the pick."""
+    print(f"{against}, seeds 5-7: KL at the end {match.target:.4f}")
+    print(f"{match.arm + ' beta':<20}{'KL at the end (95%)':>21}"
+          f"{'minus target':>14}")
+    for b, (kl, h) in match.final_kl.items():
+        print(f"{b:<20g}{pm(kl, h, 4):>21}{match.gap(b):>+14.4f}")
+    print(f"closest: beta {match.beta:g}; the arm's beta in "
+          f"minirlhf/arms.py: {DEFAULT_BETA[match.arm]:g}")
+
+
+grpo_sweep = load_or_run(OUTPUTS / "grpo_beta.json",
+                         {"seeds": SWEEP_SEEDS, "sweeps": GRPO_SWEEPS,
+                          "ppo": asdict(at_end)}, {}, run_grpo_sweeps,
+                         arms=("verifier", "rm", *GRPO_SWEEPS))["arms"]
+grpo_match = {}
+for arm, (against, betas) in GRPO_SWEEPS.items():
+    grpo_match[arm] = matching.match_beta(grpo_sweep, arm, betas, against)
+    print_match(grpo_match[arm], against)
+    print()
+    assert grpo_match[arm].beta == DEFAULT_BETA[arm], f"re-pick {arm}'s"
+
+# %% [markdown]
+# With the verifier, $\beta$ = 0.05 ends closest to chapter 5's arm on seeds 5 to 7, 0.0015
+# above it, and DeepSeekMath's 0.04 is next. The sweep also shows how little $\beta$ moves
+# this arm: from 0.12 to 0.03, four times weaker, the KL at the end goes from 0.0491 to
+# 0.0661, and each value's interval over three seeds is about as wide as that whole change.
+# Paid by the verifier, how far a GRPO run moves from the reference is set mostly by what its
+# updates do, not by the leash, so a matched $\beta$ matches the KL about as closely as three
+# seeds can measure it, and no closer. With the reward model the leash binds: from 3 to 0.75
+# the KL grows more than fivefold, from 0.0113 to 0.0640, and the pick, 1.25, ends 0.0039
+# above the rm arm's, with 1.5 about as far below. The comparison below tests whether the
+# matches hold on seeds 0 to 4. The two variants at the end of the chapter keep
 # `grpo-verifier`'s $\beta$. The runs (twenty, made side by side) are stored in
 # `outputs/grpo.json` and read back while the code and the settings are the same.
 
@@ -521,10 +575,12 @@ gains = {arm: acc[arm][:, -1] - acc[arm][:, 0] for arm in MAIN}
 g_ver = gap("grpo-verifier", "verifier", gains)
 g_rm = gap("grpo-rm", "rm", gains)
 k_ver = gap("grpo-verifier", "verifier", kl_end)
+k_rm = gap("grpo-rm", "rm", kl_end)
 print_gaps("GRPO minus chapter 5, seed by seed",
            [("gain, verifier arms", g_ver),
             ("gain, reward-model arms", g_rm),
-            ("KL at the end, verifier arms", k_ver)])
+            ("KL at the end, verifier arms", k_ver),
+            ("KL at the end, reward-model arms", k_rm)])
 m, h = summary["grpo-rm"]["gain"], summary["grpo-rm"]["gain_ci"]
 print(f"{'gain of grpo-rm itself':<36}{m:>+8.3f}"
       f"   [{m - h:+.3f}, {m + h:+.3f}]")
@@ -534,8 +590,10 @@ claims = [
      summary["grpo-verifier"]["gain"] > summary["grpo-verifier"]["gain_ci"]),
     ("it gains less than chapter 5's verifier arm (0 outside)",
      g_ver[0] + g_ver[1] < 0),
-    ("the two end at the same KL (0 inside the KL difference)",
+    ("the verifier arms end at the same KL (0 inside)",
      abs(k_ver[0]) <= k_ver[1]),
+    ("the reward-model arms end at the same KL (0 inside)",
+     abs(k_rm[0]) <= k_rm[1]),
     ("GRPO with the RM loses accuracy (interval below 0)",
      summary["grpo-rm"]["gain"] + summary["grpo-rm"]["gain_ci"] < 0),
 ]
@@ -547,23 +605,29 @@ print_claims(claims)
 # less than chapter 5's arm in the mean, but the interval of the difference holds 0: at the
 # book's start five seeds cannot tell the two gains apart.
 #
-# The claim of an equal KL does not hold. GRPO's verifier arm ends closer to the reference
-# than chapter 5's, by an interval that lies wholly below 0: its $\beta$, picked to match
-# chapter 5's KL in float32, no longer matches it in float64 (the reward-model arms end nearer
-# each other, 0.027 and 0.031 in the table). The book compares arms at an equal sample budget
-# and an equal KL, or says why not; here it is the first without the second, because the
-# $\beta$ were not chosen again. The verifier comparison is then worth less than it was meant
-# to be: a difference in gain mixes how well each arm uses its 1,600 samples with how far each
-# is let move from the reference, and an arm held closer has less room to change its answers.
-# A smaller gain from GRPO is therefore not, on its own, evidence against the group baseline.
-# Exercise 3's runs give one check, a weak one: with the same $\beta$, GRPO given as many
-# prompts as chapter 5 (and so eight times the samples) still ends closer to the reference
-# than chapter 5's arm, and its gain cannot be told from that arm's on three seeds.
+# The matches fare differently on the comparison's seeds. The reward-model arms end at the
+# same KL: 0.031 both, a difference of -0.001 whose interval holds 0. The verifier arms do
+# not: with its $\beta$ matched on seeds 5 to 7, GRPO's verifier arm ends on seeds 0 to 4
+# closer to the reference than chapter 5's, 0.057 against 0.069; the difference seed by seed
+# is -0.012, and its interval, [-0.020, -0.004], misses 0 by 0.004 at its near edge. The
+# sweep above says why choosing again would not close it: over a fourfold range of $\beta$
+# this arm's KL moves about as much as it varies between seeds, so no $\beta$ of the sweep is
+# known to end nearer on these seeds. The book compares arms at an equal sample budget and
+# an equal KL, or says why not; for the verifier arms the KLs are near, not equal, and GRPO
+# is the arm held closer. A difference in gain then mixes how well each arm uses its 1,600
+# samples with how far each is let move from the reference, and an arm held closer has less
+# room to change its answers. A smaller gain from GRPO's verifier arm is therefore not, on
+# its own, evidence against the group baseline; and here the gain difference has 0 inside its
+# interval anyway. Exercise 3's runs give one more check, a weak one: with the same $\beta$,
+# GRPO given as many prompts as chapter 5 (and so eight times the samples) still ends closer
+# to the reference than chapter 5's arm, and its gain cannot be told from that arm's on three
+# seeds.
 #
-# The reward-model claim holds: paid by the RM, GRPO loses accuracy (the last line of the
-# table above, an interval wholly below 0), as chapter 5's rm arm does (its gain in the
-# first table). The two losses cannot be told apart: the gain difference of the
-# reward-model arms has 0 inside its interval.
+# The reward-model claim does not hold. Paid by the RM, GRPO gains nothing: its change in
+# accuracy, -0.015 (the last line of the table above), has 0 inside its interval, where
+# chapter 5's rm arm ends below its start (its gain in the first table, an interval wholly
+# below 0). But the two cannot be told apart either: the gain difference of the reward-model
+# arms, at the same KL, has 0 inside its interval. Neither arm gains from the RM.
 #
 # ## Does the group baseline change what the RM's blind spot allows?
 #
@@ -588,13 +652,13 @@ for arm in MAIN:
 # %% [markdown]
 # Paid by the reward model, GRPO does what chapter 5's arm did: it does not turn near-misses
 # into right answers, because the score it is paid cannot tell them apart. Both arms end with
-# fewer right answers and more near-misses than at the start; GRPO loses a little less, well
-# inside the noise (the gain difference of the reward-model arms, +0.008, has 0 inside its
-# interval). A better baseline reduces the noise of the gradient; it cannot add information
-# the reward does not carry.
+# fewer right answers and more near-misses than at the start, in the mean; GRPO loses a
+# little less, well inside the noise (the gain difference of the reward-model arms, +0.011,
+# has 0 inside its interval). A better baseline reduces the noise of the gradient; it cannot
+# add information the reward does not carry.
 #
-# Why does GRPO with the RM lose accuracy at all, rather than stand still? One reason is the
-# division by the group's spread. The eight answers to one prompt are mostly the same number
+# What moves GRPO's answers at all, when the RM cannot rank them? One push is the division by
+# the group's spread. The eight answers to one prompt are mostly the same number
 # or its near neighbours, and the RM scores them nearly alike. GRPO divides their differences
 # by that small spread and makes them unit size, however small they were. The next cell
 # measures it on five batches of `grpo-rm` at the start, against the spread that chapter
@@ -628,8 +692,8 @@ print(f"so GRPO scales a group's differences up about "
 # spread of the whole batch, which is mostly the prompts' part (chapter 6), and leaves the
 # differences between answers to one prompt small. This is the std bias that the critics'
 # section below describes, in its most direct form. It does not show as a larger loss here:
-# GRPO's loss with the RM cannot be told from chapter 5's (the difference above has 0
-# inside its interval).
+# GRPO's change in accuracy with the RM cannot be told from chapter 5's (the difference above
+# has 0 inside its interval).
 #
 # ## From other starts
 #
@@ -678,11 +742,12 @@ print("mean difference over the starts: "
 # starts included. But each start has three seeds, and the interval of its own difference
 # leaves out 0 at one start only (the count printed); at the book's start the five-seed
 # comparison above printed DOES NOT HOLD for the same reading. What holds is the mean over
-# the five starts, -0.026 ± 0.018, an interval below zero. It has three limits. It is at an
+# the five starts, -0.028 ± 0.018, an interval below zero. It has two limits. It is at an
 # equal sample budget but not at an equal KL: at the book's start GRPO ends closer to the
-# reference, and at the other starts the KL was neither measured nor matched (the $\beta$ was
-# chosen at the book's start only). That $\beta$ was chosen on seeds 0 to 2, the seeds used
-# here. And the learning rate, the two updates per batch and the gradient clip are chapter
+# reference (above), and at the other starts the KL was neither measured nor
+# matched (the $\beta$ was matched at the book's start only, on seeds 5 to 7). The match is
+# loose even there, since $\beta$ moves this arm's KL little. And the learning rate, the two
+# updates per batch and the gradient clip are chapter
 # 5's, tuned for chapter 5's recipe. So the finding is narrower than "the group baseline does
 # not pay for what it costs": with this recipe and these $\beta$, GRPO gains less from 1,600
 # samples than chapter 5's recipe, on average over these five starts. Two costs of the group
@@ -774,14 +839,13 @@ print(f"so about {1 / (1 - zero[:, -5:].mean()):.2f} times the samples "
 # from the group arms in the baseline and in the batch's shape: 64 prompts with one sample
 # each, against 8 prompts with 8.
 #
-# Its $\beta$ is matched, not borrowed: a sweep on seeds 5 to 7, which the comparison below
-# does not use, picks the value whose KL at the end is closest to `grpo-verifier`'s on the
-# same seeds. Only that KL is read, so each run is evaluated at its start and its end alone
-# (`eval_every`). The runs are stored in `outputs/remax_beta.json`. The sweep and the pick are
-# `minirlhf.studies.matching`'s, the way a new arm's $\beta$ is matched to another arm's.
+# Its $\beta$ is matched as `grpo-verifier`'s was: a sweep on seeds 5 to 7 picks the value
+# whose KL at the end is closest to `grpo-verifier`'s (at its matched $\beta$) on the same
+# seeds, each run evaluated at its start and its end alone. The runs are stored in
+# `outputs/remax_beta.json`.
 
 # %%
-SWEEP_SEEDS, REMAX_BETAS = [5, 6, 7], [0.03, 0.06, 0.12, 0.24, 0.48]
+REMAX_BETAS = [0.015, 0.03, 0.06, 0.12, 0.24, 0.48]
 
 
 def run_remax_sweep():
@@ -792,25 +856,21 @@ def run_remax_sweep():
                           progress=PROGRESS)
 
 
-# only the KL at the end is read: each run evaluates its start and its end
-at_end = replace(cfg, eval_every=cfg.iterations)
 sweep = load_or_run(OUTPUTS / "remax_beta.json",
                     {"seeds": SWEEP_SEEDS, "betas": REMAX_BETAS,
                      "ppo": asdict(at_end)}, {}, run_remax_sweep,
                     arms=("grpo-verifier", "remax-verifier"))["arms"]
 matched = matching.match_beta(sweep, "remax-verifier", REMAX_BETAS,
                               "grpo-verifier")
-print(f"grpo-verifier, seeds 5-7: KL at the end {matched.target:.4f}")
-print(f"{'ReMax beta':<12}{'KL at the end':>14}{'minus target':>14}")
-for b, (kl, _) in matched.final_kl.items():
-    print(f"{b:<12g}{kl:>14.4f}{matched.gap(b):>+14.4f}")
-print(f"closest: beta {matched.beta:g}; the arm's beta in minirlhf/arms.py: "
-      f"{DEFAULT_BETA['remax-verifier']:g}")
+print_match(matched, "grpo-verifier")
 assert matched.beta == DEFAULT_BETA["remax-verifier"], "re-pick it"
 
 # %% [markdown]
-# The four estimators side by side, over the five seeds: the three group estimators with
-# $\beta$ = 0.12 in the loss, ReMax with the $\beta$ just picked. ReMax's runs are stored on
+# Unlike GRPO's, ReMax's KL follows its $\beta$ closely, from 0.0672 at 0.015 to 0.0162 at
+# 0.48, and the pick, 0.03, ends 0.0012 above the target.
+#
+# The four estimators side by side, over the five seeds: the three group estimators at
+# `grpo-verifier`'s $\beta$ in the loss, ReMax with the $\beta$ just picked. ReMax's runs are stored on
 # their own, in `outputs/remax.json`.
 
 # %%
@@ -853,7 +913,7 @@ print_gaps("ReMax minus GRPO, seed by seed",
 # size of the advantages matters less than their balance against the leash. RLOO is the
 # centred estimator scaled by $8/7$, and behaves
 # like it. The three gain the same to within their intervals, and the gain without the std
-# minus with it is +0.000: on this task and budget the division by the std buys no accuracy,
+# minus with it is +0.004: on this task and budget the division by the std buys no accuracy,
 # and the two estimators without it reach the same gain closer to the reference. Read the
 # table's intervals before reading a ranking into it.
 #
@@ -965,13 +1025,15 @@ for name, value in terms.items():
 #   prompt's baseline with no value network. With the verifier, GRPO learns; with the same
 #   1,600 samples it learns less than chapter 5's recipe on average over five starts (an
 #   interval below zero), though three seeds tell the two apart at only one start, and five
-#   seeds cannot at the book's start. It also ends closer to the reference: its $\beta$
-#   was matched to chapter 5's KL in float32 and the match no longer holds, so this is a
-#   comparison at an equal budget, not at an equal KL. And it holds for this recipe: chapter
-#   5's learning rate and two updates per batch, and a $\beta$ chosen on three of the seeds.
+#   seeds cannot at the book's start. It also ends a little closer to the reference: its
+#   $\beta$, matched to chapter 5's KL on seeds the comparison does not use, moves this arm's
+#   KL little, and on the comparison's seeds the match misses by a small margin (the
+#   reward-model arms' match holds). So this is a comparison at an equal budget and a nearly
+#   equal KL, GRPO the arm held closer. And it
+#   holds for this recipe: chapter 5's learning rate and two updates per batch.
 # - **A baseline cannot create signal.** Paid by the reward model, GRPO does not fix the ones
-#   digit either: it loses accuracy, as chapter 5's arm does, and the kinds of answers move
-#   as in chapter 5. Its division by the group's spread makes the RM's small score
+#   digit either: at the rm arm's KL it gains nothing, and its change cannot be told from
+#   that arm's loss; the kinds of answers move as in chapter 5. Its division by the group's spread makes the RM's small score
 #   differences inside the blind spot as large as any other advantage.
 # - **Groups run dry.** More than a quarter of the groups are all right or all wrong and
 #   teach nothing, in the first iterations and the last alike, because prompts differ in

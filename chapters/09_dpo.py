@@ -257,9 +257,9 @@ for name, comp in (("chosen", chosen[:1]), ("rejected", rejected[:1])):
 #
 # The arm `dpo` of the experiment's registry runs it from chapter 5's partial-SFT policy, which
 # is also the frozen reference, on one pass over the RM's 12,800 pairs (200 steps of 64). Its
-# $\beta$ = 1.25 was picked as chapter 8 picked GRPO's: by a short sweep, the value whose KL at
-# the end matched that of chapter 5's rm arm, which learnt from the same pairs through the RM.
-# The sweep was made for an earlier, single-precision run of this book, and $\beta$ was not
+# $\beta$ = 1.25 was picked by a short sweep (seeds 0 to 2), as the value whose KL at the end
+# matched that of chapter 5's rm arm, which learnt from the same pairs through the RM. The
+# sweep was made for an earlier, single-precision run of this book, and $\beta$ was not
 # picked again for these runs: the seed-by-seed test further down checks that the two KLs
 # still match. The next cell hands `train_dpo` your `dpo_loss` if it passes every check and
 # gives the package's loss and gradient on one batch of 64 pairs (otherwise the package's,

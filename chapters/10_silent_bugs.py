@@ -748,8 +748,8 @@ for letter, bug in ch10.RUNS.items():
 # ## Which panel moves first
 #
 # Over seeds 0-4, every run has panels that separate it from the correct run: most of the
-# dashboard for runs A, B and G, and for the others both KL panels at least, except run D,
-# whose KL scatters from seed to seed and whose clearest tell is `objective/entropy`. Every
+# dashboard for runs A, B and G, and for the others both KL panels at least. Run D's KL
+# scatters from seed to seed, and its clearest tell is `objective/entropy`. Every
 # run's best panel other than `accuracy` clears 0 by more than a quarter of its half-width.
 #
 # A dashboard is read while the run goes on, so it matters *when* a tell shows. For each panel
@@ -789,7 +789,7 @@ for letter, bug in ch10.RUNS.items():
 #   iteration 5 in run A and 9 in run B.
 # - **A leash that does not hold** (runs C and D) shows in the KL as the policy drifts: the
 #   exact `kl` is apart from iteration 4 in both, and accuracy, lower, from iteration 5 in run
-#   C and 4 in run D. Run D's `objective/entropy` separates over the whole run but is never
+#   C and 3 in run D. Run D's `objective/entropy` separates over the whole run but is never
 #   apart at three points in a row.
 # - **A wrong loss** shows in what the loss moves. Run G's DPO logs are apart from step 2,
 #   while its accuracy is apart only from step 8. Run E's exact `kl` is apart from iteration
@@ -878,7 +878,7 @@ with sb.planted(sb.BUGS[ch10.bug_of("B")]):
 # these runs (C, D, F and G) from the correct one, run F's by less than a point, and a real
 # run has no accuracy to read at all. Only a baseline with bands over seeds tells what is
 # normal, and that is how every dashboard above was read. Count the seeds, too: over three,
-# run D's best panel clears 0 by less than half a half-width (exercise 1 below).
+# the best panels of runs C and D clear 0 by much less than over five (exercise 1 below).
 #
 # ## Bugs this chapter does not plant
 #
@@ -942,8 +942,8 @@ with sb.planted(sb.BUGS[ch10.bug_of("B")]):
 # how many panels separate it and the best margin among the panels a real run logs (not
 # `accuracy`), beside the same over five seeds. Runs whose bug moves a panel by much more than
 # the seeds' spread (the masks, the leash with no gradient, the clip, DPO's sign) keep their
-# tells with three seeds. Run D keeps three of its four panels, but its best margin falls from
-# 0.97 to 0.42 half-widths: k1's push differs from batch to batch, so its seeds scatter, and
+# tells with three seeds. Run D keeps three of its four panels, and its best margin falls from
+# 1.69 to 1.05 half-widths: k1's push differs from batch to batch, so its seeds scatter, and
 # an interval over three seeds is wide (Student's t for two degrees of freedom is more than
 # half as large again as for four). A bug whose effect is noisy needs more seeds than one
 # whose effect is

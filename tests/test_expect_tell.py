@@ -376,3 +376,9 @@ def test_the_adversarys_notebook_fails(tmp_path):
     namespace = {}
     exec("import torch\n" + UNFIXED, namespace)
     assert by_name["fix_run_c"].passed == run_cases(namespace["fix_run_c"], get("fix_run_c")).passed
+
+
+def test_a_one_tuple_is_shown_with_its_comma():
+    # a learner's ("val/completion_length",) must read as the 1-tuple it is
+    assert describe(("val/completion_length",)) == "('val/completion_length',)"
+    assert describe(("kl", 2)) == "('kl', 2)"

@@ -421,3 +421,18 @@ def test_band_report_leads_with_the_digits_and_shows_the_bug_beside_the_band(mon
         assert lines[0].endswith("seeds 0-1:") and "digit for digit" in lines[1] and verdict.startswith(last)
         assert "bug   4.0000 OUT" in text and "3.5000 in" in text
         assert max(len(line) for line in lines) <= 77, text
+
+
+def test_the_mask_check_names_the_slip_that_drops_the_end_mark():
+    # a mask one short (the tokens strictly before the first ';') is told from run B's bug
+    # (every ';' dropped) on the first case, where the two differ
+    from minirlhf.course.cases import run_cases
+    from minirlhf.course.exercises import get
+    from minirlhf.task import SEMI
+
+    def fix_run_a(completions):
+        return (torch.cumsum((completions == SEMI).long(), dim=1) == 0).float()
+
+    ex = get("fix_run_a")
+    first = next(r for r in run_cases(fix_run_a, ex).results if not r.passed)
+    assert "drops the first ';' itself" in first.message and "every ';'" not in first.message

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from minirlhf import trl as bridge
+from minirlhf.arms import DEFAULT_BETA
 from minirlhf.commands import trl_run as trl_command
 from minirlhf.paths import ROOT
 from minirlhf.ppo import PPOConfig
@@ -31,13 +32,13 @@ def test_grpo_settings_are_ours():
     s = bridge.trl_settings("grpo-verifier", seed=3)
     assert s["num_generations"] == 8 and s["per_device_train_batch_size"] == 64
     assert s["num_iterations"] == 2 and s["max_steps"] == 50  # 25 rollouts of 2 optimizer steps
-    assert s["beta"] == 0.12 and s["epsilon"] == 0.2 and s["temperature"] == 0.7
+    assert s["beta"] == DEFAULT_BETA["grpo-verifier"] and s["epsilon"] == 0.2 and s["temperature"] == 0.7
     assert s["learning_rate"] == 2e-4 and s["lr_scheduler_type"] == "linear" and s["weight_decay"] == 0.0
     assert s["max_grad_norm"] == 0.5 and s["scale_rewards"] == "group" and s["loss_type"] == "dapo"
     assert s["max_completion_length"] == 4 and s["seed"] == 3 and s["report_to"] == "none"
     # the policy and its reference load in the folder's dtype (float64), not TRL's float32
     assert s["model_init_kwargs"] == {"dtype": "auto"} and s["bf16"] is False and s["fp16"] is False
-    assert bridge.trl_settings("grpo-rm")["beta"] == 1.5
+    assert bridge.trl_settings("grpo-rm")["beta"] == DEFAULT_BETA["grpo-rm"]
 
 
 def test_grpo_leash_is_ours_not_trls_default():
@@ -376,3 +377,30 @@ def test_a_stop_signal_writes_the_finished_seeds(tmp_path, name, status):
     results = json.loads((out / "trl_results.json").read_text())
     assert results["settings"]["seeds"] == [0] and list(results["trl"]["grpo-verifier"]) == ["0"]
     assert sorted(p.name for p in out.iterdir()) == sorted(trl_command.OUTPUT_FILES)  # no lock or .tmp left
+
+
+def test_the_pages_verdicts_are_the_stored_runs(stored):
+    # The toy-to-real page's prose reads the verdicts of the stored runs: which gains rise,
+    # fall or hold 0, and that every gain difference, ours minus TRL's, holds 0. A rerun of
+    # `make trl` that changes one fails here until the prose is read again.
+    from minirlhf.stats import mean_ci95
+
+    def verdict(mean, half):
+        return "rises" if mean - half > 0 else "falls" if mean + half < 0 else "0 inside"
+
+    s = bridge.side_by_side(stored)
+    said = {"grpo-verifier": ("rises", "rises"), "grpo-rm": ("0 inside", "0 inside"),
+            "rloo-verifier": ("rises", "0 inside"), "rm": ("falls", "falls")}  # fmt: skip
+    assert {arm: (verdict(*s[arm]["ours"]["gain"]), verdict(*s[arm]["trl"]["gain"])) for arm in s} == said
+    page = (ROOT / "book" / "toy-to-real.md").read_text(encoding="utf-8")
+    assert "both PPO arms lower it, and both GRPO arms\nhave 0 inside" in page
+    for arm in s:
+        ours, trl = stored["ours"][arm], stored["trl"][arm]
+        m, h = mean_ci95(
+            [
+                (ours[k]["accuracy"][-1] - ours[k]["accuracy"][0]) - (trl[k]["accuracy"][-1] - trl[k]["accuracy"][0])
+                for k in ours
+            ]
+        )
+        assert abs(m) <= h, arm
+    assert "For all four arms 0 is inside the interval" in page

@@ -367,6 +367,8 @@ def _describe(value, whole: bool = False) -> str:
         )
     if isinstance(value, (list, tuple)):
         body = ", ".join(_describe(v, whole) for v in value)
+        if isinstance(value, tuple) and len(value) == 1:
+            body += ","  # a 1-tuple keeps its comma, as Python writes it
         text = f"[{body}]" if isinstance(value, list) else f"({body})"
         if not whole and len(text) > LONG_ARRAY and all(isinstance(v, (int, float)) for v in value):
             return _summary("a list" if isinstance(value, list) else "a tuple", (len(value),), list(value))

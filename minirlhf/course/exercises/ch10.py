@@ -24,7 +24,7 @@ from ...model import completion_mask
 from ...paths import OUTPUTS
 from ...ppo import logprobs_from_logits
 from ...studies import silent_bugs as sb
-from ...task import encode
+from ...task import SEMI, encode
 from ..cases import Case, Exercise, MeasuredCases, NotReady, Slip, run_cases
 from ..expect import ExpectArray
 from ..runs import NotStored, stored_bug_runs
@@ -422,7 +422,9 @@ def _k3_clamped_at_10(new_logp, ref_logp, mask, kl_clamp=10.0):
     return k3_loss_term(new_logp, ref_logp, mask, 10.0)
 
 
-_COMPLETIONS = ("68;;", "7;;;", "198;", "1987", ";;;;", "12;7", "0;12")
+# the first two tell the usual slips apart (a ';' with a digit after it); the rest cover the
+# ends: several ';', one at the last place, none, only ';'
+_COMPLETIONS = ("12;7", "0;12", "68;;", "7;;;", "198;", "1987", ";;;;")
 
 
 def _mask_cases() -> tuple:
@@ -462,8 +464,18 @@ def _mask_expect() -> ExpectArray:
                 "that drops every ';' and keeps what follows one: the end mark is a real token, kept, and "
                 "everything after the first ';' is dropped",
             ),
+            Slip(
+                "end-dropped",
+                _mask_end_dropped,
+                "that drops the first ';' itself: the end mark is a token the policy wrote, kept in the mask",
+            ),
         ),
     )
+
+
+def _mask_end_dropped(completions):
+    # the slip: the tokens strictly before the first ';', one short of the answer
+    return (torch.cumsum((completions == SEMI).long(), dim=1) == 0).float()
 
 
 def _logprob_cases() -> tuple:
