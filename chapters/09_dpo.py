@@ -1037,9 +1037,10 @@ def draw_methods(narrow=False):
                     yerr=s["gain_ci"], fmt="o", ms=6, capsize=3,
                     color=COLORS[arm])
         # names left of the points on the right edge, right of the others;
-        # the GRPO arm's below its point, clear of the verifier arm's
+        # the GRPO arm's below its point, clear of the verifier arm's, and
+        # DPO's below, clear of the near-miss arm's, whose point is nearly its
         right = s["kl_end"] > 0.12
-        below = arm == "grpo-verifier"
+        below = arm in ("grpo-verifier", "dpo")
         ax.annotate(arm, (s["kl_end"], s["gain"]), fontsize=7,
                     color=COLORS[arm], textcoords="offset points",
                     xytext=(-8 if right else 8, -12 if below else 3),
