@@ -31,10 +31,11 @@
 # partial-SFT starts of chapter 6, and the critic of chapter 7. This chapter reads chapters 5
 # and 6's stored runs when they are there and makes them otherwise; it makes its own runs side
 # by side, one per CPU core. With chapters 5 and 6's runs stored, a first run of the notebook
-# takes about three minutes on a 2-core machine, each long cell with a
-# progress bar in JupyterLab; four cells of runs take most of it (the GRPO arms, ReMax's sweep
-# and runs, the batch shapes of exercise 3, and the partial-SFT starts). Without them it makes
-# them too, about five minutes in all. Later runs read every result back and make
+# takes about a minute and a half on a 2-core machine with nothing else running, each long
+# cell with a progress bar in JupyterLab; five cells of runs take most of it (the sweeps that
+# match the GRPO arms' $\beta$, the GRPO arms, ReMax's sweep and runs, the batch shapes of
+# exercise 3, and the partial-SFT starts). Without them it makes them too, about two and a
+# half minutes in all. Later runs read every result back and make
 # only the one GRPO run that your functions drive (about fifteen seconds in all).
 # ```
 
