@@ -1038,7 +1038,8 @@ def draw_methods(narrow=False):
                     color=COLORS[arm])
         # names left of the points on the right edge, right of the others;
         # the GRPO arm's below its point, clear of the verifier arm's, and
-        # DPO's below, clear of the near-miss arm's, whose point is nearly its
+        # DPO's below, clear of the near-miss arm's: their points nearly
+        # meet
         right = s["kl_end"] > 0.12
         below = arm in ("grpo-verifier", "dpo")
         ax.annotate(arm, (s["kl_end"], s["gain"]), fontsize=7,
