@@ -20,6 +20,8 @@ from minirlhf.exact import (
     proxy_rewards,
     score_range,
     sequence_logprobs,
+    tilted_stats,
+    tilted_table,
     token_logprob_floor,
 )
 from minirlhf.model import GPTConfig, TinyGPT, completion_logits, generate, make_generator, reward_scores
@@ -363,6 +365,100 @@ def test_bad_inputs_are_named():
         (lambda: best_of_n(probs, proxy, 0), "n must"),
         (lambda: best_of_n(probs, proxy[:1], 2), "probs and proxy"),
         (lambda: expected_gold(enumerate_completions(POLICY, PROMPTS, T), PAIRS[:1]), "pairs"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            call()
+
+
+# ----------------------------------------------------------------------------- the tilted optimum
+
+
+def _tilt_by_hand(probs, reward, beta):
+    w = probs * torch.exp(reward / beta)
+    return w / w.sum()
+
+
+def test_the_tilt_by_hand_and_its_kl_identity():
+    g = torch.Generator().manual_seed(3)
+    probs = torch.rand(40, generator=g, dtype=torch.float64)
+    probs /= probs.sum()
+    reward = torch.randn(40, generator=g, dtype=torch.float64) * 2
+    gold = (torch.rand(40, generator=g, dtype=torch.float64) < 0.3).double()
+    betas = torch.tensor([50.0, 2.0, 0.5, 0.1], dtype=torch.float64)
+    stats = tilted_stats(probs, reward, betas, gold)
+    for i, beta in enumerate(betas):
+        t = _tilt_by_hand(probs, reward, beta)
+        assert math.isclose(stats["kl"][i], float(torch.xlogy(t, t / probs).sum()), rel_tol=1e-9, abs_tol=1e-14)
+        assert math.isclose(stats["reward"][i], float(t @ reward), rel_tol=1e-12)
+        assert math.isclose(stats["gold"][i], float(t @ gold), rel_tol=1e-12, abs_tol=1e-15)
+    # a large beta leaves pi be; a small one puts the mass on the best-scored answer
+    assert stats["kl"][0] < 1e-3 and stats["reward"][-1] > reward.max() - 0.3
+    assert (stats["kl"].diff() > 0).all() and (stats["reward"].diff() > 0).all()
+
+
+def test_the_tilt_maximizes_reward_minus_beta_kl():
+    g = torch.Generator().manual_seed(4)
+    probs = torch.rand(12, generator=g, dtype=torch.float64)
+    probs /= probs.sum()
+    reward = torch.randn(12, generator=g, dtype=torch.float64)
+    beta = 0.7
+    best = tilted_stats(probs, reward, beta)
+    objective = float(best["reward"] - beta * best["kl"])
+    for _ in range(200):  # no other law of the same support does better
+        q = torch.rand(12, generator=g, dtype=torch.float64) ** 3
+        q /= q.sum()
+        assert float(q @ reward - beta * torch.xlogy(q, q / probs).sum()) <= objective + 1e-12
+
+
+def test_the_verifier_tilt_is_the_least_kl_for_its_gold():
+    """Tilting with a 0/1 reward reaches gold G at the binary KL(G || p), the least any law can."""
+    probs = torch.tensor([0.1, 0.15, 0.5, 0.25], dtype=torch.float64)
+    right = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    p = float(probs @ right)
+    stats = tilted_stats(probs, right, [3.0, 1.0, 0.3], right)
+    for kl, gold in zip(stats["kl"].tolist(), stats["gold"].tolist()):
+        binary = gold * math.log(gold / p) + (1 - gold) * math.log((1 - gold) / (1 - p))
+        assert gold > p and math.isclose(kl, binary, rel_tol=1e-9)
+
+
+def test_the_tilts_bounds_hold_whatever_the_pruned_answers_score():
+    g = torch.Generator().manual_seed(5)
+    probs = torch.rand(30, generator=g, dtype=torch.float64)
+    probs /= probs.sum()
+    reward = torch.rand(30, generator=g, dtype=torch.float64) * 4 - 2
+    gold = (torch.rand(30, generator=g, dtype=torch.float64) < 0.4).double()
+    betas = [5.0, 1.0, 0.4]
+    kept = probs > 0.02  # the rest is "pruned": it may score anything in (-2, 2)
+    m = float(probs[~kept].sum())
+    assert 0 < m < 0.5
+    bounds = tilted_stats(probs[kept], reward[kept], betas, gold[kept], m, (-2.0, 2.0))
+    for trial in range(20):
+        hidden = reward.clone()
+        hidden[~kept] = torch.rand(int((~kept).sum()), generator=g, dtype=torch.float64) * 4 - 2
+        if trial == 0:
+            hidden[~kept] = 2.0  # the worst case for the bounds
+        truth = tilted_stats(probs, hidden, betas, gold)
+        for key in ("kl", "reward", "gold"):
+            assert (bounds[f"{key}_lower"] <= truth[key] + 1e-12).all(), key
+            assert (truth[key] <= bounds[f"{key}_upper"] + 1e-12).all(), key
+    assert (bounds["tilted_pruned"] > m).all() and (bounds["tilted_pruned"] < 1).all()
+    assert (bounds["kl_lower"] <= bounds["kl"]).all() and (bounds["kl"] <= bounds["kl_upper"]).all()
+
+
+def test_the_tilt_table_runs_over_the_prompts_and_bad_inputs_are_named(small):
+    policy, _, rm, pairs, prompts = small
+    comps = enumerate_completions(policy, prompts, T, min_prob=1e-4)
+    proxy, gold = proxy_rewards(comps, rm), gold_rewards(comps, pairs)
+    table = tilted_table(comps, proxy, [100.0, 1.0], gold, score_range(rm))
+    assert table["kl"].shape == (2, 3) and (table["kl"][0] < table["kl"][1]).all()
+    assert torch.allclose(table["gold"][0], expected_gold(comps, pairs).value, atol=2e-3)  # beta 100: nearly pi
+    probs = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    reward = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    for call, name in (
+        (lambda: tilted_stats(probs, reward, 0.0), "beta must"),
+        (lambda: tilted_stats(probs, reward, [1.0, float("nan")]), "beta must"),
+        (lambda: tilted_stats(probs * 0.9, reward, 1.0, pruned=0.1), "reward_range"),
+        (lambda: tilted_stats(probs, reward, 1.0, gold=reward[:1]), "gold must"),
     ):
         with pytest.raises(ValueError, match=name):
             call()
