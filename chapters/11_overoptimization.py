@@ -12,19 +12,23 @@
 # network, and the distance, a KL between the distributions over whole answers, is sampled. At
 # ours both are exact. The gold reward is the verifier, which cannot be wrong, and an answer is
 # at most four tokens, so the policy's **whole distribution over answers** can be written down
-# for every prompt. This chapter does that, and draws Gao et al.'s curves with no sampling
-# noise on either axis:
+# for every prompt. This chapter does that, and with it separates three things that no run at
+# scale can pull apart: what the proxy allows, what the optimizer finds, and the yardstick:
 #
 # 1. **The whole distribution**: every answer the policy can give, with its probability, and
 #    from it the exact KL, the exact gold reward and the exact proxy reward.
 # 2. **Best-of-$n$, exactly**: you write the law of the best of $n$ samples, the usual
 #    formula for its KL, and the exact KL; your functions then measure best-of-$n$ for $n$ from 1
 #    to 4,096, at no training cost.
-# 3. **RL against the same proxy**, at three strengths of the leash, and both methods on one
-#    axis, with Gao et al.'s fitted forms.
-# 4. **How the proxy's quality moves the peak**: five more proxies, trained on 200 to 12,800
+# 3. **The optimum and the ceiling**, with no training either: the policy that the KL-regularized
+#    objective is maximized by, for every strength of the leash, and the least KL at which any
+#    policy can reach a given gold.
+# 4. **RL that climbs**: four optimizers against the same proxy, each first checked to raise
+#    the number it is handed, then read against the optimum at equal KL, and every method on
+#    one axis with Gao et al.'s fitted forms.
+# 5. **How the proxy's quality moves the peak**: five more proxies, trained on 200 to 12,800
 #    pairs, and one with near-misses among its rejected answers.
-# 5. **The KL estimators against the truth**: chapter 1's k1 and k3, summed over the tokens of
+# 6. **The KL estimators against the truth**: chapter 1's k1 and k3, summed over the tokens of
 #    sampled answers as a run computes them, beside the exact KL of the same policies.
 #
 # ```{admonition} What you need
@@ -56,7 +60,7 @@ from minirlhf.model import (completion_logits, completion_mask, generate,
 from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY, YELLOW
 from minirlhf.paths import OUTPUTS
 from minirlhf.stats import mean_ci95, pm, print_claims
-from minirlhf.studies import gao
+from minirlhf.studies import frontier, gao, kl_exact
 from minirlhf.studies import overoptimization as overopt
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
@@ -104,11 +108,13 @@ print(f"{len(pairs)} prompts, answers sampled at temperature "
 # This KL is over **whole answers** (the *sequence-level* KL), the distance Gao et al. use. It
 # is not the per-token KL of chapters 5 to 7, which `evaluate` computed on the greedy answers
 # only; the last section puts the two side by side. Every number below is a mean over the 100
-# prompts. The cell enumerates the partial-SFT policy and checks the enumeration against plain
-# sampling: the verifier's accuracy on 64 sampled answers a prompt must land near the exact value.
+# prompts (why not all 400: each RL evaluation below enumerates its policy afresh, 13 times in
+# each of 12 runs). One pruning threshold, $10^{-8}$, serves the whole chapter. The cell
+# enumerates the partial-SFT policy and checks the enumeration against plain sampling: the
+# verifier's accuracy on 64 sampled answers a prompt must land near the exact value.
 
 # %%
-MIN_PROB = 1e-8  # prune answers less likely than this
+MIN_PROB = overopt.MIN_PROB  # prune answers less likely than this: 1e-8
 comps = exact.enumerate_completions(policy, prompts, overopt.TEMPERATURE,
                                     MIN_PROB)
 gold = exact.gold_rewards(comps, pairs)  # (N,): 1 if right, else 0
@@ -164,9 +170,12 @@ print_claims([("the interval holds 0: sampling agrees with the enumeration",
 #
 # where $F(v^-)$ is the probability of scoring strictly less than $v$. When several answers
 # share the score $v$ (a tie), the best of $n$ is one of them, and which one is decided by the
-# tie rule. We break ties uniformly at random, so within a tie $P_n$ splits in proportion to
-# $\pi$: $P_n(y) = P_n(v)\, \pi(y) / \pi(\text{answers scoring } v)$. When no scores tie, this is
-# $P_n(y) = F(y)^n - F(y^-)^n$.
+# tie rule. Ours: among the draws that share the top score, the winner is chosen uniformly at
+# random (taking the first of them comes to the same). Those draws are independent draws from
+# $\pi$ restricted to the tied answers, so the winner is too, and within a tie $P_n$ splits in
+# proportion to $\pi$: $P_n(y) = P_n(v)\, \pi(y) / \pi(\text{answers scoring } v)$. (Choosing
+# uniformly among the tied *answers* instead would give another law.) When no scores tie, this
+# is $P_n(y) = F(y)^n - F(y^-)^n$.
 #
 # ## Exercise 11.1: `best_of_n_probs`
 #
@@ -184,8 +193,9 @@ print_claims([("the interval holds 0: sampling agrees with the enumeration",
 # `best_of_n_probs([0.5, 0.25, 0.25], [0, 1, 1], 2)` returns `array([0.25, 0.375, 0.375])`.
 #
 # **How it is judged.** Cases worked by hand, compared within $10^{-9}$: the examples, $n = 1$,
-# a large $n$, ties in several places, all answers tied, an answer of probability 0, and lists
-# as inputs; then 100 random inputs against the package's solution.
+# $n = 10$ (an answer that needs ten decimals), a large $n$, ties in several places, all answers
+# tied, an answer of probability 0, and lists as inputs; then 100 random inputs against the
+# package's solution.
 
 # %% tags=["solution"]
 def best_of_n_probs(probs, proxy, n):
@@ -212,9 +222,10 @@ check("best_of_n_probs", best_of_n_probs);
 # %% [markdown]
 # ## Exercise 11.2: `best_of_n_kl_bound`
 #
-# How far does best-of-$n$ move from $\pi$? If no two answers ever tie (a continuous score),
-# $P_n$ depends on an answer only through its rank $u = F(y)$, with density $n u^{n-1}$ against
-# $\pi$, and the KL is
+# How far does best-of-$n$ move from $\pi$? If the score has a continuous distribution under
+# $\pi$ (no answer carries probability of its own: an *atomless* distribution), $P_n$ depends
+# on an answer only through its rank $u = F(y)$, with density $n u^{n-1}$ against $\pi$, and
+# the KL is
 #
 # $$
 # \mathrm{KL}(P_n \,\|\, \pi) = \int_0^1 n u^{n-1} \log(n u^{n-1})\, du = \log n - \frac{n-1}{n}.
@@ -223,9 +234,11 @@ check("best_of_n_probs", best_of_n_probs);
 # Stiennon et al. {cite}`stiennon2020summarize` use this formula for their best-of-$n$
 # policies, and Gao et al. {cite}`gao2023scaling` use it as the KL axis of every best-of-$n$
 # curve they draw. Beirami et al. {cite}`beirami2024bon` show that the formula is not the KL of
-# best-of-$n$ in general but only an **upper bound** on it, and study when the gap is large; the
-# derivation above needs every answer to have a rank of its own, which a distribution over a
-# finite set of answers with tied scores, such as ours, does not give.
+# best-of-$n$ in general but only an **upper bound** on it, and study when the gap is large. The
+# derivation needs the atomless distribution; ours has atoms, every answer with a probability
+# of its own, even where no two scores tie. Then an answer $y$ gets
+# $P_n(y) = \int_{F(y^-)}^{F(y)} n u^{n-1}\, du$, the continuous density lumped over its own
+# stretch of ranks, and lumping can only lower a KL. Exercise 11.4 measures by how much.
 #
 # **Contract.** `best_of_n_kl_bound(n)` returns $\log n - (n-1)/n$ in nats, as a Python float,
 # for a whole number $n \ge 1$.
@@ -262,15 +275,16 @@ check("best_of_n_kl_bound", best_of_n_kl_bound);
 # $\sum_y \pi(y) (\log \pi(y) - \log \pi_{\mathrm{ref}}(y))$ along the last axis, with
 # $\pi(y) = e^{\log \pi(y)}$: a Python float for `(K,)`, a NumPy array `(M,)` for `(M, K)`. An
 # answer the policy never gives has `logp = -inf` and adds 0, whatever the reference gives it.
-# The reference's probabilities need not sum to 1 (its other answers may have been pruned).
+# Neither's probabilities need sum to 1 (other answers may have been pruned): $\pi(y)$ is
+# $e^{\log \pi(y)}$ as given, never renormalized.
 #
 # **Examples.** `sequence_kl(np.log([0.5, 0.5]), np.log([0.25, 0.75]))` returns
 # $\tfrac12 \log 2 + \tfrac12 \log \tfrac23 = 0.1438...$; `sequence_kl([0.0, -np.inf],
 # np.log([0.5, 0.5]))` returns $\log 2 = 0.6931...$.
 #
 # **How it is judged.** Cases worked by hand, within $10^{-9}$: the examples, equal
-# distributions, answers of probability 0 under either, a reference whose probabilities do not
-# sum to 1, several rows at once, and lists; then 100 random inputs.
+# distributions, answers of probability 0 under either, a policy or a reference whose
+# probabilities do not sum to 1, several rows at once, and lists; then 100 random inputs.
 
 # %% tags=["solution"]
 def sequence_kl(logp, ref_logp):
@@ -332,44 +346,121 @@ for n in (2, 4, 16, 64, 256, 1024, 4096):
 
 # %% [markdown]
 # For $n = 2$ the exact KL is already below the formula (0.91 of it), and the gap widens with
-# $n$: at $n = 4096$ the exact KL is 0.78 of what the formula says. Two things make a discrete
-# policy's best-of-$n$ move less than a continuous one's:
+# $n$: at $n = 4096$ the exact KL is 0.78 of what the formula says. The cause is the atoms:
 #
-# - **Ties.** Answers that share a proxy score form one block, and best-of-$n$ cannot move mass
-#   inside a block: within it, $P_n$ stays in proportion to $\pi$. The formula assumes every
-#   answer has a rank of its own.
-# - **A finite top.** However large $n$ is, best-of-$n$ can do no better than put all its mass on
-#   the top-scoring answer $y^*$, so its KL can never exceed $\log(1/\pi(y^*))$. The formula
-#   grows like $\log n$ forever.
+# - **Atoms.** Every answer carries probability of its own, so best-of-$n$ can only move whole
+#   answers up or down, and the KL of the lumped law is below the formula's (exercise 11.4 shows
+#   it on two answers). Ties are not the cause here: the RM scores distinct answers differently,
+#   and the only tie in the computation is the pruned mass, merged into one outcome. A tie would
+#   only merge atoms into larger ones.
+# - **A finite top**, which follows from the atoms. However large $n$ is, best-of-$n$ can do no
+#   better than put all its mass on the top-scoring answer $y^*$, so its KL can never exceed
+#   $\log(1/\pi(y^*))$. The formula grows like $\log n$ forever.
+
+# %% [markdown]
+# ## Exercise 11.4: `best_of_n_kl`
 #
+# Exercise 11.2's formula needs a score distribution without atoms, where no answer carries
+# probability of its own. Ties are not what breaks it. A policy over a finite set of answers
+# has atoms even when every score is distinct, because each answer is an atom. Take two answers
+# of probability $\tfrac12$ with distinct scores. The best of two is the higher one unless both
+# draws are the lower one, so $P_2 = (0.25, 0.75)$ and
+#
+# $$
+# \mathrm{KL}(P_2 \,\|\, \pi) = 0.25 \log 0.5 + 0.75 \log 1.5 = 0.1308...
+# \;<\; \log 2 - \tfrac12 = 0.1931...
+# $$
+#
+# In general an answer $y$ gets the continuous law's density $n u^{n-1}$ summed over its own
+# stretch of ranks, from $F(y^-)$ to $F(y)$. Lumping two laws in the same way can only lower
+# the KL between them (the data-processing inequality). So for any discrete $\pi$ the formula
+# is an upper bound. The bound is met only at $n = 1$, and the KL approaches it from below as
+# the atoms shrink. A tie merges several answers into one atom, and best-of-$n$ moves no mass
+# inside an atom. A tie can therefore only lower the KL further. It is not what makes the gap.
+#
+# **Contract.** `best_of_n_kl(probs, proxy, n)` takes the same inputs as `best_of_n_probs`:
+# the probabilities of one prompt's answers under the policy, shape `(K,)`, non-negative and
+# summing to 1; their proxy scores, shape `(K,)`; and a whole number $n \ge 1$. The inputs may
+# be lists or NumPy arrays. It returns the exact
+# $\mathrm{KL}(P_n \,\|\, \pi) = \sum_y P_n(y) \log(P_n(y) / \pi(y))$ in nats, as a Python
+# float. Here $P_n$ is the law of exercise 11.1, with ties broken uniformly at random, and $\pi$
+# is `probs`. An answer with $P_n(y) = 0$ adds 0. Your `best_of_n_probs` may do part of the
+# work. NumPy only.
+#
+# **Examples.** `best_of_n_kl([0.5, 0.5], [0, 1], 2)` returns
+# $0.25 \log 0.5 + 0.75 \log 1.5 = 0.1308...$, below `best_of_n_kl_bound(2)`, which is
+# $0.1931...$. `best_of_n_kl([0.5, 0.3, 0.2], [1, 2, 3], 1)` returns `0.0`, because best-of-1 is
+# the policy. With all scores tied, `best_of_n_kl([0.2, 0.3, 0.5], [1, 1, 1], 5)` returns `0.0`.
+#
+# **How it is judged.** Cases worked by hand, compared within $10^{-9}$: the examples, $n = 3$
+# on the same two answers, a tie that makes two answers one atom, an answer of probability 0,
+# $n = 1000$ (the KL stops at $\log 5$, against the formula's $\log 1000 - 0.999$), 40 equal
+# atoms with distinct scores at $n = 2$ ($3.1 \times 10^{-4}$ below the formula), and lists as
+# inputs. Then 100 random inputs are checked against the package's solution.
+
+# %% tags=["solution"]
+def best_of_n_kl(probs, proxy, n):
+    """Return KL(P_n || pi) in nats, as a Python float: best-of-n's exact
+    law against the policy, tied answers merged into one atom."""
+    # BEGIN SOLUTION
+    probs = np.asarray(probs, dtype=float)  # (K,)
+    proxy = np.asarray(proxy, dtype=float)  # (K,)
+    values, block = np.unique(proxy, return_inverse=True)  # ascending
+    mass = np.bincount(block, weights=probs, minlength=len(values))
+    upper = np.minimum(np.cumsum(mass), 1.0)  # F(v)
+    lower = np.clip(upper - mass, 0.0, 1.0)  # F(v^-)
+    won = upper ** n - lower ** n  # P_n of each atom
+    # within an atom P_n(y) / pi(y) = won / mass: sum over the atoms
+    kept = won > 0  # an atom that never wins adds 0
+    return float((won[kept] * np.log(won[kept] / mass[kept])).sum())
+    # END SOLUTION
+
+# %% [hints] best_of_n_kl
+
+# %%
+check("best_of_n_kl", best_of_n_kl);
+
+# %% [markdown]
 # Gao et al.'s best-of-$n$ curves are drawn against the formula. On ours the two axes differ,
 # and the rest of the chapter uses the exact one. First, check that your functions measured
 # what the package measures, and read the study's runs.
 
 # %%
-BETAS = (0.0, 0.05, 0.5)  # the leash's strength in the RL runs
+# the tilts' betas, 100 down to 0.05; the RL runs and where they are read
+BETAS = [float(b) for b in np.round(np.geomspace(100, 0.05, 45), 6)]
 SEEDS = (0, 1, 2)
-RL = {"iterations": 40, "at": [0, 5, 10, 20, 30, 40], "samples": 4}
+AT = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+LENGTH = {"rloo": 64, "ppo-prompt-baseline": 64, "rloo-verifier": 64,
+          "ppo-chapter-5": 40}  # iterations of each optimizer's runs
 PROXY_NAMES = ("book", *overopt.PROXIES)
-jobs = [{"kind": "bon", "proxy": p, "ns": NS} for p in PROXY_NAMES]
-jobs += [{"kind": "rl", "proxy": "book", "beta": b, "seed": s, **RL}
-         for b in BETAS for s in SEEDS]
-jobs += [{"kind": "rl", "proxy": p, "beta": 0.0, "seed": s, **RL}
-         for p in overopt.PROXIES for s in SEEDS]
+jobs = [{"kind": "exact", "proxy": p, "ns": NS, "betas": BETAS}
+        for p in PROXY_NAMES]
+# the optimum again with nothing pruned, on the first 10 prompts
+jobs.append({"kind": "check", "proxy": "book", "prompts": 10,
+             "betas": BETAS})
+for name, length in LENGTH.items():
+    at = [a for a in AT if a < length] + [length]
+    jobs += [{"kind": "rl", "optimizer": name, "proxy": "book", "seed": s,
+              "iterations": length, "at": at, "samples": 4}
+             for s in SEEDS]
 study = load_or_run(
     OUTPUTS / "ch11_overoptimization.json",
     {"jobs": jobs, "study": overopt.study_code()}, {},
     lambda: {"results": overopt.run_study(jobs, progress=PROGRESS)}, arms=())
-bon, rl = {}, {}
+curves, rl = {}, {}
 for job, result in zip(jobs, study["results"]):
-    if job["kind"] == "bon":
-        bon[job["proxy"]] = result
+    if job["kind"] == "exact":
+        curves[job["proxy"]] = result
+    elif job["kind"] == "check":
+        unpruned = result
     else:
-        rl[job["proxy"], job["beta"], job["seed"]] = result
+        rl.setdefault(job["optimizer"], []).append(result)
+bon = {name: c["bon"] for name, c in curves.items()}
 gap = np.abs(bon_kl - np.array(bon["book"]["kl"])).max()
 print_claims([("your best-of-n KL is the package's, within 1e-9 at every n",
                gap <= 1e-9)])
-print(f"{len(bon)} best-of-n curves, {len(rl)} PPO runs")
+print(f"{len(curves)} proxies measured without training, "
+      f"{sum(map(len, rl.values()))} RL runs")
 
 # %% [markdown]
 # ## Best-of-$n$ against the proxy
@@ -382,7 +473,7 @@ print(f"{len(bon)} best-of-n curves, {len(rl)} PPO runs")
 def curve_of(name):
     """Return a best-of-n curve as arrays; a KL is >= 0 (at n = 1 rounding
     leaves about 1e-17 of either sign)."""
-    c = {k: np.array(v) for k, v in bon[name].items() if k != "pruned"}
+    c = {k: np.array(v) for k, v in bon[name].items() if k != "per_prompt"}
     c["kl"] = c["kl"].clip(min=0.0)
     return c
 
@@ -434,63 +525,372 @@ show_figure(
 # three samples is right more often than one sample, and from there on every doubling of $n$
 # makes it worse: at $n = 4096$ the best answer is right about a quarter as often as a plain
 # sample. This is over-optimization with no training at all, and with the truth measured
-# exactly. With $n$ in the thousands, best-of-$n$ nearly always returns the answer the RM scores
-# highest among those the policy gives, and for most prompts that answer is wrong.
+# exactly. With $n$ in the thousands, best-of-$n$ returns the answer the RM scores highest
+# among those it is likely to draw, and for most prompts that answer is wrong; the RM's
+# favourite over *all* answers is, for most prompts, too unlikely to be drawn even then
+# (exercise 1 counts them).
 #
-# ## RL against the same proxy
+# ## The optimum, and the ceiling
 #
-# Now the other optimizer: chapter 5's PPO loop, paid by the same RM, at three strengths of the
-# leash, $\beta \in \{0, 0.05, 0.5\}$ ($\beta = 0.5$ is chapter 5's; $\beta = 0$ is chapter 7's run
-# with the leash off), with three seeds each, for 40 iterations. At iterations 5, 10, 20, 30 and
-# 40 the run stops for a moment and the policy is enumerated: the exact gold, proxy and sequence
-# KL to the start. The table gives the start, the end, and the best gold of the mean curve, each
-# a mean over the seeds with its 95% interval.
+# Best-of-$n$ is one way to trade KL for proxy score. Is there a better one? For a leash of
+# strength $\beta$, the policy that maximizes the KL-regularized objective of chapter 2,
+#
+# $$
+# \mathbb{E}_{y \sim \pi}[r(y)] - \beta\, \mathrm{KL}(\pi \,\|\, \pi_{\mathrm{ref}}),
+# $$
+#
+# is known in closed form: the reference **tilted** by the reward,
+#
+# $$
+# \pi_\beta(y) = \frac{\pi_{\mathrm{ref}}(y)\, e^{r(y)/\beta}}{Z}, \qquad
+# Z = \sum_y \pi_{\mathrm{ref}}(y)\, e^{r(y)/\beta}, \qquad
+# \mathrm{KL}(\pi_\beta \,\|\, \pi_{\mathrm{ref}}) = \frac{\mathbb{E}_{\pi_\beta}[r]}{\beta} - \log Z
+# $$
+#
+# (Korbak et al. {cite}`korbak2022rl`; DPO's derivation starts from it, chapter 9
+# {cite}`rafailov2023dpo`). It is where RL with a leash on the whole answer's KL ends up if it
+# optimizes perfectly. No policy has a higher proxy score at its KL (one that had would score
+# higher on the objective), so it is the **proxy frontier**: the most proxy that any method can
+# buy with a given KL. On the enumeration it is a weighted sum, per prompt, for every $\beta$ at
+# once (`exact.tilted_stats`).
+#
+# Tilt by the verifier instead of the RM and you get the **gold ceiling**. On a prompt whose
+# answers are right with probability $p$, raising that to $G$ costs at least the KL between two
+# coins, $G \log\frac{G}{p} + (1-G)\log\frac{1-G}{1-p}$, and the verifier's tilt pays exactly
+# that (the book's tests check it); with one $\beta$ for all prompts it is the least mean KL
+# for a mean gold. No method, handed any proxy, gets above it.
+#
+# Yang et al. {cite}`yang2024asymptotics` prove that best-of-$n$ and the tilted optimum become
+# the same as answers grow long (for a model that draws its tokens independently and a reward
+# that adds over them). Ours are four tokens long, and the cell puts the two side by side. The
+# table reads the optimum at every fourth $\beta$: its gold gain over the start with bounds
+# that hold whatever the pruned answers are, its proxy gain, the largest share of the tilted law
+# the pruned answers could take, and the ceiling's gold gain at the same KL.
 
 # %%
-def rl_curve(proxy_name, beta, key):
-    """Return the measurements of `key` at every evaluation: (seeds, n)."""
-    return np.array([rl[proxy_name, beta, s][key] for s in SEEDS])
+tilt = {k: np.array(v) for k, v in curves["book"]["tilt"].items()
+        if k != "per_prompt"}
+g0, p0 = book["gold"][0], book["proxy"][0]  # the policy's own: n = 1
+# per prompt, (M, P): the optimum, the ceiling and best-of-n
+tp, cp, bp = (frontier.curve_arrays(curves["book"][k])
+              for k in ("tilt", "ceiling", "bon"))
+P = len(pairs)
 
 
-ITS = np.array(rl["book", 0.0, 0]["iteration"])
-print(f"evaluated at iterations {', '.join(map(str, ITS))}")
-print("beta   iteration   gold               proxy              "
-      "KL (nats)")
-for beta in BETAS:
-    g, p, k = (rl_curve("book", beta, key)
-               for key in ("gold", "proxy", "kl"))
-    best = int(g.mean(0).argmax())
-    for label, j in (("0", 0), (str(ITS[-1]), -1),
-                     (f"{ITS[best]} (best)", best)):
-        print(f"{beta:<6} {label:<11} {pm(*mean_ci95(g[:, j]), 4):<18} "
-              f"{pm(*mean_ci95(p[:, j]), 3, '+'):<18} "
-              f"{pm(*mean_ci95(k[:, j]), 3)}")
-falls = [rl_curve("book", b, "gold")[:, -1].max()
-         < rl_curve("book", b, "gold")[:, 0].min() for b in (0.0, 0.05)]
+def at(c, key, kl, p=slice(None)):
+    """Return curve c's `key`, averaged over the prompts p, read at the
+    mean KLs kl (NaN outside the curve)."""
+    return frontier.at_kl(c["kl"][:, p].mean(1), c[key][:, p].mean(1), kl)
+
+
+print("  beta  sqrt(KL)  gold gain  its bounds           proxy gain  "
+      "ceiling")
+for i in range(0, len(BETAS), 4):
+    lo, hi = tilt["gold_lower"][i] - g0, tilt["gold_upper"][i] - g0
+    ceiling_gain = at(cp, "gold", [tilt["kl"][i]])[0] - g0
+    ceiling_gain = ("beyond" if np.isnan(ceiling_gain)
+                    else f"{ceiling_gain:+.3f}")
+    print(f"{BETAS[i]:>6.3g}  {np.sqrt(tilt['kl'][i]):>8.3f}  "
+          f"{tilt['gold'][i] - g0:>+9.4f}  [{lo:+.4f}, {hi:+.4f}]  "
+          f"{tilt['proxy'][i] - p0:>+10.3f}  {ceiling_gain:>7}")
+# where the bounds are wide: the same with nothing pruned, 10 prompts
+moved = np.maximum(np.array(unpruned["gold"]) / 1e-4,
+                   np.array(unpruned["kl"]) / 1e-3)
+last = int(np.flatnonzero(moved <= 1)[-1])  # all betas before it too
+print(f"nothing pruned, first {unpruned['prompts']} prompts: down to "
+      f"beta {BETAS[last]:.3g} (sqrt(KL) {np.sqrt(tilt['kl'][last]):.2f})"
+      f"\n  gold moves by at most {max(unpruned['gold'][:last + 1]):.0e}, "
+      f"KL by {max(unpruned['kl'][:last + 1]):.0e};\n  at beta "
+      f"{BETAS[-1]:.3g} gold by {unpruned['gold'][-1]:.0e}, KL by "
+      f"{unpruned['kl'][-1]:.2f}")
+assert np.all(moved[:last + 1] <= 1)
+
+
+def optimum_peak(p, r):
+    """The optimum's best gold gain over the start, and where: sqrt(KL)."""
+    gain = tp["gold"][:, p].mean(1) - bp["gold"][0, p].mean()
+    i = int(gain.argmax())
+    return [gain[i], np.sqrt(tp["kl"][:, p].mean(1)[i])]
+
+
+def bon_minus_optimum(p, r):
+    """Best-of-n minus the optimum at best-of-n's KL: gold, then proxy
+    (NaN past the optimum's largest KL)."""
+    kl = bp["kl"][:, p].mean(1)
+    return np.concatenate([
+        bp["gold"][:, p].mean(1) - at(tp, "gold", kl, p),
+        bp["proxy"][:, p].mean(1) - at(tp, "proxy", kl, p)])
+
+
+(t_gain, t_d), t_lo, t_hi = frontier.bootstrap(optimum_peak, P)
+print(f"\nthe optimum's gold peaks at sqrt(KL) {t_d:.3f}: {t_gain:+.4f}\n"
+      f"  (95% interval over prompts {t_lo[0]:+.4f} to {t_hi[0]:+.4f})")
+ceiling_there = at(cp, "gold", [t_d ** 2])[0] - g0
+print(f"  the ceiling there: {ceiling_there:+.4f} "
+      f"({ceiling_there / t_gain:.0f} times as much)")
+diff, d_lo, d_hi = frontier.bootstrap(bon_minus_optimum, P)
+print("best-of-n minus the optimum at best-of-n's KL")
+print("   n  sqrt(KL)  gold (95% interval)           proxy")
+for n in (2, 4, 8, 64):
+    i, j = NS.index(n), len(NS) + NS.index(n)
+    print(f"{n:>4}  {np.sqrt(book['kl'][i]):>8.3f}  {diff[i]:+.4f} "
+          f"[{d_lo[i]:+.4f}, {d_hi[i]:+.4f}]    {diff[j]:+.3f}")
+proxy_diff = diff[len(NS) + 1:]  # n >= 2, within the optimum's range
+in_range = np.isfinite(proxy_diff)
+print(f"best-of-n's peak, n = {NS[top['index']]}, against the ceiling at "
+      f"its KL: {top['gain']:+.4f} of "
+      f"{at(cp, 'gold', [top['kl']])[0] - g0:+.4f}")
+i2 = NS.index(2)
 print_claims([
-    ("beta = 0: every seed ends below the start in gold", falls[0]),
-    ("beta = 0.05: every seed ends below the start in gold", falls[1]),
-    ("beta = 0: the proxy ends higher than it started (mean)",
-     rl_curve("book", 0.0, "proxy")[:, -1].mean()
-     > rl_curve("book", 0.0, "proxy")[:, 0].mean()),
+    ("the optimum's gold peak is above the start (interval)", t_lo[0] > 0),
+    ("best-of-2 has more gold than the optimum at its KL (interval)",
+     d_lo[i2] > 0),
+    (f"the optimum has more proxy than best-of-n, n = 2 to "
+     f"{np.array(NS[1:])[in_range][-1]:,}",
+     bool(np.all(proxy_diff[in_range] < 0))),
 ])
 
 # %% [markdown]
-# PPO finds no rising half of the curve against this RM. With the leash off, the best gold of the
-# mean curve is the start itself, and every seed ends below it (0.1627 ± 0.0616 against
-# 0.2206), while the proxy's score edges up (from +1.676 to +1.727 ± 0.099). The light leash
-# does the same, and every seed ends below the start too. The strong one holds the KL near a
-# tenth of a nat (0.102 ± 0.055) and the gold within noise of the start (0.2242 ± 0.0189).
-# This is chapter 7's finding, now with the sampled answers measured exactly instead of the
-# greedy ones. The distance an unleashed run travels varies a great deal from seed to seed
-# (0.806 ± 0.716 nats at the end): with no leash, nothing but the learning rate's decay holds
-# the walk, and the next figure puts every run at the distance it reached.
+# Three things to read here. First, the optimum itself barely gains gold against this RM: a
+# few thousandths at most, near $\sqrt{\mathrm{KL}} = 0.3$, after which it loses gold while its
+# proxy climbs on. What a method can gain against this proxy is bounded by that, and the
+# ceiling shows how little of the achievable it is: at the same KL the verifier's tilt gains
+# 21 times as much. The proxy is the problem, not any optimizer.
 #
-# ## Gold against $\sqrt{\mathrm{KL}}$: both methods on one axis
+# Second, best-of-$n$ is not the optimum here, and it gains *more* gold than the optimum at
+# its own KL, with less proxy. There is no contradiction: the optimum maximizes the proxy, not
+# the gold, and best-of-$n$, which reads only the order of the RM's scores and not their
+# sizes, exploits the RM's largest margins less. Yang et al.'s equivalence is a statement about
+# long answers; on four tokens the two differ in both numbers.
 #
-# Gao et al. draw every run against $d = \sqrt{\mathrm{KL}}$, the square root of the KL from the
-# initial policy (chapter 7 explained the square root), and fit the gold gain over the start,
-# $R(d)$, with one form for each method {cite}`gao2023scaling`:
+# Third, the bounds. Up to $\sqrt{\mathrm{KL}} \approx 0.2$ they pin the optimum to the
+# printed digits; past 0.3 they open wide. The only bound we have on a pruned answer's score is
+# the one read from the RM's last layer (`exact.score_range`), and an answer scored near its top
+# could take over a tilted law with a small $\beta$, however unlikely it was. So the cell also
+# scores every one of the 22,621 answers of the first ten prompts. Down to $\beta$ = 0.119
+# ($\sqrt{\mathrm{KL}}$ = 1.67) the pruned answers move nothing that the tables print. Below it
+# they do, and that is over-optimization too: at $\beta$ = 0.05 the optimum's KL moves by
+# 0.73 nats, because answers the policy gives less than one chance in $10^8$, which the RM
+# happens to score highly, take part of the tilted law. The figure below draws the optimum only
+# down to $\beta$ = 0.119.
+#
+# ## RL that climbs
+#
+# Now the optimizers that change weights. Before reading any gold curve, one check: **does the
+# optimizer raise the number it is handed?** A run that spends KL without raising its proxy
+# tells nothing about over-optimization; it only drifts. Four optimizers, each run with the
+# leash off ($\beta = 0$, so each travels out along the KL axis as it trains), three seeds
+# each:
+#
+# - **PPO, chapter 5's recipe**, against chapter 4's RM: 64 answers a batch, one per prompt,
+#   the score standardized over the batch, a learning rate of $2 \times 10^{-4}$ decayed to 0
+#   over 40 iterations (chapter 7's unleashed run).
+# - **PPO with a per-prompt baseline**: chapter 6's control, the RM's score minus its score of
+#   the reference's greedy answer to the same prompt. Chapter 6 measured that 95% of the RM
+#   score's variance in a batch is the prompt's; this takes it out of the advantage.
+# - **RLOO** {cite}`ahmadian2024rloo` with 8 answers a prompt (chapter 8): each answer's score
+#   against the mean of the other seven, the prompt taken out the same way.
+# - **RLOO against the verifier**: the same optimizer handed the truth instead of the RM, to
+#   show how much of the gold ceiling this optimizer reaches when the proxy is not the problem.
+#
+# The last three draw 256 answers a batch and keep a constant learning rate of
+# $5 \times 10^{-5}$: with chapter 5's rate, Adam's first steps move every weight by about the
+# full rate whatever the signal (chapter 6), and its decay to 0 caps how far a run goes. Each
+# run is enumerated exactly at iterations 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48 and 64 (chapter
+# 5's recipe at 40 in place of 48 and 64), densest where a curve bends. Every interval below
+# is a bootstrap over the 100 prompts and the three seeds, one draw shared by every curve a
+# comparison reads. First the proxy.
+
+# %%
+NAME = {"ppo-chapter-5": "PPO, chapter 5", "ppo-prompt-baseline":
+        "PPO, per-prompt", "rloo": "RLOO", "rloo-verifier":
+        "RLOO, verifier"}
+R = {name: frontier.rl_arrays(runs) for name, runs in rl.items()}
+ITS = {name: runs[0]["iteration"] for name, runs in rl.items()}
+
+
+def rl_mean(name, key, p, r):
+    """Return the mean curve of `key` over the runs r and prompts p (E,)."""
+    return R[name][key][r][:, :, p].mean((0, 2))
+
+
+def read_run(name):
+    """Return a statistic of one optimizer's mean curve: at each
+    evaluation sqrt(KL), proxy gain, gold gain, the share of the
+    optimum's proxy gain at that KL, gold minus the optimum's, and gold
+    minus best-of-n's at that KL."""
+    def stat(p, r):  # (6, E)
+        kl = rl_mean(name, "kl", p, r)
+        gain = {k: rl_mean(name, k, p, r) - rl_mean(name, k, p, r)[0]
+                for k in ("proxy", "gold")}
+        best = {k: at(tp, k, kl, p) - bp[k][0, p].mean()
+                for k in ("proxy", "gold")}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = gain["proxy"] / best["proxy"]
+        bon_gold = at(bp, "gold", kl, p) - bp["gold"][0, p].mean()
+        return np.stack([np.sqrt(kl), gain["proxy"], gain["gold"], share,
+                         gain["gold"] - best["gold"],
+                         gain["gold"] - bon_gold])
+    return frontier.bootstrap(stat, P, len(SEEDS))
+
+
+read = {name: read_run(name) for name in LENGTH}
+print("proxy gain over the start (95% interval), and the share of the")
+print("optimum's gain at the same KL")
+print("optimizer        it.  sqrt(KL)  proxy gain                  share")
+for name in LENGTH:
+    (v, lo, hi), its = read[name], ITS[name]
+    for e in (1, its.index(8), len(its) - 1):
+        print(f"{NAME[name]:<16} {its[e]:>3}  {v[0, e]:>8.3f}  "
+              f"{v[1, e]:>+7.3f} [{lo[1, e]:+.3f}, {hi[1, e]:+.3f}]"
+              f"{'':>6}{v[3, e]:>5.2f}")
+climbs = {name: bool(np.all(read[name][1][1, 1:] > 0)) for name in LENGTH}
+print_claims([
+    ("PPO, per-prompt: the proxy rises at every evaluation",
+     climbs["ppo-prompt-baseline"]),
+    ("RLOO: the proxy rises at every evaluation", climbs["rloo"]),
+    ("chapter 5's recipe: the proxy's interval always holds 0",
+     bool(np.all((read["ppo-chapter-5"][1][1, 1:] <= 0)
+                              & (read["ppo-chapter-5"][2][1, 1:] >= 0)))),
+])
+
+# %% [markdown]
+# Chapter 5's recipe fails the check: its proxy's interval holds the start at every
+# evaluation, while it travels as far as the others. Whatever its gold does, it is not
+# over-optimization; it is drift. The two runs with a baseline per prompt pass: their proxy
+# rises from the first iteration on and keeps rising, each step buying a larger share of what
+# the optimum buys with the same KL, though neither gets past about half of it. Now the gold.
+
+# %%
+print("gold gain over the start (95% interval), best and last evaluation")
+print("optimizer           it.  sqrt(KL)  gold gain                  "
+      "vs optimum")
+for name in LENGTH:
+    v, lo, hi = read[name]
+    best = 1 + int(np.argmax(v[2, 1:]))
+    for label, e in (("best", best), ("end", v.shape[1] - 1)):
+        print(f"{NAME[name]:<16}{label:>5} {ITS[name][e]:>3}  "
+              f"{v[0, e]:>8.3f}  {v[2, e]:>+8.4f} [{lo[2, e]:+.4f}, "
+              f"{hi[2, e]:+.4f}]  {v[4, e]:>+8.4f}")
+oracle = read["rloo-verifier"][0]
+reach = oracle[2, -1] / (at(cp, "gold", [oracle[0, -1] ** 2])[0] - g0)
+print(f"RLOO against the verifier reaches {reach:.0%} of the ceiling's "
+      f"gain at its last KL")
+print("gold minus best-of-n's at the same KL, at the last evaluation")
+for name in ("rloo", "ppo-prompt-baseline"):
+    v, lo, hi = read[name]
+    print(f"  {NAME[name]:<16} {v[5, -1]:+.4f} [{lo[5, -1]:+.4f}, "
+          f"{hi[5, -1]:+.4f}]")
+
+
+def holds_0(name, key, evals):
+    """Whether the interval of row `key` holds 0 at the evaluations."""
+    _, lo, hi = read[name]
+    return bool(np.all((lo[key, evals] <= 0) & (hi[key, evals] >= 0)))
+
+
+def best_of(name):
+    return 1 + int(np.argmax(read[name][0][2, 1:]))
+
+
+ends_lower = {n: bool(read[n][2][2, -1] < 0) for n in LENGTH}
+print_claims([
+    ("RLOO: the interval of its best gold gain holds 0",
+     holds_0("rloo", 2, [best_of("rloo")])),
+    ("PPO, per-prompt: the interval of its best gold gain holds 0",
+     holds_0("ppo-prompt-baseline", 2, [best_of("ppo-prompt-baseline")])),
+    ("both end below the start in gold (interval)",
+     ends_lower["rloo"] and ends_lower["ppo-prompt-baseline"]),
+    ("both: the optimum's gold at equal KL, but at the last point",
+     holds_0("rloo", 4, range(1, len(ITS["rloo"]) - 1))
+     and holds_0("ppo-prompt-baseline", 4,
+                 range(1, len(ITS["ppo-prompt-baseline"]) - 1))),
+    ("chapter 5's recipe: below the start in gold from iteration 1",
+     bool(np.all(read["ppo-chapter-5"][2][2, 1:] < 0))),
+    ("RLOO, verifier: above the start in gold from iteration 2",
+     bool(np.all(read["rloo-verifier"][1][2, 2:] > 0))),
+    ("at their last KL both have less gold than best-of-n (interval)",
+     bool(read["rloo"][2][5, -1] < 0
+          and read["ppo-prompt-baseline"][2][5, -1] < 0)),
+])
+
+
+# %% tags=["hide-input"]
+STYLE = {"ppo-chapter-5": (YELLOW, "s"), "ppo-prompt-baseline": (BLUE, "^"),
+         "rloo": (ORANGE, "o"), "rloo-verifier": (GREEN, "D")}
+
+
+def draw_frontier(narrow=False):
+    """Return gold gain and proxy gain against sqrt(KL): the ceiling, the
+    optimum, best-of-n and the four optimizers' mean curves."""
+    fig, axes = plt.subplots(2 if narrow else 1, 1 if narrow else 2,
+                             figsize=(3.6, 5.6) if narrow else (6.8, 3.2),
+                             layout="constrained", sharex=True)
+    d_opt, d_bon = np.sqrt(tilt["kl"]), np.sqrt(book["kl"])
+    ceiling_kl = np.array(curves["book"]["ceiling"]["kl"])
+    ceiling_gold = np.array(curves["book"]["ceiling"]["gold"])
+    axes[0].plot(np.sqrt(ceiling_kl), ceiling_gold - g0, color="grey",
+                 lw=1.2, ls="--", label="ceiling (verifier's tilt)")
+    exact_part = slice(0, last + 1)  # the betas checked with nothing pruned
+    for ax, key, base in ((axes[0], "gold", g0), (axes[1], "proxy", p0)):
+        ax.plot(d_opt[exact_part], tilt[key][exact_part] - base,
+                color="black", lw=1.5,
+                label="optimum (RM's tilt)" if key == "gold" else None)
+        ax.plot(d_bon, book[key] - base, color="black", lw=1.0, ls=":",
+                label="best-of-n" if key == "gold" else None)
+        for name in LENGTH:
+            color, marker = STYLE[name]
+            v = read[name][0]
+            ax.plot(v[0], v[1 if key == "proxy" else 2], color=color,
+                    marker=marker, ms=3, lw=1.0,
+                    label=NAME[name] if key == "gold" else None)
+        ax.axhline(0, color="grey", lw=0.6, ls=":")
+        ax.set_xlabel("√KL to the start (√nats, whole answers)")
+        ax.set_xlim(0, 1.3)
+    axes[0].set_ylim(-0.1, 0.1)
+    axes[1].set_ylim(-0.05, 0.8)
+    axes[0].set_ylabel("gold gain over the start")
+    axes[1].set_ylabel("proxy gain over the start")
+    axes[0].legend(frameon=False, fontsize=6.5, loc="lower left")
+    return fig
+
+
+show_figure(
+    draw_frontier,
+    alt="Two panels against the square root of the exact KL, up to 1.3. "
+        "Gold gain: the ceiling rises steeply off the top; the optimum and "
+        "best-of-n rise a little, peak below 0.45 and fall; RLOO and PPO "
+        "with a per-prompt baseline follow the optimum closely and fall; "
+        "chapter 5's PPO falls from its first point; RLOO against the "
+        "verifier rises steadily. Proxy gain: the optimum rises fastest, "
+        "best-of-n next, RLOO and the per-prompt PPO rise at about half "
+        "the optimum's rate, chapter 5's PPO and the verifier's RLOO "
+        "barely rise.",
+    caption="Every method on one axis, against chapter 4's RM, exactly: "
+            "the gold ceiling (no policy gets above it), the optimum "
+            "(the most proxy for a KL), best-of-n, and the mean of three "
+            "runs of each optimizer. The optimizers that climb the proxy "
+            "follow the optimum's gold; chapter 5's, which does not "
+            "climb it, only drifts.",
+)
+
+# %% [markdown]
+# The optimizers that climb the proxy do what the optimum does with the gold: a few thousandths
+# gained near $\sqrt{\mathrm{KL}} = 0.3$, too little for three seeds to tell from 0, then a loss
+# that grows with the distance. At every evaluation but the last their gold is within its
+# interval of the optimum's at the same KL, although they buy only part of its proxy: against
+# this RM, optimizing well or badly makes little difference to the gold, because even the best
+# optimization has almost nothing to find. Chapter 5's recipe loses gold from its first step,
+# and now we can say why: it does not optimize the proxy at all, it drifts. That is the lesson
+# of this section for any Goodhart curve: **check that the optimizer moves the proxy before
+# reading the gold**. The oracle shows the other side: the same RLOO handed the verifier climbs
+# steadily in gold, though still far below the ceiling at its KL.
+#
+# ## Gao et al.'s forms
+#
+# Gao et al. draw every run against $d = \sqrt{\mathrm{KL}}$ (chapter 7 explained the square
+# root), and fit the gold gain over the start with one form for each method
+# {cite}`gao2023scaling`:
 #
 # $$
 # R_{\text{bon}}(d) = d\,(\alpha_{\text{bon}} - \beta_{\text{bon}}\, d),
@@ -499,135 +899,91 @@ print_claims([
 # $$
 #
 # (Their $\beta$s are fitted constants, not the leash.) Both forms are linear in $\alpha$ and
-# $\beta$, so a least-squares fit is one line of linear algebra (`gao.fit_gao`). The cell fits
-# best-of-$n$'s curve, and every evaluation of every RL run against this RM pooled (the three
-# leashes together, as Gao et al. pool their runs along the KL axis), and prints how well each
-# fits: the root-mean-square error, and $R^2$, the share of the variance of the gain it explains.
+# $\beta$, so a least-squares fit is one line of linear algebra (`gao.fit_gao`). Two cautions
+# before reading any fit. RL's form rises from the start with an unbounded slope whenever
+# $\beta_{\text{RL}} > 0$ (its slope, $\alpha - \beta \log d - \beta$, grows without limit as
+# $d \to 0$), so a fitted rise near the start comes from the form, not from the data. And Gao et
+# al. fit best-of-$n$ against the analytic KL, $\log n - (n-1)/n$; we fit it against both. The
+# cell fits every curve up to $d = 1.3$, where the RL runs end (for RL, the mean curve of the
+# three seeds), and gives each coefficient a 95% interval by refitting on bootstrap draws of the
+# prompts and seeds.
 
 # %%
-bon_fit = gao.fit_gao(book["kl"], book["gold"] - book["gold"][0], "bon")
-rl_kl = np.concatenate([rl_curve("book", b, "kl").ravel() for b in BETAS])
-rl_gold = [rl_curve("book", b, "gold") for b in BETAS]
-rl_gain = np.concatenate([(g - g[:, :1]).ravel() for g in rl_gold])
-rl_fit = gao.fit_gao(rl_kl, rl_gain, "rl")
-print("fit          alpha      beta     RMSE     R^2   points   peak at d")
-for name, fit in (("best-of-n", bon_fit), ("RL", rl_fit)):
-    where = "none" if fit["peak_d"] is None else f"{fit['peak_d']:.3f}"
-    print(f"{name:<10} {fit['alpha']:>+7.3f}  {fit['beta']:>+7.3f}  "
-          f"{fit['rmse']:>7.4f}  {fit['r2']:>6.3f}   {fit['n']:>6}   "
-          f"{where}")
-print(f"best-of-n's measured peak: d = {top['sqrt_kl']:.3f}, "
-      f"gain {top['gain']:+.4f}")
-fitted_top = bon_fit["peak_d"] * (bon_fit["alpha"]
-                                  - bon_fit["beta"] * bon_fit["peak_d"])
-print(f"the fitted curve's peak:    d = {bon_fit['peak_d']:.3f}, "
-      f"gain {fitted_top:+.4f}")
-print(f"the RL evaluations' distances: d from "
-      f"{np.sqrt(rl_kl[rl_kl > 1e-12]).min():.3f} to "
-      f"{np.sqrt(rl_kl.max()):.3f}")
-# Best-of-n and RL at equal distance: each RL evaluation against the
-# best-of-n curve read at the same KL, averaged run by run (the
-# evaluations of one run are not independent), then over the 9 runs
-order = np.argsort(book["kl"])
-gain_bon = (book["gold"] - book["gold"][0])[order]
-per_run = []
-for beta in BETAS:
-    for seed in SEEDS:
-        k = np.array(rl["book", beta, seed]["kl"][1:])
-        g = np.array(rl["book", beta, seed]["gold"])
-        per_run.append(np.mean(g[1:] - g[0]
-                               - np.interp(k, book["kl"][order], gain_bon)))
-m, half = mean_ci95(per_run)
-print(f"RL minus best-of-n in gold gain, mean of {len(per_run)} runs\n"
-      f"  at the same KL:         {m:+.4f} "
-      f"(95% interval {m - half:+.4f} to {m + half:+.4f})")
-# The same at equal proxy gain: best-of-n's gold read at the RL
-# evaluation's proxy gain (best-of-n's proxy rises with n)
-proxy_bon = book["proxy"] - book["proxy"][0]
-per_run = []
-for beta in BETAS:
-    for seed in SEEDS:
-        p = np.array(rl["book", beta, seed]["proxy"])
-        g = np.array(rl["book", beta, seed]["gold"])
-        per_run.append(np.mean(g[1:] - g[0] - np.interp(
-            p[1:] - p[0], proxy_bon, book["gold"] - book["gold"][0])))
-m, half = mean_ci95(per_run)
-print(f"  at the same proxy gain: {m:+.4f} "
-      f"(95% interval {m - half:+.4f} to {m + half:+.4f})")
+D_MAX = 1.3  # fit every curve up to where the RL runs end
 
 
-# %% tags=["hide-input"]
-def draw_gao(narrow=False):
-    """Return gold gain and proxy against sqrt(KL): best-of-n, the RL
-    runs, the fits."""
-    fig, axes = plt.subplots(2 if narrow else 1, 1 if narrow else 2,
-                             figsize=(3.6, 5.4) if narrow else (6.8, 3.0),
-                             layout="constrained", sharex=True)
-    d = np.sqrt(book["kl"])
-    axes[0].plot(d, book["gold"] - book["gold"][0], color="black", lw=1.5,
-                 label="best-of-n")
-    axes[1].plot(d, book["proxy"] - book["proxy"][0], color="black", lw=1.5)
-    grid = np.linspace(1e-3, d.max(), 200)
-    axes[0].plot(grid, grid * (bon_fit["alpha"] - bon_fit["beta"] * grid),
-                 color="black", lw=0.8, ls="--", label="fit, best-of-n")
-    rl_d = np.linspace(1e-3, np.sqrt(rl_kl.max()), 200)
-    rl_curve_fit = rl_d * (rl_fit["alpha"] - rl_fit["beta"] * np.log(rl_d))
-    axes[0].plot(rl_d, rl_curve_fit, color=ORANGE, lw=0.8, ls="--",
-                 label="fit, RL")
-    for beta, color, marker in zip(BETAS, (ORANGE, YELLOW, BLUE), "os^"):
-        k = rl_curve("book", beta, "kl")
-        for ax, key in ((axes[0], "gold"), (axes[1], "proxy")):
-            v = rl_curve("book", beta, key)
-            ax.scatter(np.sqrt(k), v - v[:, :1], s=12, color=color,
-                       marker=marker, lw=0, alpha=0.8,
-                       label=f"RL, β = {beta:g}" if key == "gold" else None)
-    for ax in axes:
-        ax.axhline(0, color="grey", lw=0.8, ls=":")
-        ax.set_xlabel("√KL to the start (√nats, whole answers)")
-    axes[0].set_ylabel("gold gain over the start")
-    axes[1].set_ylabel("proxy gain over the start")
-    axes[0].legend(frameon=False, fontsize=7, loc="lower left")
-    return fig
+def gains(c, p):
+    """Return a no-training curve's (kl, gold gain), averaged over p."""
+    kl = c["kl"][:, p].mean(1)
+    return kl, c["gold"][:, p].mean(1) - bp["gold"][0, p].mean()
 
 
-show_figure(
-    draw_gao,
-    alt="Two panels against the square root of the exact KL. Gold gain: the "
-        "best-of-n curve rises a little, peaks at a small distance and "
-        "falls; the beta = 0.5 runs scatter about 0 near the start, the "
-        "others fall with distance, below the best-of-n curve. Proxy gain: "
-        "the best-of-n curve rises steeply; the RL runs rise only a "
-        "little.",
-    caption="Gao et al.'s figure, measured exactly: best-of-n for every n "
-            "(black) and every evaluation of nine PPO runs (colors) against "
-            "the same RM, with the fitted forms (dashed). Best-of-n gains "
-            "gold for a short distance, then loses it. The strongly leashed "
-            "runs scatter about the start; every run that went further lost "
-            "gold, and at the same distance RL has less gold and far less "
-            "proxy than best-of-n.",
-)
+def analytic_gains(p):
+    return np.array(bon["book"]["analytic"]), gains(bp, p)[1]
+
+
+def rl_gains(name):
+    def data(p, r):
+        g = rl_mean(name, "gold", p, r)
+        return rl_mean(name, "kl", p, r), g - g[0]
+    return data
+
+
+FITS = {"best-of-n, exact KL": ("bon", lambda p, r: gains(bp, p)),
+        "best-of-n, analytic": ("bon", lambda p, r: analytic_gains(p)),
+        "optimum": ("rl", lambda p, r: gains(tp, p)),
+        "RLOO": ("rl", rl_gains("rloo")),
+        "PPO, per-prompt": ("rl", rl_gains("ppo-prompt-baseline"))}
+
+
+def fit_stat(form, data):
+    def stat(p, r):
+        kl, gain = data(p, r)
+        near = (gains(bp, p)[0] if form == "bon" else kl) <= D_MAX ** 2
+        fit = gao.fit_gao(kl[near], gain[near], form)
+        return [fit["alpha"], fit["beta"], fit["r2"]]
+    return stat
+
+
+print("fit                  alpha                    beta"
+      "                      R^2")
+fits = {}
+for label, (form, data) in FITS.items():
+    v, lo, hi = frontier.bootstrap(fit_stat(form, data), P, len(SEEDS),
+                                   reps=500)
+    fits[label] = v
+    print(f"{label:<20} {v[0]:>+6.3f} [{lo[0]:+.3f}, {hi[0]:+.3f}]  "
+          f"{v[1]:>+6.3f} [{lo[1]:+.3f}, {hi[1]:+.3f}]  {v[2]:>5.2f}")
+print(f"measured gold peaks: best-of-n at d = {top['sqrt_kl']:.3f} "
+      f"({top['gain']:+.4f}),\n  the optimum at d = {t_d:.3f} "
+      f"({t_gain:+.4f})")
+for label in ("best-of-n, exact KL", "optimum"):
+    a, b = fits[label][:2]
+    form = FITS[label][0]
+    d_top = a / (2 * b) if form == "bon" else np.exp(a / b - 1)
+    gain_top = d_top * (a - b * (d_top if form == "bon" else np.log(d_top)))
+    print(f"  {label}'s fitted form peaks at d = {d_top:.3f} "
+          f"({gain_top:+.4f})")
 
 # %% [markdown]
-# Best-of-$n$'s form explains most of the variance of its curve ($R^2$ = 0.929), because it
-# follows the long fall. It misses the top: the fitted curve peaks at $d$ = 0.189 with a gain of
-# +0.0014, where the measured one peaks at $d$ = 0.420 with +0.0269. Our rise is short and steep
-# (two samples give the whole gain) and the fall long and slow, and a parabola in $d$ cannot be
-# both. RL's form fits RL's points less well ($R^2$ = 0.839) and says less: its peak at
-# $d$ = 0.103 lies below the nearest RL evaluation ($d$ = 0.287), a bump the form extrapolates
-# where no run was measured. The measured points say only this: the strongly leashed runs
-# scatter about the start, a few a little above it, and every run that went further lost gold.
+# The forms fit, and say little the curves do not. Best-of-$n$'s fits its curve closely up to
+# $d = 1.3$ on either KL axis ($R^2$ near 1 with only the first eight or so values of $n$ in
+# range), and its fitted peak lands near the measured one; the analytic axis, which stretches
+# the KL, lowers both coefficients a little, within their intervals. For the optimum and the
+# two optimizers that climb, the fits give $\alpha_{\text{RL}}$ at or below 0 and
+# $\beta_{\text{RL}} > 0$: a form that rises for a short stretch and then falls. Whether the rise
+# is there is a question for the measured curves above, not for the fit, since the form must
+# rise at the start. What the coefficients do show is that the optimum and the two optimizers
+# fall alike: their intervals overlap.
 #
-# At the same KL, RL has less gold than best-of-$n$ (the first interval, well below 0). Gao et
-# al. report the same ordering at scale: as a function of the KL, RL is slower than best-of-$n$
-# at both optimization and over-optimization, which they read as a sign that the KL is a poor
-# yardstick for comparing methods {cite}`gao2023scaling`. They also found that the relation
-# between the proxy and the gold score is about the same for both methods. Here it is not (the
-# second interval): at the same gain in proxy score, RL has less gold than best-of-$n$ too.
-# Best-of-$n$ moves probability only toward answers the proxy ranks higher, and an answer the RM
-# ranks higher is, among the policy's likely answers, right somewhat more often. PPO's updates
-# come from 64 sampled answers, scored by an RM that barely separates the truth from its near
-# neighbours, and standardized within the batch: much of what a step changes is noise, which
-# costs KL and gold without buying proxy.
+# Gao et al. find RL slower than best-of-$n$ as a function of the KL, both to gain gold and to
+# lose it, and read that as a sign that the KL is a poor yardstick for comparing methods
+# {cite}`gao2023scaling`. Here, at their last evaluation, the two climbing optimizers have less
+# gold than best-of-$n$ at the same KL, but the intervals hold 0 (the claim above does not
+# hold): with three seeds this toy cannot order them. One asymmetry belongs in any such
+# comparison: best-of-$n$ and the optimum choose among the evaluation prompts' own answers,
+# while RL trains on the training prompts and is measured on the evaluation prompts, so part of
+# any gap between them is generalization.
 #
 # ## How the proxy's quality moves the peak
 #
@@ -637,7 +993,8 @@ show_figure(
 # fixed sets of the book's pairs: the first 200, 800, 3,200 and 12,800 of them (each pair seen
 # many times in the smaller sets), and 12,800 pairs of which half have a near-miss as the rejected
 # answer (with 400 steps: chapter 4 showed that with 100 such an RM has not yet learned even what
-# the book's RM knows). Each gets a best-of-$n$ curve, and three PPO runs with the leash off.
+# the book's RM knows). Each gets a best-of-$n$ curve and its optimum's, from the same
+# enumeration of the policy; the RL runs above are against chapter 4's RM only.
 
 # %%
 print("             the proxy's accuracy   best-of-n's gold peak")
@@ -649,18 +1006,37 @@ for name in PROXY_NAMES:
     print(f"{name:<12} {report['pair_accuracy']:.3f}    "
           f"{report['near_miss_accuracy']:>11.3f}   {t['gold']:.4f}  "
           f"{NS[t['index']]:>4}   {t['sqrt_kl']:>8.3f}")
-print("\nPPO, beta = 0, 3 seeds: gold")
-print("proxy        start    best of the mean (iteration)   at 40")
+print("\nthe optimum's gold peak (the RM's tilt): gain, sqrt(KL)")
 for name in PROXY_NAMES:
-    g = rl_curve(name, 0.0, "gold")
-    best = int(g.mean(0).argmax())
-    # two decimals at 40: the digits after them depend on the CPU's kernels
-    # for the near-miss proxy's runs (see the estimators' section)
-    print(f"{name:<12} {g[:, 0].mean():.4f}   {g.mean(0)[best]:.4f} "
-          f"({ITS[best]:>2}){'':>19}{pm(*mean_ci95(g[:, -1]), 2)}")
+    c = curves[name]["tilt"]
+    gain = np.array(c["gold"]) - g0
+    i = int(gain.argmax())
+    print(f"{name:<12} {gain[i]:>+8.4f}  {np.sqrt(c['kl'][i]):.3f}")
 peaks = {n: gao.peak(curve_of(n)["kl"], bon[n]["gold"])["gold"]
          for n in PROXY_NAMES}
 sizes = ("200", "800", "3200", "12800")
+
+
+def ranks(x):
+    return np.argsort(np.argsort(x))
+
+
+def spearman(x, y):
+    """Return the rank correlation of x and y (no ties among them)."""
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
+
+
+near_miss = {n: (rm_metrics if n == "book" else
+                 overopt.load_proxy(n, PROGRESS)[1])["near_miss_accuracy"]
+             for n in PROXY_NAMES}
+peak_of = [peaks[n] for n in sizes]
+rho_size = spearman([200, 800, 3200, 12800], peak_of)
+rho_near = spearman([near_miss[n] for n in sizes], peak_of)
+rho_all = spearman([near_miss[n] for n in PROXY_NAMES],
+                   [peaks[n] for n in PROXY_NAMES])
+print(f"\nrank correlation with the best-of-n peak, the four sized "
+      f"proxies:\n  size {rho_size:+.1f}, near-miss accuracy "
+      f"{rho_near:+.1f}; all six, near-miss accuracy {rho_all:+.2f}")
 print_claims([
     ("the best-of-n peak rises with every step up in pairs",
      all(peaks[a] < peaks[b] for a, b in zip(sizes, sizes[1:]))),
@@ -710,22 +1086,23 @@ show_figure(
 # Read the table proxy by proxy. The proxy with near-misses in its data knows the truth from its
 # neighbours best (its near-miss accuracy, 0.667, is the table's highest), and its best-of-$n$
 # curve climbs furthest: its peak is the highest, 0.2898 against the start's 0.2206, and lies
-# furthest out, at $n$ = 4 and $\sqrt{\mathrm{KL}}$ = 0.758. That is Gao et al.'s pattern, a better
-# proxy peaking higher and later. More pairs of the book's kind do not do the same here: the
-# peaks of the 200- to 12,800-pair proxies do not rise with the data (the claim above does not
-# hold), and they follow the proxies' near-miss accuracy no better than their size. The
-# rejected answers of these sets are garbage, and the policy's likely answers are not: what
-# matters near the policy is what a proxy knows of near-misses, and these sets teach it little
-# and unevenly. Gao et al.'s smallest proxies also trained on far fewer comparisons than their
-# largest; one RM per data size, as here, cannot separate the data from the luck of one training
-# seed.
+# furthest out, at $n$ = 4 and $\sqrt{\mathrm{KL}}$ = 0.758. Its optimum gains far more than any
+# other proxy's, +0.0777 against the book RM's +0.0084. That is Gao et al.'s pattern, a better
+# proxy peaking higher and later. But this proxy differs from the book's in two things at once,
+# its data and its steps (400 against 100), so the table cannot say which of the two did it.
 #
-# With the leash off, PPO finds no rising phase against any of the six proxies: the best gold of
-# each mean curve is the start, and every mean ends below it. Even the near-miss proxy, whose
-# best-of-$n$ gains the most, does not lead PPO uphill in 40 iterations. Best-of-$n$ only needs
-# the proxy to *rank* the policy's own likely answers well at the top; PPO needs the proxy's
-# score to be a slope it can climb from noisy batches, and near the truth these proxies are too
-# flat for that.
+# More pairs of the book's kind do not show the pattern in any steady way: the peaks of the 200-
+# to 12,800-pair proxies do not rise with every step up in data (the claim above does not
+# hold). Among those four, the peak follows the near-miss accuracy (rank correlation +0.8) more
+# closely than the size (+0.4), and over all six proxies the near-miss accuracy's correlation is
+# +0.77; with four or six proxies that is suggestive only. Two more reasons to read no law into
+# the sizes: there is one RM per size, so the table cannot tell the data from the luck of one
+# training run, and the "12800" proxy is nearly chapter 4's RM trained again (the same pairs and
+# the same first weights; it differs in drawing its batches with replacement), so the two
+# differ only by training noise: a best-of-$n$ peak of 0.2545 against 0.2475, of the size of the
+# whole sweep's range. What the rejected answers of these sets are, random numbers rather than
+# the policy's own near-misses, is the likelier story, and the next step is proxies trained as
+# Gao et al. trained theirs, on the policy's own answers.
 #
 # ## The KL estimators against the truth
 #
@@ -743,18 +1120,10 @@ show_figure(
 # answer's sum relative to the KL (a batch of 64 answers has an eighth of it). Last, the per-token
 # number the earlier chapters printed, `evaluate`'s exact KL per token of the greedy answers.
 #
-# The table takes 21 of the 24 runs: all but the three against the near-miss proxy. That proxy
-# trains four times as long as the others, and on another CPU (torch's other set of kernels,
-# which round a few operations differently) its scores come out different in the sixth decimal.
-# An unleashed run magnifies such a difference: by iteration 40 one of those runs is a few
-# hundredths of a nat away from its twin. Every other number of this chapter is the same to
-# the last printed digit on either kernel set (the book's tests check it), and with those three
-# runs in, this table's last digit would not be. For the same reason the proxy table above
-# prints the runs' ends with two decimals.
+# The table takes every evaluation of the twelve runs above, the starts left out.
 
 # %%
-# every run but those against the near-miss proxy (see the text above)
-rows = [run for (name, _, _), run in rl.items() if name != "near-miss"]
+rows = [run for runs in rl.values() for run in runs]
 exact_kl = np.concatenate([r["kl"] for r in rows])
 moved = exact_kl > 1e-12  # leave out the starts, where every KL is 0
 truth = exact_kl[moved]
@@ -788,82 +1157,102 @@ print_claims([
      abs(err1.mean()) <= mean_ci95(err1)[1]),
     ("k3 summed: the interval of the mean error holds 0",
      abs(err3.mean()) <= mean_ci95(err3)[1]),
-    ("k3's sum is less noisy than k1's (median sd)",
-     np.median(est["k3_sd"]) < np.median(est["k1_sd"])),
 ])
 
 # %% [markdown]
-# k1's sum passes: its mean error is within its interval of 0. k3's does not: over the 105
-# evaluations its mean error is below 0 with an interval that excludes 0, and so is its median
-# error, although the proof above says it is unbiased. Both can be true. An unbiased estimator
-# can be right on average and low almost every time, if it is now and then very high; and k3
-# is built that way. A token that the trained policy has learned to avoid but the reference
-# still likes has a large ratio $r = \pi_{\mathrm{ref}} / \pi$, so when it is drawn its k3 is
-# large. Its share of the expectation, $\pi \cdot r = \pi_{\mathrm{ref}}$, is the reference's
-# probability of that token, however rarely the policy draws it. A batch that happens not to
-# draw such tokens reads low by about that probability, and most batches do not draw them.
+# Over the 141 evaluations of the twelve runs both sums' mean errors are within their
+# intervals of 0, as the proof says they must be. Their medians are not alike: k1's median error
+# is +0.0016 and k3's -0.0004. That is the shape of k3's errors. An unbiased estimator can read low on
+# most batches if it now and then reads very high, and k3 is built that way. A token the
+# trained policy has learned to avoid but the reference still likes has a large ratio
+# $r = \pi_{\mathrm{ref}} / \pi$, so when it is drawn its k3 is large. Its share of the
+# expectation, $\pi \cdot r = \pi_{\mathrm{ref}}$, is the reference's probability of that token,
+# however rarely the policy draws it, and a batch that draws no such token reads low. The sd/KL
+# column makes k3's sum look the less noisy one on a typical evaluation, but a sample's spread
+# misses exactly those rare large values, so it cannot say which sum is noisier.
 #
-# The cell below checks this on one policy. It reruns the first unleashed run (seed 0; its
-# exact KL at the end must be the stored run's, to the last digit), then draws 200 batches of
-# 400 answers from the trained policy and sums k1 and k3 on each, as above. It also computes,
-# exactly from the enumeration, how much of the expected k3 sum comes from tokens that a batch
-# of 400 answers is unlikely to draw even once (policy probability below 1/400).
+# The enumeration says it, with no sampling at all. The cell below reruns chapter 5's recipe
+# unleashed (seed 0; its exact KL at the end must be the stored run's) and computes, for the
+# trained policy, each sum's expected value and standard deviation exactly
+# (`minirlhf.studies.kl_exact`), and the chance that a batch's mean reads below the truth, from
+# 20,000 batches drawn from the exact law. Then it walks the straight line of weights from the
+# start to the trained policy, computing both variances on the way, and takes the earlier
+# chapters' per-token number apart.
 
 # %%
-cfg = ppo.PPOConfig(iterations=RL["iterations"], seed=0)
+cfg = ppo.PPOConfig(iterations=LENGTH["ppo-chapter-5"], seed=0)
 trained, _ = ppo.ppo_train(policy, policy, ppo.rm_reward(rm), 0.0, cfg,
                            rm=rm, progress=PROGRESS,
-                           desc="PPO, beta 0, seed 0")
+                           desc="PPO, chapter 5's recipe, beta 0, seed 0")
 again = overopt.exact_point(trained, policy, rm, pairs)
-stored_kl = rl["book", 0.0, 0]["kl"][-1]
-print_claims([("the rerun's exact KL is the stored run's, to the last digit",
-               again["kl"] == stored_kl)])
+stored_kl = rl["ppo-chapter-5"][0]["kl"][-1]
+print_claims([("the rerun's exact KL is the stored run's (within 1e-9)",
+               abs(again["kl"] - stored_kl) < 1e-9)])
 print(f"exact sequence KL of the trained policy: {again['kl']:.4f} nats")
-# 200 batches of 400 answers (4 of each prompt): k1 and k3 sums
-batches = [overopt.sampled_kl(trained, policy, prompts, 4, seed=10_000 + b)
-           for b in range(200)]
-print("200 batches   mean error   95% interval         median   "
-      "below the truth")
-for name in ("k1", "k3"):
-    e = np.array([b[name] for b in batches]) - again["kl"]
-    m, half = mean_ci95(e)
-    print(f"{name} summed   {m:>+10.4f}   [{m - half:+.4f}, {m + half:+.4f}]"
-          f"   {np.median(e):+.4f}   {np.mean(e < 0):>15.0%}")
-# Exactly: the expected k3 sum is the sum over positions of
-# sum_v ref(v | prefix) - 1 + KL_t(prefix); the part from tokens the
-# policy gives less than 1/400 is sum_v ref(v) over those tokens
-tail_comps = exact.enumerate_completions(trained, prompts,
-                                         overopt.TEMPERATURE, 1e-8)
-rows_t = tail_comps.prompts[tail_comps.prompt_index]
-with torch.no_grad():  # the next-token distributions at each prefix
-    p_pi, p_ref = (
-        torch.softmax(completion_logits(model, rows_t, tail_comps.tokens)
-                      / overopt.TEMPERATURE, -1)  # (N, 4, 13)
-        for model in (trained, policy))
-# (N, 4): the reference's mass on tokens the policy gives under 1/400
-rare = (p_ref * (p_pi < 1 / 400)).sum(-1)
-at_prefix = completion_mask(tail_comps.tokens).double()  # positions reached
-tail = (tail_comps.probs[:, None] * rare * at_prefix).sum() / len(pairs)
-print(f"expected k3 sum from tokens the policy gives under 1/400: "
-      f"{tail.item():.4f} nats")
+# exactly, from the enumeration: each sum's mean and spread, and the
+# chance that a batch's mean reads below the truth (20,000 batches
+# drawn from the exact law; 400 = 4 answers of each prompt, as above,
+# 64 = a rollout's prompts drawn from the 100)
+measured = kl_exact.measure(trained, policy, prompts, reps=20_000)
+print("exactly, the trained policy          k1 sum     k3 sum")
+print(f"expected value                    {measured['k1_mean']:>9.4f}  "
+      f"{measured['k3_mean']:>9.4f}")
+print(f"sd of one answer's sum            {measured['k1_sd']:>9.3f}  "
+      f"{measured['k3_sd']:>9.3f}")
+for b, r in measured["batches"].items():
+    half = max(r["k1"]["half_width"], r["k3"]["half_width"])
+    print(f"a batch of {b:>3} reads below the KL  "
+          f"{r['k1']['below']:>8.1%}  {r['k3']['below']:>9.1%}"
+          f"   (within {half:.1%})")
+# along the straight line of weights from the start to the trained
+# policy: where does k3's sum become the noisier?
+path = kl_exact.estimator_variances(
+    [kl_exact.blend(policy, trained, a) for a in (0.25, 0.5, 0.75, 1.0)],
+    policy, prompts)
+print("along the line from the start:  KL      var k1 sum   var k3 sum")
+for kl_p, v1, v3 in zip(path["kl"], path["k1_var"], path["k3_var"]):
+    print(f"{'':<31} {kl_p:.3f}   {v1:>10.3f}   {v3:>10.3f}")
+split = measured["length"]
+print(f"an answer's expected length: {split['mean_length']:.3f} tokens")
+print(f"evaluate's per-token KL of the greedy answers / sequence KL: "
+      f"{split['greedy_over_kl']:.3f}\n  = 1 / length "
+      f"({split['one_over_length']:.3f}) x greedy against sampled per "
+      f"token ({split['greedy_over_sampled']:.3f})")
+below = {k: measured["batches"][400][k]["below"] for k in ("k1", "k3")}
+print_claims([
+    # within 1e-5: the pruned answers, about 1e-6 of the mass, add the rest
+    ("both sums' expected values are the exact KL (within 1e-5)",
+     max(abs(measured[f"{k}_mean"] - again["kl"]) for k in ("k1", "k3"))
+     < 1e-5),
+    ("k3 reads low on more batches of 400 than k1",
+     below["k3"] > below["k1"]),
+    ("k3's sum is the noisier one for the trained policy",
+     measured["k3_sd"] > measured["k1_sd"]),
+    ("k3's sum is the less noisy one nearest the start",
+     path["k3_var"][0] < path["k1_var"][0]),
+])
 
 # %% [markdown]
-# The rerun lands on the stored run exactly, and on this policy the two estimators behave as the
-# argument says. Over 200 batches both means are within their intervals of the exact KL: both
-# are unbiased. But k3's median batch reads low, and most batches read below the truth, while
-# k1's errors are spread evenly about 0 (half the batches below the truth, against 62% for k3).
-# The part of k3's expected sum that comes from tokens a batch of 400 rarely draws, 0.0270 nats,
-# is of the size of k3's median shortfall, 0.0182. So the low reading of k3
-# in the table above is real for the batches a run sees, and it is not a bias in expectation: it
-# is a skew. Runs of chapters 5 to 8 that log k3 on a batch (as GRPO's loss term uses it) read
-# their KL a little low most of the time, and now and then much too high. k1's sum is noisier on
-# a typical batch but not skewed this way.
+# Both expected values are the exact KL to the fifth decimal (the pruned answers, a millionth
+# of the mass, hold the rest): both sums are unbiased, shown exactly rather than by sampling. k1 reads below the truth on about half the batches, as an estimator
+# whose errors are spread evenly does; k3 on about three in five, with 64 answers as with 400.
+# And the exact spread reverses what the samples suggested: for the trained policy k3's sum is
+# the noisier one (an sd of 2.064 against 1.283), because the rare large values that a sample seldom
+# contains carry most of its variance. Along the line from the start, k3's variance is far below
+# k1's near the start, and overtakes it on the way to the trained policy's KL. k3's small
+# variance is a property of policies near their reference, not of k3.
 #
-# The per-token number is another matter: it is not an estimate of the sequence KL at all.
-# `evaluate`'s KL per token of the greedy answers is about a quarter of the KL of whole sampled
-# answers, a different quantity on a different set of answers. Chapter 7 said its distance was
-# "not quite" Gao et al.'s; this is by how much. Their shapes over a run agree and their values
-# do not, so a KL budget stated in one cannot be read in the other.
+# The book's runs log k1 (`objective/kl`), but a number a reader meets elsewhere is built from
+# k3: TRL's `GRPOTrainer` logs as `kl` the mean of the per-token k3 over the batch's tokens
+# (`trl/trainer/grpo_trainer.py` in TRL 1.12.0, whenever its `beta` is not 0). That is a
+# per-token mean, not a sum over an answer, but it is skewed the same way: low on most batches,
+# now and then much too high.
+#
+# The per-token number of the earlier chapters is another matter: it is not an estimate of the
+# sequence KL at all. `evaluate`'s KL per token of the greedy answers is 0.289 of the sequence
+# KL here, and nearly all of that is the division by length: an answer averages 3.517 tokens,
+# and per token the greedy answers' KL is close to the sampled answers' (the factor 1.016).
+# Chapter 7 said its distance was "not quite" Gao et al.'s; this is by how much, and why.
 #
 # ## Summary
 #
@@ -872,13 +1261,19 @@ print(f"expected k3 sum from tokens the policy gives under 1/400: "
 # - write a small policy's whole distribution over answers, with the pruned mass as a bound, and
 #   compute from it the exact sequence KL, gold reward and proxy reward;
 # - write the exact law of best-of-$n$ (your `best_of_n_probs`), including its ties, and its
-#   exact KL (your `sequence_kl`), and say why the usual $\log n - (n-1)/n$ (your
-#   `best_of_n_kl_bound`) is only an upper bound for a discrete policy: ties and a finite top;
-# - draw Gao et al.'s over-optimization curves exactly, for best-of-$n$ and RL against the same
-#   proxy, fit their forms, and read them at equal KL: here best-of-$n$ gains gold for a short
-#   distance and then loses it, and PPO against the same RM loses gold from the start;
-# - say what a better proxy does: the one that knows near-misses peaks higher and later, and
-#   more pairs of the book's kind, in this toy, do not make a better proxy;
+#   exact KL (your `sequence_kl` and `best_of_n_kl`), and say why the usual $\log n - (n-1)/n$ (your
+#   `best_of_n_kl_bound`) is only an upper bound for a discrete policy: its atoms, every answer
+#   with a probability of its own, and the finite top they imply;
+# - compute the KL-regularized optimum and the gold ceiling exactly, and read every method
+#   against them: against chapter 4's RM even the optimum gains only a few thousandths of gold
+#   before losing it, far below what the ceiling allows at the same KL;
+# - check that an optimizer moves the proxy before reading its gold: chapter 5's recipe does
+#   not, and only drifts; with a baseline per prompt, PPO and RLOO climb the proxy and follow
+#   the optimum's gold, within their intervals, until far out;
+# - fit Gao et al.'s forms and say what a fit can and cannot show (RL's form must rise at the
+#   start);
+# - say what a better proxy does here: the one that knows near-misses peaks higher and later;
+#   whether more pairs of the book's kind help, one RM per size cannot tell;
 # - say what a run's KL numbers are: k1 and k3 summed over sampled tokens are both unbiased for
 #   the sequence KL, k1's errors are spread evenly and k3's are skewed (low on most batches, now
 #   and then far too high), and the per-token numbers of chapters 5 to 7 measure something else.
@@ -895,13 +1290,16 @@ print(f"expected k3 sum from tokens the policy gives under 1/400: "
 #
 # As $n$ grows, $P_n$ puts all its mass on the block of answers with the highest proxy score,
 # in proportion to $\pi$ within it. The KL tends to $\log(1/\pi(\text{top block}))$: finite, where
-# the formula grows like $\log n$ forever. The cell computes the limit per prompt. It averages
-# 12.415 nats, more than twice the exact KL at $n = 4096$ (5.697), and only 16 of the 100 prompts
-# are within 0.01 nats of theirs: where the top answer is very unlikely under $\pi$ (the largest
-# limit is 18.417 nats: an answer drawn about once in a hundred million samples), 4,096 samples
-# rarely contain it. So the
-# formula is not merely a little high: for $n$ past a prompt's $1/\pi(\text{top block})$ it keeps
-# rising while the truth stops.
+# the formula grows like $\log n$ forever. The cell computes the limit per prompt from the
+# enumerated answers, and that makes each limit a lower bound: a pruned answer, less likely than
+# $10^{-8}$, was never scored and may score above the enumerated favourite, and then the true
+# limit is larger. The limits average 12.415 nats, more than twice the exact KL at
+# $n = 4096$ (5.697), and only 16 of the 100 prompts are within 0.01 nats of theirs:
+# where the top answer is very unlikely under $\pi$, 4,096 samples rarely contain it. For
+# 33 prompts the enumerated favourite lies within a factor of 10 of the threshold, so
+# the threshold, not the RM, sets their limit (the largest, 18.417 nats, is
+# $\log(1/\pi)$ of an answer just above $10^{-8}$). So the formula is not merely a little high:
+# for $n$ past a prompt's $1/\pi(\text{top block})$ it keeps rising while the truth stops.
 #
 # </details>
 
@@ -918,6 +1316,8 @@ print(f"exact KL at n = 4096: {kl_4096.mean():.3f} nats; "
 print(f"prompts within 0.01 nats of their limit at n = 4096: "
       f"{int((limit - kl_4096 <= 0.01).sum())} of {len(pairs)}")
 print(f"largest limit of a prompt: {limit.max():.3f} nats")
+print(f"prompts whose favourite is within a factor of 10 of the "
+      f"threshold: {int((limit > -np.log(10 * MIN_PROB)).sum())}")
 
 # %% [markdown]
 # **2. A leash for best-of-$n$.** Best-of-$n$ has no $\beta$, but $n$ sets its KL. Which $n$ would
@@ -929,9 +1329,9 @@ print(f"largest limit of a prompt: {limit.max():.3f} nats")
 #
 # The proxy alone cannot say: it rises with every $n$, so by its own account larger is always
 # better. The gold peak sits at small $n$ for every proxy in the table, a KL of well under one
-# nat, and past it gold falls faster than the proxy rises. In practice one holds out a little
-# gold data, or a second and better RM, to find the peak, and stops well before it: the peak is
-# flat near its top and the fall beyond it is steep. The cell prints, for chapter 4's RM, the
+# nat. In practice one holds out a little gold data, or a second and better RM, to find the
+# peak, and stops at it or just before: near its top the curve is flat, and beyond it the fall
+# is long. The cell prints, for chapter 4's RM, the
 # gold at $n$ from 1 to 8 and how much the proxy gains there.
 #
 # </details>

@@ -280,7 +280,11 @@ def _times_mass(mass: torch.Tensor, x: torch.Tensor | float) -> torch.Tensor:
 
 @torch.no_grad()
 def exact_sequence_kl(
-    comps: Completions, reference: TinyGPT, floor: float | None = None, batch_size: int = 1024
+    comps: Completions,
+    reference: TinyGPT,
+    floor: float | None = None,
+    batch_size: int = 1024,
+    ref_logp: torch.Tensor | None = None,
 ) -> Bounded:
     """Return the sequence-level KL(pi || ref) per prompt (P,), in nats, with bounds for the pruned mass.
 
@@ -295,11 +299,17 @@ def exact_sequence_kl(
       m (log(min_prob) - 4 floor). The mass alone bounds nothing: ref(y) may be as small as it
       likes. ``floor`` is a lower bound on ref's token log-probs wherever pi puts mass; None
       reads one from the reference's last layer (:func:`token_logprob_floor`, a TinyGPT only).
+
+    ``ref_logp`` (N,), when given, is log ref(y) of each completion, already computed (a run that
+    meets the same completions at every evaluation keeps them); None computes it.
     """
     if floor is None:
         floor = token_logprob_floor(reference, comps.temperature)
-    prompts = comps.prompts[comps.prompt_index]  # (N, 6)
-    ref_logp = sequence_logprobs(reference, prompts, comps.tokens, comps.temperature, batch_size)  # (N,)
+    if ref_logp is None:
+        prompts = comps.prompts[comps.prompt_index]  # (N, 6)
+        ref_logp = sequence_logprobs(reference, prompts, comps.tokens, comps.temperature, batch_size)  # (N,)
+    elif ref_logp.shape != comps.logp.shape:
+        raise ValueError(f"ref_logp must have shape {tuple(comps.logp.shape)}, one per completion")
     p = comps.probs  # (N,)
     value = comps.per_prompt(_times_mass(p, comps.logp - ref_logp))  # (P,)
     m = comps.pruned  # (P,)

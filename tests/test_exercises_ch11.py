@@ -1,6 +1,6 @@
-"""Chapter 11: best-of-n's exact law, its analytic KL and the exact sequence KL, checked against
-numbers worked by hand, against the engine (minirlhf.exact), against their defining properties,
-and against plausible slips that the checks must catch."""
+"""Chapter 11: best-of-n's exact law, its analytic KL, the exact sequence KL and the exact KL of
+best-of-n, checked against numbers worked by hand, against the engine (minirlhf.exact), against
+their defining properties, and against plausible slips that the checks must catch."""
 
 import math
 
@@ -11,7 +11,7 @@ import torch
 from minirlhf import exact
 from minirlhf.course.cases import run_cases
 from minirlhf.course.exercises import ch11, get
-from minirlhf.studies.gao import best_of_n_kl_bound, best_of_n_probs, sequence_kl
+from minirlhf.studies.gao import best_of_n_kl, best_of_n_kl_bound, best_of_n_probs, sequence_kl
 
 # ----------------------------------------------------------------------------- best-of-n
 
@@ -24,6 +24,7 @@ from minirlhf.studies.gao import best_of_n_kl_bound, best_of_n_probs, sequence_k
         ([0.2, 0.3, 0.5], [3, 2, 1], 2, [0.36, 0.39, 0.25]),  # ranked by proxy, not position
         ([0.5, 0.25, 0.25], [0, 1, 1], 2, [0.25, 0.375, 0.375]),  # a tie splits its block's 0.75
         ([0.5, 0.5], [0, 1], 3, [0.125, 0.875]),
+        ([0.5, 0.3, 0.2], [1, 2, 3], 10, [0.0009765625, 0.1063976199, 0.8926258176]),  # 0.5^10, 0.8^10
         ([0.5, 0.0, 0.5], [1, 3, 2], 2, [0.25, 0.0, 0.75]),  # never drawn, never best
         ([0.5, 0.0, 0.0, 0.5], [1, 3, 3, 2], 2, [0.25, 0.0, 0.0, 0.75]),  # a tied block of no mass
         ([0.2, 0.3, 0.5], [1, 1, 1], 5, [0.2, 0.3, 0.5]),  # all tied: the probs
@@ -146,14 +147,16 @@ def test_bound_agrees_with_the_engine_and_grows_like_log_n():
     assert all(math.log(n) - 1 <= best_of_n_kl_bound(n) <= math.log(n) for n in range(1, 200))
 
 
-def test_bound_is_the_exact_kl_of_best_of_n_without_ties_in_the_limit():
-    # many completions of equal probability, distinct proxies: KL(P_n || pi) nears the bound
+def test_bound_is_the_limit_of_the_exact_kl_as_the_atoms_shrink():
+    # many completions of equal probability, distinct proxies: KL(P_n || pi) nears the bound,
+    # from below, since every completion is still an atom
     K, n = 20_000, 8
     probs = np.full(K, 1 / K)
     law = best_of_n_probs(probs, np.arange(K, dtype=float), n)
     kept = law > 0
     kl = float((law[kept] * np.log(law[kept] / probs[kept])).sum())
     assert kl == pytest.approx(best_of_n_kl_bound(n), abs=1e-3)
+    assert kl < best_of_n_kl_bound(n)
 
 
 @pytest.mark.parametrize("n", [0, -1, 2.0, True, "3", None])
@@ -239,6 +242,87 @@ def test_sequence_kl_rejects_bad_input_by_name(logp, ref_logp, name):
         sequence_kl(logp, ref_logp)
 
 
+# ----------------------------------------------------------------------------- the exact KL of best-of-n
+
+TWO_ATOMS = 0.25 * math.log(0.5) + 0.75 * math.log(1.5)
+
+
+@pytest.mark.parametrize(
+    "probs, proxy, n, expected",
+    [
+        ([0.5, 0.5], [0, 1], 2, TWO_ATOMS),  # P_2 = (0.25, 0.75): 0.130812, not log 2 - 1/2 = 0.193147
+        ([0.5, 0.5], [0, 1], 3, 0.125 * math.log(0.25) + 0.875 * math.log(1.75)),
+        ([0.5, 0.3, 0.2], [1, 2, 3], 1, 0.0),  # best-of-1 is the policy
+        ([0.5, 0.3, 0.2], [1, 2, 3], 2, 0.25 * math.log(0.5) + 0.39 * math.log(1.3) + 0.36 * math.log(1.8)),
+        ([0.2, 0.3, 0.5], [1, 1, 1], 5, 0.0),  # one atom: P_n = pi
+        ([0.5, 0.25, 0.25], [0, 1, 1], 2, TWO_ATOMS),  # the tie is one atom of mass 0.5
+        ([0.5, 0.0, 0.5], [1, 3, 2], 2, TWO_ATOMS),  # never drawn, adds 0
+        ([0.5, 0.3, 0.2], [1, 2, 3], 1000, math.log(5)),  # all on the top answer: log(1 / 0.2)
+    ],
+)
+def test_best_of_n_kl_by_hand(probs, proxy, n, expected):
+    got = best_of_n_kl(probs, proxy, n)
+    assert type(got) is float and got == pytest.approx(expected, abs=1e-12)
+
+
+def test_the_counterexample_is_below_the_formula():
+    assert best_of_n_kl([0.5, 0.5], [0.0, 1.0], 2) == pytest.approx(0.130812, abs=1e-6)
+    assert best_of_n_kl_bound(2) == pytest.approx(0.193147, abs=1e-6)
+
+
+def test_best_of_n_kl_is_the_sequence_kl_of_the_law_and_the_engines_and_below_the_formula():
+    rng = np.random.default_rng(8)
+    for _ in range(300):
+        probs, proxy = _random_distribution(rng)
+        n = int(rng.choice([1, 2, 3, 5, 16, 100, 1000]))
+        got = best_of_n_kl(probs, proxy, n)
+        with np.errstate(divide="ignore"):
+            assert got == pytest.approx(sequence_kl(np.log(best_of_n_probs(probs, proxy, n)), np.log(probs)), abs=1e-12)
+        stats = exact.best_of_n_stats(torch.as_tensor(probs, dtype=torch.float64), torch.as_tensor(proxy), n)
+        assert got == pytest.approx(stats["kl"].item(), abs=1e-9)
+        assert -1e-15 <= got <= best_of_n_kl_bound(n) + 1e-12
+        if n == 1:
+            assert got == pytest.approx(0.0, abs=1e-15)
+        else:  # every answer is an atom: strictly below the formula
+            assert got < best_of_n_kl_bound(n)
+
+
+def test_best_of_n_kl_of_equal_atoms_rises_to_the_formula_from_below():
+    # pi uniform on K distinct scores, n = 2: P_2(i) = (2i - 1) / K^2
+    gaps = []
+    for K in (2, 10, 100, 1000):
+        got = best_of_n_kl(np.full(K, 1 / K), np.arange(K), 2)
+        by_hand = math.fsum((2 * i - 1) / K**2 * math.log((2 * i - 1) / K) for i in range(1, K + 1))
+        assert got == pytest.approx(by_hand, abs=1e-12)
+        gaps.append(best_of_n_kl_bound(2) - got)
+    assert gaps[0] == pytest.approx(math.log(2) - 0.5 - TWO_ATOMS, abs=1e-12)
+    assert all(a > b > 0 for a, b in zip(gaps, gaps[1:])) and gaps[-1] < 1e-3
+
+
+def test_ties_merge_atoms_and_can_only_lower_the_kl():
+    # merging two answers into one tie coarse-grains P_n and pi alike
+    apart = best_of_n_kl([0.5, 0.25, 0.25], [0.0, 1.0, 2.0], 2)
+    tied = best_of_n_kl([0.5, 0.25, 0.25], [0.0, 1.0, 1.0], 2)
+    assert tied == pytest.approx(TWO_ATOMS, abs=1e-12) and tied < apart
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"probs": [0.5, 0.5], "proxy": [1.0, 2.0, 3.0]}, "proxy"),
+        ({"probs": [0.5, 0.4], "proxy": [1.0, 2.0]}, "probs"),
+        ({"probs": [1.2, -0.2], "proxy": [1.0, 2.0]}, "probs"),
+        ({"n": 0}, "n"),
+        ({"n": 2.0}, "n"),
+        ({"proxy": [1.0, np.nan]}, "proxy"),
+    ],
+)
+def test_best_of_n_kl_rejects_bad_input_by_name(kwargs, name):
+    args = {"probs": [0.5, 0.5], "proxy": [1.0, 2.0], "n": 2, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        best_of_n_kl(**args)
+
+
 # ----------------------------------------------------------------------------- the exercises
 
 
@@ -262,6 +346,9 @@ def test_the_random_inputs_cover_the_contract():
     assert min(bounds) == 1 and 10**5 < max(bounds) <= 10**6 and all(type(n) is int for n in bounds)
     seq = [ch11.SEQUENCE_KL.random_kwargs(rng) for _ in range(300)]
     assert any(-np.inf in np.asarray(kw["logp"]) for kw in seq)
+    mass = [np.exp(np.asarray(kw["logp"], dtype=float)).sum(axis=-1) for kw in seq]
+    assert any((m < 0.9).any() for m in mass)  # policies whose kept answers sum to less than 1
+    assert any(np.allclose(m, 1.0) for m in mass)
     for kw in seq:  # the reference is never -inf where the policy is not
         logp, ref = np.asarray(kw["logp"], dtype=float), np.asarray(kw["ref_logp"], dtype=float)
         assert not ((logp > -np.inf) & (ref == -np.inf)).any()
@@ -279,9 +366,31 @@ def test_every_slip_fails_the_check_in_its_own_words(name, slip):
 
 
 def test_the_slip_names_are_the_contracts():
-    assert [s.kind for s in ch11.BON_SLIPS] == ["no-minus", "worst-of-n", "ties-by-order", "at-least-once", "not-split"]
+    assert [s.kind for s in ch11.BON_SLIPS] == [
+        "no-minus",
+        "worst-of-n",
+        "ties-by-order",
+        "at-least-once",
+        "not-split",
+        "rounded",
+    ]
     assert [s.kind for s in ch11.BOUND_SLIPS] == ["log-only", "plus", "log2", "one-over-n"]
-    assert [s.kind for s in ch11.SEQ_SLIPS] == ["mean", "reverse", "nan-at-zero", "no-exp", "first-axis"]
+    assert [s.kind for s in ch11.SEQ_SLIPS] == [
+        "mean",
+        "reverse",
+        "nan-at-zero",
+        "no-exp",
+        "first-axis",
+        "renormalized-policy",
+    ]
+    assert [s.kind for s in ch11.KL_SLIPS] == [
+        "analytic",
+        "reversed",
+        "log2",
+        "ties-not-merged",
+        "nan-at-zero",
+        "rounded",
+    ]
 
 
 def _bon_plain(probs, proxy, n):
@@ -340,3 +449,99 @@ def test_the_nansum_version_passes_and_a_nan_says_where_it_comes_from():
     report = run_cases(ch11._seq_slip("nan-at-zero"), get("sequence_kl"))
     assert report.mistake == "nan-at-zero"
     assert "0 * (-inf) = NaN" in " ".join(str(report).split())
+
+
+# ----------------------------------------------------------------------------- what the reviews found
+
+
+@pytest.mark.parametrize("decimals", [2, 4, 6, 8])
+def test_a_rounded_law_fails_the_visible_check_saying_it_looks_rounded(decimals):
+    def rounded(probs, proxy, n):
+        return np.round(best_of_n_probs(probs, proxy, n), decimals)
+
+    report = run_cases(rounded, get("best_of_n_probs"))
+    assert not report.passed and report.mistake == "rounded"
+    failed = [r for r in report.results if not r.passed]
+    assert all(r.mistake == "rounded" for r in failed)
+    assert f"they look rounded to {decimals} decimals" in failed[0].message
+    assert ch11.ROUNDED_PROBS in failed[0].message
+
+
+def test_the_rounded_slip_of_best_of_n_fails_only_the_case_that_needs_ten_decimals():
+    report = run_cases(ch11._bon_slip("rounded"), get("best_of_n_probs"))
+    failed = [r for r in report.results if not r.passed]
+    assert len(failed) == 1 and failed[0].case.kwargs["n"] == 10
+    assert "rounded to 4 decimals" in failed[0].message
+
+
+def test_a_wrong_law_is_not_called_rounded():
+    def one_hot(probs, proxy, n):  # the best always wins: wrong, and short decimals
+        out = np.zeros(len(probs))
+        out[int(np.argmax(proxy))] = 1.0
+        return out
+
+    report = run_cases(one_hot, get("best_of_n_probs"))
+    assert not report.passed and all(r.mistake != "rounded" for r in report.results)
+
+
+def test_a_rounded_kl_fails_saying_it_looks_rounded():
+    def rounded(probs, proxy, n):
+        return round(best_of_n_kl(probs, proxy, n), 6)
+
+    report = run_cases(rounded, get("best_of_n_kl"))
+    assert not report.passed and report.mistake == "rounded"
+    assert "it looks rounded to 6 decimals" in report.first_failure.message
+
+
+def _seq_renormalized(logp, ref_logp):
+    """The policy renormalized to sum to 1 before the KL: wrong, pi(y) is exp(logp) as given."""
+    logp = np.asarray(logp, dtype=float)
+    logp = logp - np.log(np.sum(np.exp(logp), axis=-1, keepdims=True))
+    return sequence_kl(logp, ref_logp)
+
+
+def test_a_renormalized_policy_fails_the_check_and_the_grader_naming_the_mistake():
+    ex = get("sequence_kl")
+    report = run_cases(_seq_renormalized, ex)
+    assert not report.passed and report.mistake == "renormalized-policy"
+    assert "renormalizes the policy" in report.first_failure.message
+    rng = np.random.default_rng(9)
+    wrong = 0
+    for _ in range(ex.n_random):  # the grader's random inputs catch it too
+        kw = ex.random_kwargs(rng)
+        wrong += ex.expect.problem(_seq_renormalized(**kw), ex.reference(**kw)) is not None
+    assert wrong >= 10
+
+
+def _kl_with_own_law(probs, proxy, n):
+    """The third hint, on the package's law."""
+    law = best_of_n_probs(probs, proxy, n)
+    probs = np.asarray(probs, dtype=float)
+    won = law > 0
+    return float((law[won] * np.log(law[won] / probs[won])).sum())
+
+
+def test_the_hinted_kl_passes_and_agrees_on_the_random_inputs():
+    ex = get("best_of_n_kl")
+    assert run_cases(_kl_with_own_law, ex).passed
+    rng = np.random.default_rng(10)
+    for _ in range(300):
+        kw = ex.random_kwargs(rng)
+        assert ex.expect.problem(_kl_with_own_law(**kw), ex.reference(**kw)) is None
+
+
+def test_the_analytic_formula_fails_every_case_but_n_1():
+    report = run_cases(ch11._kl_slip("analytic"), get("best_of_n_kl"))
+    failed = [r for r in report.results if not r.passed]
+    assert [r.case.kwargs["n"] == 1 for r in report.results if r.passed] == [True]
+    assert all(r.mistake == "analytic" for r in failed)
+    near = [r for r in failed if len(r.case.kwargs["probs"]) == 40]  # 3.1e-4 off, still caught
+    assert len(near) == 1
+
+
+def test_a_numpy_float_kl_fails_as_such():
+    def numpy_float(probs, proxy, n):
+        return np.float64(best_of_n_kl(probs, proxy, n))
+
+    report = run_cases(numpy_float, get("best_of_n_kl"))
+    assert not report.passed and report.mistake == "numpy-scalar"

@@ -2,6 +2,7 @@
 measured from inside, and the reward model trained on a fixed set of pairs."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -89,25 +90,59 @@ def test_the_peak_of_a_curve():
     assert top == {"index": 1, "gold": 0.3, "kl": 0.5, "sqrt_kl": math.sqrt(0.5), "gain": pytest.approx(0.1)}
 
 
-def test_best_of_n_curve_is_the_engine_s_table_averaged(small):
+def test_the_curves_that_need_no_training_come_from_one_enumeration(small):
     policy, _, rm, pairs = small
-    curve = overopt.best_of_n_curve(policy, rm, pairs, [1, 2, 64])
-    assert curve["n"] == [1, 2, 64]
-    assert curve["kl"][0] == pytest.approx(0.0, abs=1e-12)
-    assert curve["analytic"] == pytest.approx([0.0, math.log(2) - 0.5, math.log(64) - 63 / 64])
-    assert all(k <= a + 1e-12 for k, a in zip(curve["kl"], curve["analytic"]))
-    assert curve["proxy"][0] <= curve["proxy"][1] <= curve["proxy"][2]
+    curves = overopt.exact_curves(policy, rm, pairs, [1, 2, 64], [100.0, 1.0, 0.2], min_prob=1e-6)
+    bon, tilt, ceiling = curves["bon"], curves["tilt"], curves["ceiling"]
+    assert curves["n"] == [1, 2, 64] and curves["beta"] == [100.0, 1.0, 0.2]
+    assert bon["kl"][0] == pytest.approx(0.0, abs=1e-12)
+    assert bon["analytic"] == pytest.approx([0.0, math.log(2) - 0.5, math.log(64) - 63 / 64])
+    assert all(k <= a + 1e-12 for k, a in zip(bon["kl"], bon["analytic"]))
+    assert bon["proxy"][0] <= bon["proxy"][1] <= bon["proxy"][2]
+    # the tilt by the proxy raises the proxy with the KL; the tilt by the verifier, the gold
+    assert tilt["kl"][0] < tilt["kl"][1] < tilt["kl"][2] and tilt["proxy"][0] < tilt["proxy"][1] < tilt["proxy"][2]
+    assert ceiling["gold"][0] < ceiling["gold"][1] < ceiling["gold"][2] and "proxy" not in ceiling
+    for curve in (tilt, ceiling):
+        for key in ("kl", "gold"):
+            assert all(lo <= v <= hi for lo, v, hi in zip(curve[f"{key}_lower"], curve[key], curve[f"{key}_upper"]))
+    # per prompt, averaged, is the curve
+    assert np.mean(tilt["per_prompt"]["gold"], axis=1) == pytest.approx(tilt["gold"], abs=1e-15)
+    assert np.shape(bon["per_prompt"]["kl"]) == (3, 3)
+    # no policy reaches more gold at a KL than the verifier's tilt: best-of-n and the proxy's tilt lie below
+    for curve in (bon, tilt):
+        for kl, gold in zip(curve["kl"], curve["gold"]):
+            assert (
+                gold <= np.interp(kl, ceiling["kl"] + [1e9], ceiling["gold"] + [1.0]) + 1e-9 or kl > ceiling["kl"][-1]
+            )
+
+
+def test_a_run_s_scores_are_computed_once_and_are_the_engine_s(small):
+    policy, reference, rm, pairs = small
+    scores = overopt.Scores(reference, rm)
+    plain = overopt.exact_point(policy, reference, rm, pairs, min_prob=1e-6)
+    cached = overopt.exact_point(policy, reference, rm, pairs, min_prob=1e-6, scores=scores)
+    first = len(scores.table)
+    again = overopt.exact_point(policy, reference, rm, pairs, min_prob=1e-6, scores=scores)
+    assert first == plain["completions"] and len(scores.table) == first  # nothing scored twice
+    for key in ("kl", "gold", "proxy", "kl_upper", "proxy_lower"):
+        assert cached[key] == pytest.approx(plain[key], rel=1e-6, abs=1e-9) and again[key] == cached[key]
+
+
+def test_an_unknown_optimizer_is_named(small):
+    policy, _, rm, _ = small
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        overopt.rl_run({"optimizer": "sgd", "proxy": "book", "seed": 0}, policy=policy, rm=rm)
 
 
 def test_a_run_is_measured_every_few_iterations_from_inside(small, monkeypatch):
     policy, _, rm, _ = small
     monkeypatch.setattr(overopt, "eval_pairs", lambda n=overopt.N_PROMPTS: task.eval_pairs()[:3])
-    job = {"proxy": "book", "beta": 0.0, "seed": 0, "iterations": 2, "at": [0, 1, 2], "samples": 2}
+    job = {"optimizer": "ppo-chapter-5", "proxy": "book", "seed": 0, "iterations": 2, "at": [0, 1, 2], "samples": 2}
     evalset = evaluation.EvalSet(task.eval_pairs()[:8])
     original = ppo.ppo_train
 
     def short(policy, reference, reward_fn, beta, config, **kwargs):  # 8 answers a batch, 8 eval prompts
-        cfg = ppo.PPOConfig(iterations=config.iterations, batch_size=8, seed=config.seed, eval_every=config.eval_every)
+        cfg = replace(config, batch_size=8)
         return original(policy, reference, reward_fn, beta, cfg, **{**kwargs, "evalset": evalset})
 
     monkeypatch.setattr(ppo, "ppo_train", short)
@@ -120,6 +155,13 @@ def test_a_run_is_measured_every_few_iterations_from_inside(small, monkeypatch):
     # the run evaluates only every gcd(at) iterations, which hold every iteration measured
     sparse = overopt.rl_run({**job, "iterations": 4, "at": [0, 2, 4]}, policy=policy, rm=rm)
     assert sparse["log"]["eval_iterations"] == [0, 2, 4] and len(sparse["log"]["objective/kl"]) == 4
+    # every optimizer of the table runs, with its own settings and reward
+    for name in overopt.OPTIMIZERS:
+        run = overopt.rl_run({**job, "optimizer": name, "iterations": 1, "at": [0, 1]}, policy=policy, rm=rm)
+        assert run["iteration"] == [0, 1], name
+        # a random policy is never right: the verifier gives every group equal rewards, nothing to learn
+        assert (run["kl"][1] > 1e-9) == (name != "rloo-verifier"), name
+    assert len(run["per_prompt"][1]["gold"]) == 3
 
 
 def test_the_callback_gets_the_policy_of_that_iteration_in_eval_mode(small):

@@ -3,8 +3,9 @@
 :func:`fit_gao` fits Gao et al.'s forms for the gold gain over the start against the distance
 d = sqrt(KL) (Gao et al. 2023, section 3): d (alpha - beta d) for best-of-n, d (alpha - beta log d)
 for RL; :func:`peak` finds a curve's highest gold. :func:`best_of_n_probs`,
-:func:`best_of_n_kl_bound` and :func:`sequence_kl` are the solutions of the chapter's exercises
-in NumPy, one prompt at a time; :mod:`minirlhf.exact` computes the same in torch, for every prompt.
+:func:`best_of_n_kl_bound`, :func:`sequence_kl` and :func:`best_of_n_kl` are the solutions of the
+chapter's exercises in NumPy, one prompt at a time; :mod:`minirlhf.exact` computes the same in
+torch, for every prompt.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 
 import numpy as np
 
-__all__ = ["fit_gao", "peak", "best_of_n_probs", "best_of_n_kl_bound", "sequence_kl"]
+__all__ = ["fit_gao", "peak", "best_of_n_probs", "best_of_n_kl_bound", "sequence_kl", "best_of_n_kl"]
 
 
 def fit_gao(kl, gain, form: str) -> dict:
@@ -108,8 +109,9 @@ def best_of_n_probs(probs, proxy, n) -> np.ndarray:
 
 
 def best_of_n_kl_bound(n) -> float:
-    """Return log(n) - (n - 1) / n, in nats: KL(best-of-n || pi) for a proxy without ties, and an
-    upper bound on it for any proxy. 0 at n = 1; it grows like log n.
+    """Return log(n) - (n - 1) / n, in nats: KL(best-of-n || pi) for a score distribution without
+    atoms (a continuous one), and an upper bound on it for any discrete one, ties or no ties (see
+    :func:`best_of_n_kl`). 0 at n = 1; it grows like log n.
 
     Defined in chapter 11.
     """
@@ -148,3 +150,22 @@ def sequence_kl(logp, ref_logp):
     terms[kept & (ref_logp == -np.inf)] = np.inf  # even where exp(logp) underflows to 0
     kl = terms.sum(axis=-1)
     return float(kl) if logp.ndim == 1 else kl
+
+
+def best_of_n_kl(probs, proxy, n) -> float:
+    """Return the exact KL(P_n || pi) in nats, as a Python float, for one prompt: P_n the law of
+    the best of ``n`` independent draws from ``probs`` (K,), ranked by ``proxy`` (K,), ties broken
+    uniformly at random (:func:`best_of_n_probs`), and pi = ``probs``.
+
+    Every answer of a discrete pi is an atom, with probability of its own, so P_n(y) =
+    F(y)^n - F(y^-)^n lumps the continuous law's density n u^(n-1) over the ranks u from F(y^-)
+    to F(y): the KL is that of a coarse-graining, at most log n - (n - 1) / n
+    (:func:`best_of_n_kl_bound`), with equality only at n = 1. Tied answers form one atom, and
+    within it P_n / pi is the same for every answer. An answer with P_n(y) = 0 adds 0.
+
+    Defined in chapter 11.
+    """
+    law = best_of_n_probs(probs, proxy, n)  # checks the inputs
+    probs = np.asarray(probs, dtype=float)
+    kept = law > 0  # P_n(y) = 0 adds 0; P_n(y) > 0 only where probs > 0
+    return float((law[kept] * np.log(law[kept] / probs[kept])).sum())

@@ -1,22 +1,27 @@
-"""How far to push, measured exactly: best-of-n and RL against a proxy RM (chapter 11).
+"""How far to push, measured exactly: best-of-n, the KL-regularized optimum and RL against a proxy RM (chapter 11).
 
 Every quantity here comes from the policy's whole distribution over completions
 (:mod:`minirlhf.exact`), on the first :data:`N_PROMPTS` eval prompts, at the sampling
-temperature 0.7:
+temperature 0.7, with one pruning threshold, :data:`MIN_PROB`:
 
     gold   the expected verifier accuracy of a sampled answer (the truth: Gao et al.'s gold RM)
     proxy  the expected score of the reward model the policy is optimized against
-    kl     the sequence-level KL(pi || pi_ref) of sampled answers, in nats, averaged over prompts
+    kl     the sequence-level KL(pi || pi_ref) of sampled answers, in nats
 
-Best-of-n costs no training: :func:`best_of_n_curve` turns one enumeration into those three
-numbers for every n. RL is chapter 5's PPO loop against the proxy (:func:`rl_run`), with the
-three measured at a few iterations from inside the run. :func:`sampled_kl` draws answers as a
-rollout does and sums chapter 1's k1 and k3 over their tokens, to set beside the exact KL.
-Reading the curves (Gao et al.'s fitted forms, a curve's peak) is :mod:`minirlhf.studies.gao`'s
-job: this module makes the runs, and a stored run is read back while its code is unchanged.
+Three kinds of policy are measured. Best-of-n and the tilted optimum pi_ref exp(r / beta) / Z cost
+no training: :func:`exact_curves` turns one enumeration into both, for every n and beta, and into
+the gold ceiling (the tilt by the verifier: the least KL at which any policy reaches a gold).
+RL is a run of :func:`rl_run`, an optimizer of :data:`OPTIMIZERS` against the proxy or the
+verifier, measured exactly at the iterations a job names, from inside the run; each run keeps
+the scores of the completions it has met (:class:`Scores`), since most recur from one
+evaluation to the next. :func:`sampled_kl` draws answers as a rollout does and sums chapter 1's
+k1 and k3 over their tokens, to set beside the exact KL. Reading the curves (Gao et al.'s
+fitted forms, a curve's peak) is :mod:`minirlhf.studies.gao`'s job: this module makes the runs,
+and a stored run is read back while its code is unchanged.
 
-The proxies (:data:`PROXIES`) are reward models trained like chapter 4's on fewer or other
-pairs (:func:`load_proxy`), stored in the models' folder as ``proxy-<name>.pt``.
+Every exact number is kept per prompt as well as averaged, so that a reader can bootstrap over
+prompts. The proxies (:data:`PROXIES`) are reward models trained like chapter 4's on fewer or
+other pairs (:func:`load_proxy`), stored in the models' folder as ``proxy-<name>.pt``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from functools import partial
 import torch
 
 from .. import dpo, exact, ppo, reward_model, store, task
-from ..model import completion_logprobs, completion_mask, generate, make_generator
+from ..model import completion_logprobs, completion_mask, generate, make_generator, reward_scores
 
 __all__ = [
     "N_PROMPTS",
@@ -39,17 +44,34 @@ __all__ = [
     "proxy_data",
     "load_proxy",
     "make_proxies",
+    "OPTIMIZERS",
+    "Scores",
     "exact_point",
     "sampled_kl",
-    "best_of_n_curve",
+    "exact_curves",
+    "tilt_check",
     "rl_run",
     "run_study",
     "study_code",
 ]
 
-N_PROMPTS = 100  # the first 100 of the 400 eval prompts
-MIN_PROB = 1e-5  # completions less likely than this are pruned; their mass bounds each number
+N_PROMPTS = 100  # the first 100 of the 400 eval prompts: each RL evaluation enumerates its policy afresh
+MIN_PROB = 1e-8  # completions less likely than this are pruned; their mass bounds each number
 TEMPERATURE = 0.7  # the book's sampling temperature (PPOConfig.temperature)
+
+# The settings under which RL climbs the proxy: a batch of 256 completions, a constant learning
+# rate of 5e-5 (chapter 5 decays 2e-4 to 0 over its run), and a baseline per prompt. name ->
+# (PPOConfig settings, reward). Rewards: "proxy", the RM's score; "proxy-prompt-baseline", the RM's
+# score minus its score of the reference's greedy answer to the same prompt (chapter 6's control);
+# "verifier", the truth. "ppo-chapter-5" is chapter 5's recipe itself, unleashed.
+_CLIMB = {"batch_size": 256, "lr": 5e-5, "anneal_lr": False}
+_RLOO = {**_CLIMB, "advantages": "rloo", "group_size": 8, "kl_placement": "loss"}
+OPTIMIZERS = {
+    "rloo": (_RLOO, "proxy"),
+    "ppo-prompt-baseline": (_CLIMB, "proxy-prompt-baseline"),
+    "rloo-verifier": (_RLOO, "verifier"),
+    "ppo-chapter-5": ({}, "proxy"),
+}
 
 # name -> (distinct pairs, share of near-miss rejected answers, optimizer steps), each trained
 # like chapter 4's RM (100 steps of 128) on a fixed set of the book's pairs. "near-miss" has
@@ -135,6 +157,42 @@ def _mean(x: torch.Tensor) -> float:
     return float(x.double().mean())
 
 
+class Scores:
+    """The proxy's score and the reference's log-probability of every completion of every prompt
+    met so far: neither changes while a policy trains, so a run computes each once.
+
+    ``scores(comps)`` returns ``(proxy, ref_logp)``, each (N,) float64, for the completions of
+    ``comps`` (an enumeration of the prompts this object was made for), computing only the
+    completions not met before, in one batch.
+    """
+
+    _BASE = torch.tensor([13**3, 13**2, 13, 1])  # a completion's 4 tokens as one number
+
+    def __init__(self, reference, rm):
+        self.reference, self.rm, self.table = reference, rm, {}
+
+    def __call__(self, comps) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = (comps.prompt_index * 13**4 + comps.tokens @ self._BASE).tolist()
+        new = [i for i, k in enumerate(keys) if k not in self.table]
+        if new:
+            rows = torch.tensor(new)
+            prompts, tokens = comps.prompts[comps.prompt_index[rows]], comps.tokens[rows]
+            sub = exact.Completions(
+                prompts,
+                tokens,
+                torch.arange(len(rows)),
+                comps.logp[rows],
+                torch.zeros(len(rows), dtype=torch.float64),
+                comps.temperature,
+                comps.min_prob,
+            )
+            proxy = exact.proxy_rewards(sub, self.rm).tolist()
+            ref = exact.sequence_logprobs(self.reference, prompts, tokens, comps.temperature).tolist()
+            self.table.update((keys[i], (p, r)) for i, p, r in zip(new, proxy, ref))
+        both = torch.tensor([self.table[k] for k in keys], dtype=torch.float64).reshape(-1, 2)
+        return both[:, 0], both[:, 1]
+
+
 @torch.no_grad()
 def sampled_kl(policy, reference, prompts: torch.Tensor, samples: int, seed: int) -> dict:
     """Return the KL estimates a run can make from sampled answers: ``samples`` answers of
@@ -158,53 +216,130 @@ def sampled_kl(policy, reference, prompts: torch.Tensor, samples: int, seed: int
 
 @torch.no_grad()
 def exact_point(
-    policy, reference, rm, pairs: torch.Tensor, min_prob: float = MIN_PROB, value_range=None, floor: float | None = None
+    policy,
+    reference,
+    rm,
+    pairs: torch.Tensor,
+    min_prob: float = MIN_PROB,
+    value_range=None,
+    floor: float | None = None,
+    scores: Scores | None = None,
 ) -> dict:
     """Return the exact numbers of ``policy`` on ``pairs``, each averaged over the prompts:
     ``kl``, ``gold``, ``proxy`` and, for each, ``<name>_lower`` and ``<name>_upper`` (bounds
     that hold whatever the pruned completions are), with ``pruned`` (the largest pruned mass of
-    a prompt) and ``completions`` (how many were enumerated)."""
+    a prompt), ``completions`` (how many were enumerated) and ``per_prompt`` (``kl``, ``gold``
+    and ``proxy`` of each prompt, lists). ``scores``: a run's :class:`Scores`, None to score
+    every completion afresh."""
     prompts = task.encode_prompts(pairs)
     comps = exact.enumerate_completions(policy, prompts, TEMPERATURE, min_prob)
+    proxy, ref_logp = scores(comps) if scores is not None else (exact.proxy_rewards(comps, rm), None)
     values = {
-        "kl": exact.exact_sequence_kl(comps, reference, floor),
+        "kl": exact.exact_sequence_kl(comps, reference, floor, ref_logp=ref_logp),
         "gold": exact.expected_gold(comps, pairs),
-        "proxy": exact.expected_proxy(comps, rm, value_range),
+        "proxy": exact.expectation(comps, proxy, value_range or exact.score_range(rm)),
     }
     out = {"pruned": float(comps.pruned.max()), "completions": len(comps.logp)}
     for name, b in values.items():
         out.update({name: _mean(b.value), f"{name}_lower": _mean(b.lower), f"{name}_upper": _mean(b.upper)})
     # a KL is never negative; where policy and reference agree, rounding leaves 1e-14 of either sign
     out["kl"], out["kl_lower"] = max(out["kl"], 0.0), max(out["kl_lower"], 0.0)
+    out["per_prompt"] = {name: b.value.tolist() for name, b in values.items()}
+    out["per_prompt"]["kl"] = values["kl"].value.clamp(min=0.0).tolist()
     return out
 
 
-def best_of_n_curve(policy, rm, pairs: torch.Tensor, ns, min_prob: float = 1e-8) -> dict:
-    """Return best-of-n's exact ``kl`` (to ``policy``), ``gold``, ``proxy`` and ``escape`` for
-    each n of ``ns``, each a list averaged over the prompts, and the analytic
-    ``log n - (n - 1) / n`` as ``analytic``. ``escape`` bounds how far the pruned completions
-    can move each number (see :func:`minirlhf.exact.best_of_n_stats`)."""
+def exact_curves(policy, rm, pairs: torch.Tensor, ns, betas, min_prob: float = MIN_PROB) -> dict:
+    """Return, from one enumeration of ``policy`` on ``pairs``, the policies that need no training:
+
+    ``{'bon': best-of-n for each n of ns, 'tilt': the tilted optimum pi exp(rm / beta) / Z for
+    each beta of betas, 'ceiling': pi tilted by the verifier for each beta, 'pruned': the
+    largest pruned mass of a prompt}``. Each curve holds ``kl``, ``gold``, ``proxy`` (lists
+    over its n or beta, averaged over the prompts; the ceiling has no proxy) and ``per_prompt``
+    (the same, each (M, P) as nested lists); best-of-n adds ``escape`` and ``analytic``
+    (log n - (n - 1) / n), the tilts their bounds (``kl_lower`` ... ``gold_upper``, and the
+    tilt's ``proxy_lower``, ``proxy_upper``, averaged) and ``tilted_pruned`` (the largest share
+    of the tilted law the pruned completions can take, over the prompts).
+    """
     comps = exact.enumerate_completions(policy, task.encode_prompts(pairs), TEMPERATURE, min_prob)
-    table = exact.best_of_n_table(comps, exact.proxy_rewards(comps, rm), ns, exact.gold_rewards(comps, pairs))
-    out = {k: v.mean(1).tolist() for k, v in table.items()}
-    out["n"] = [int(n) for n in ns]
-    out["analytic"] = exact.analytic_best_of_n_kl(ns).tolist()
-    out["pruned"] = float(comps.pruned.max())
+    proxy, gold = exact.proxy_rewards(comps, rm), exact.gold_rewards(comps, pairs)
+    value_range = exact.score_range(rm)
+    bon = exact.best_of_n_table(comps, proxy, ns, gold)
+    out = {"pruned": float(comps.pruned.max()), "n": [int(n) for n in ns], "beta": [float(b) for b in betas]}
+    out["bon"] = {k: v.mean(1).tolist() for k, v in bon.items()}
+    out["bon"]["analytic"] = exact.analytic_best_of_n_kl(ns).tolist()
+    out["bon"]["per_prompt"] = {k: bon[k].tolist() for k in ("kl", "gold", "proxy")}
+    for name, reward, rng in (("tilt", proxy, value_range), ("ceiling", gold, (0.0, 1.0))):
+        table = exact.tilted_table(comps, reward, betas, gold, rng)
+        if name == "tilt":
+            table.update(
+                proxy=table.pop("reward"), proxy_lower=table.pop("reward_lower"), proxy_upper=table.pop("reward_upper")
+            )
+        else:  # its reward is the gold itself
+            for key in ("reward", "reward_lower", "reward_upper"):
+                del table[key]
+        curve = {k: v.mean(1).tolist() for k, v in table.items() if k != "tilted_pruned"}
+        curve["tilted_pruned"] = table["tilted_pruned"].max(1).values.tolist()
+        keys = ("kl", "gold", "proxy") if name == "tilt" else ("kl", "gold")
+        curve["per_prompt"] = {k: table[k].tolist() for k in keys}
+        out[name] = curve
     return out
+
+
+def tilt_check(policy, rm, pairs: torch.Tensor, betas, min_prob: float = MIN_PROB) -> dict:
+    """Return how far the tilted optimum's numbers on ``pairs`` move when no completion is pruned.
+
+    Every one of the 22,621 completions of each prompt is enumerated and scored, and the tilt by
+    ``rm`` computed for each beta of ``betas`` as :func:`exact_curves` computes it, beside the
+    same from an enumeration pruned at ``min_prob``. Returns ``{'kl', 'gold', 'proxy'}``: for
+    each, the largest absolute difference of the mean over the prompts, one per beta (lists),
+    and ``prompts``, how many were checked. The bounds of :func:`minirlhf.exact.tilted_stats`
+    hold whatever the pruned completions score within the RM's range; this says what they do
+    score, on these prompts.
+    """
+    prompts = task.encode_prompts(pairs)
+    means = []
+    for threshold in (0.0, min_prob):
+        comps = exact.enumerate_completions(policy, prompts, TEMPERATURE, threshold)
+        table = exact.tilted_table(
+            comps, exact.proxy_rewards(comps, rm), betas, exact.gold_rewards(comps, pairs), exact.score_range(rm)
+        )
+        means.append({"kl": table["kl"], "gold": table["gold"], "proxy": table["reward"]})
+    out = {k: (means[0][k].mean(1) - means[1][k].mean(1)).abs().tolist() for k in ("kl", "gold", "proxy")}
+    out["prompts"] = len(pairs)
+    return out
+
+
+def _reward_fn(kind: str, reference, rm):
+    if kind == "verifier":
+        return ppo.verifier_reward
+    if kind == "proxy":
+        return ppo.rm_reward(rm)
+
+    @torch.no_grad()
+    def proxy_minus_prompt_baseline(pairs, prompts, completions):
+        greedy = generate(reference, prompts, greedy=True)  # (B, 4): the reference's own answer
+        return reward_scores(rm, prompts, completions) - reward_scores(rm, prompts, greedy)
+
+    return proxy_minus_prompt_baseline
 
 
 def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
-    """Return one PPO run against a proxy with the exact numbers every ``job['every']`` iterations.
+    """Return one RL run against a proxy with the exact numbers at the iterations ``job['at']``.
 
-    ``job``: ``proxy`` (a name of :data:`PROXIES`, or "book" for chapter 4's RM), ``beta``,
-    ``seed``, ``iterations``, ``at`` (the iterations measured, 0 the start), ``samples`` (answers
-    a prompt for :func:`sampled_kl`).
-    The start is chapter 3's partial-SFT policy, also the reference. Returns
-    ``{'iteration': [...], <each key of exact_point and sampled_kl>: [...], 'log': {...}}``
-    with the run's own log (greedy accuracy, its per-token KL, the sampled k1 it logged). The
-    run evaluates on the eval prompts every ``gcd(at)`` iterations (5 for the chapter's
-    ``at``), which includes every iteration of ``at``: the log's ``eval_iterations`` says which.
+    ``job``: ``optimizer`` (a name of :data:`OPTIMIZERS`), ``proxy`` (a name of :data:`PROXIES`,
+    or "book" for chapter 4's RM: the reward, unless the optimizer's reward is the verifier, and
+    the proxy measured), ``seed``, ``iterations``, ``at`` (the iterations measured, 0 the start),
+    ``samples`` (answers a prompt for :func:`sampled_kl`). The leash is off (beta 0): the run
+    travels the KL axis by training. The start is chapter 3's partial-SFT policy, also the
+    reference. Returns ``{'iteration': [...], <each key of exact_point and sampled_kl>: [...],
+    'log': {...}}`` with the run's own log (greedy accuracy, its per-token KL, the sampled k1 it
+    logged). The run evaluates on the eval prompts every ``gcd(at)`` iterations, which includes
+    every iteration of ``at``: the log's ``eval_iterations`` says which.
     """
+    if job.get("optimizer") not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {job.get('optimizer')!r}")
+    settings, reward = OPTIMIZERS[job["optimizer"]]
     if policy is None:
         policy, _ = store.load_sft(progress=False)
     if rm is None:
@@ -212,10 +347,11 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     pairs = eval_pairs()
     prompts = task.encode_prompts(pairs)
     value_range, floor = exact.score_range(rm), exact.token_logprob_floor(policy, TEMPERATURE)
+    scores = Scores(policy, rm)
     out: dict = {"iteration": []}
 
     def measure(iteration, model):
-        point = exact_point(model, policy, rm, pairs, value_range=value_range, floor=floor)
+        point = exact_point(model, policy, rm, pairs, value_range=value_range, floor=floor, scores=scores)
         point.update(sampled_kl(model, policy, prompts, job["samples"], seed=1000 * job["seed"] + iteration))
         out["iteration"].append(iteration)
         for key, value in point.items():
@@ -228,17 +364,17 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     if 0 in job["at"]:
         measure(0, policy)
     every = math.gcd(*job["at"]) or job["iterations"]  # evaluate where the study reads
-    cfg = ppo.PPOConfig(iterations=job["iterations"], seed=job["seed"], eval_every=every)
+    cfg = ppo.PPOConfig(iterations=job["iterations"], seed=job["seed"], eval_every=every, **settings)
     _, log = ppo.ppo_train(
         policy,
         policy,
-        ppo.rm_reward(rm),
-        job["beta"],
+        _reward_fn(reward, policy, rm),
+        0.0,
         cfg,
         rm=rm,
         progress=progress,
         callback=callback,
-        desc=f"PPO, proxy {job['proxy']}, beta {job['beta']:g}",
+        desc=f"{job['optimizer']}, proxy {job['proxy']}, seed {job['seed']}",
     )
     keys = ("accuracy", "rm_score", "kl", "eval_iterations", "objective/kl", "val/completion_length")
     out["log"] = {k: log[k] for k in keys}
@@ -246,17 +382,21 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
 
 
 def _study_job(job: dict, progress: bool = False):
-    if job["kind"] == "bon":
+    if job["kind"] in ("exact", "check"):
         policy, _ = store.load_sft(progress=False)
         rm = store.load_rm(progress=False)[0] if job["proxy"] == "book" else load_proxy(job["proxy"], False)[0]
-        return best_of_n_curve(policy, rm, eval_pairs(), job["ns"])
+        if job["kind"] == "check":
+            return tilt_check(policy, rm, eval_pairs()[: job["prompts"]], job["betas"])
+        return exact_curves(policy, rm, eval_pairs(), job["ns"], job["betas"])
     return rl_run(job, progress=progress)
 
 
 def _label(job: dict) -> str:
-    if job["kind"] == "bon":
-        return f"best-of-n, proxy {job['proxy']}"
-    return f"PPO, proxy {job['proxy']}, beta {job['beta']:g}, seed {job['seed']}"
+    if job["kind"] == "exact":
+        return f"best-of-n and the optimum, proxy {job['proxy']}"
+    if job["kind"] == "check":
+        return f"the optimum with nothing pruned, {job['prompts']} prompts"
+    return f"{job['optimizer']}, proxy {job['proxy']}, seed {job['seed']}"
 
 
 def study_code() -> str:
@@ -266,9 +406,10 @@ def study_code() -> str:
 
 def run_study(jobs, progress: bool = True, workers: int | None = None) -> list:
     """Return the result of each job, run side by side by ``workers`` worker processes
-    (:func:`minirlhf.parallel.map_runs`): a job ``{'kind': 'bon', 'proxy', 'ns'}`` gives
-    :func:`best_of_n_curve` of the partial-SFT policy, a job ``{'kind': 'rl', ...}``
-    :func:`rl_run`. The proxies are made first (:func:`make_proxies`), once each."""
+    (:func:`minirlhf.parallel.map_runs`): a job ``{'kind': 'exact', 'proxy', 'ns', 'betas'}``
+    gives :func:`exact_curves` of the partial-SFT policy, ``{'kind': 'check', 'proxy',
+    'prompts', 'betas'}`` :func:`tilt_check` on the first ``prompts`` eval prompts, and
+    ``{'kind': 'rl', ...}`` :func:`rl_run`. The proxies are made first (:func:`make_proxies`), once each."""
     from ..parallel import map_runs
 
     jobs = list(jobs)

@@ -1,12 +1,42 @@
-"""Chapter 11 exercises: best-of-n's law exactly, its analytic KL, and the exact sequence KL."""
+"""Chapter 11 exercises: best-of-n's law exactly, its analytic KL, the exact sequence KL, and the
+exact KL of best-of-n, which the analytic one only bounds for a policy whose answers are atoms."""
 
 import math
 
 import numpy as np
 
-from ...studies.gao import best_of_n_kl_bound, best_of_n_probs, sequence_kl
+from ...studies.gao import best_of_n_kl, best_of_n_kl_bound, best_of_n_probs, sequence_kl
 from ..cases import Case, Exercise, Slip, known_slip
 from ..expect import Expect, ExpectArray, ExpectFloat
+
+# ----------------------------------------------------------------------------- rounded answers
+
+
+def _rounded_to(got, expected) -> int | None:
+    """The fewest decimals d, from 1 to 8, such that every value of ``got`` has at most d decimals
+    and lies within half a unit of the d-th decimal of ``expected``: ``got`` is ``expected``
+    rounded to d decimals. None when no such d exists (or the shapes differ)."""
+    got, expected = np.asarray(got, dtype=float), np.asarray(expected, dtype=float)
+    if got.shape != expected.shape or not (np.isfinite(got).all() and np.isfinite(expected).all()):
+        return None
+    for d in range(1, 9):
+        short = np.abs(got - np.round(got, d)) <= 1e-12
+        near = np.abs(got - expected) <= 0.5 * 10.0**-d + 1e-12
+        if short.all() and near.all():
+            return d
+    return None
+
+
+def _said_rounded(bad, got, expected, looks: str, says: str):
+    """``bad`` as the comparator found it, or, when it is a wrong value that is ``expected``
+    rounded, the mistake "rounded" with ``looks`` ("it looks", "they look") and ``says``."""
+    if bad is None or bad[0] != "value":
+        return bad
+    d = _rounded_to(got, expected)
+    if d is None:
+        return bad
+    return "rounded", f"{bad[1]}; {looks} rounded to {d} decimal{'s' if d > 1 else ''}: {says}"
+
 
 # ----------------------------------------------------------------------------- 11.1 best-of-n
 
@@ -39,9 +69,23 @@ def _bon_random_kwargs(rng: np.random.Generator) -> dict:
     }
 
 
+ROUNDED_PROBS = "the contract asks for the probabilities within 1e-9, so do not round them"
+
+
+class ExpectBestOfN(ExpectArray):
+    """P_n, a NumPy array within 1e-9 of the expected one; an answer that is the expected one
+    rounded to a few decimals is named as rounded."""
+
+    def __init__(self, slips=()):
+        super().__init__(atol=1e-9, container="numpy", what="the probabilities", plural=True, slips=slips)
+
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
+        return _said_rounded(super().diagnose(got, expected), got, expected, "they look", ROUNDED_PROBS)
+
+
 def _bon_slip(kind: str):
     """Return best_of_n_probs with one usual slip (see ``BON_SLIPS``)."""
-    known_slip(kind, ("no-minus", "worst-of-n", "ties-by-order", "at-least-once", "not-split"))
+    known_slip(kind, ("no-minus", "worst-of-n", "ties-by-order", "at-least-once", "not-split", "rounded"))
 
     def best_of_n_probs_(probs, proxy, n):
         probs, proxy = np.asarray(probs, dtype=float), np.asarray(proxy, dtype=float)
@@ -63,6 +107,8 @@ def _bon_slip(kind: str):
         if kind == "not-split":
             return block_probs[block]
         share = np.divide(probs, mass[block], out=np.zeros_like(probs), where=mass[block] > 0)
+        if kind == "rounded":
+            return np.round(block_probs[block] * share, 4)
         return block_probs[block] * share
 
     return best_of_n_probs_
@@ -92,6 +138,7 @@ BON_SLIPS = (
         _bon_slip("not-split"),
         "that gives each tied completion the whole block's probability: split it in proportion to probs",
     ),
+    Slip("rounded", _bon_slip("rounded"), ROUNDED_PROBS),
 )
 
 
@@ -99,7 +146,7 @@ BEST_OF_N_PROBS = Exercise(
     name="best_of_n_probs",
     chapter=11,
     title="Best-of-n, exactly",
-    expect=ExpectArray(atol=1e-9, container="numpy", what="the probabilities", plural=True, slips=BON_SLIPS),
+    expect=ExpectBestOfN(slips=BON_SLIPS),
     cases=(
         _bon_case(
             [0.5, 0.3, 0.2], [1, 2, 3], 1, [0.5, 0.3, 0.2], "n = 1: one draw, nothing to choose, the policy itself"
@@ -126,6 +173,14 @@ BEST_OF_N_PROBS = Exercise(
             "a tie: the block of score 1 wins with 1 - 0.5^2 = 0.75, split 0.25 : 0.25 between its two",
         ),
         _bon_case([0.5, 0.5], [0, 1], 3, [0.125, 0.875], "n = 3: the low one wins only if all three draws are low"),
+        _bon_case(
+            [0.5, 0.3, 0.2],
+            [1, 2, 3],
+            10,
+            [0.0009765625, 0.1073741824 - 0.0009765625, 1 - 0.1073741824],
+            "n = 10: 0.5^10 = 0.0009765625 and 0.8^10 = 0.1073741824, so P = 0.0009765625, 0.1063976199, "
+            "0.8926258176: ten decimals, which an answer rounded to fewer loses",
+        ),
         _bon_case(
             [0.5, 0.0, 0.5],
             [1, 3, 2],
@@ -178,7 +233,8 @@ BEST_OF_N_PROBS = Exercise(
         "return_inverse=True)` numbers the blocks from the lowest score; `mass = np.bincount(block, "
         "weights=probs)`; `F = np.concatenate([[0.0], np.cumsum(mass)])` holds F(v^-) in `F[:-1]` and F(v) "
         "in `F[1:]`. Completion i gets `F[1:] ** n - F[:-1] ** n` at `block[i]`, times "
-        "`probs[i] / mass[block[i]]` (0 where that mass is 0).",
+        "`probs[i] / mass[block[i]]` (0 where that mass is 0). Return the array as computed: the "
+        "contract asks for more decimals than rounding keeps.",
     ),
     reference=best_of_n_probs,
     random_kwargs=_bon_random_kwargs,
@@ -193,6 +249,7 @@ BEST_OF_N_PROBS = Exercise(
         "shape": 3,
         "type": 3,
         "nan": 3,
+        "rounded": 3,
     },
 )
 
@@ -316,7 +373,7 @@ def _seq_case(logp, ref_logp, expected, why, lists=False) -> Case:
 def _seq_random_kwargs(rng: np.random.Generator) -> dict:
     """One distribution (K,) or M of them (M, K). About a quarter of the policy's probabilities
     are 0 (logp -inf); the reference is 0 only where the policy is, at times; now and then the
-    reference keeps less than all its mass (a pruned enumeration)."""
+    policy, the reference or both keep less than all their mass (a pruned enumeration)."""
     K = int(rng.integers(1, 9))
     one = rng.random() < 0.5
     rows = 1 if one else int(rng.integers(1, 5))
@@ -332,6 +389,8 @@ def _seq_random_kwargs(rng: np.random.Generator) -> dict:
         logp, ref_logp = np.log(p), np.log(q)
     if rng.random() < 0.2:
         ref_logp = ref_logp + float(rng.uniform(-1.0, 0.0))
+    if rng.random() < 0.25:  # the policy's kept answers sum to less than 1, one share per row
+        logp = logp + rng.uniform(-1.0, 0.0, (rows, 1))
     if one:
         logp, ref_logp = logp[0], ref_logp[0]
     as_lists = rng.random() < 0.3
@@ -340,12 +399,16 @@ def _seq_random_kwargs(rng: np.random.Generator) -> dict:
 
 def _seq_slip(kind: str):
     """Return sequence_kl with one usual slip (see ``SEQ_SLIPS``)."""
-    known_slip(kind, ("mean", "reverse", "nan-at-zero", "no-exp", "first-axis"))
+    known_slip(kind, ("mean", "reverse", "nan-at-zero", "no-exp", "first-axis", "renormalized-policy"))
 
     def sequence_kl_(logp, ref_logp):
         logp, ref_logp = np.asarray(logp, dtype=float), np.asarray(ref_logp, dtype=float)
         with np.errstate(all="ignore"):
-            if kind == "mean":
+            if kind == "renormalized-policy":  # the right code, on a policy scaled to sum to 1
+                logp = logp - np.log(np.exp(logp).sum(axis=-1, keepdims=True))
+                kept = logp > -np.inf
+                kl = np.where(kept, np.exp(logp) * (logp - ref_logp), 0.0).sum(axis=-1)
+            elif kind == "mean":
                 kl = (logp - ref_logp).mean(axis=-1)
             elif kind == "reverse":  # the right code with the two distributions swapped
                 kept = ref_logp > -np.inf
@@ -380,6 +443,12 @@ SEQ_SLIPS = (
         "first-axis",
         _seq_slip("first-axis"),
         "that sums along the first axis: sum along the last, axis=-1, one KL per row",
+    ),
+    Slip(
+        "renormalized-policy",
+        _seq_slip("renormalized-policy"),
+        "that renormalizes the policy to sum to 1: pi(y) is exp(logp) as given, and the kept answers may "
+        "sum to less than 1 (the others were pruned); do not divide by their sum",
     ),
 )
 
@@ -447,11 +516,26 @@ SEQUENCE_KL = Exercise(
             math.inf,
             "the reference never says the second, the policy does, half the time: the KL is +inf",
         ),
+        _seq_case(
+            [_HALF],
+            [math.log(0.25)],
+            0.5 * math.log(2),
+            "the policy keeps 0.5 of its mass here (the rest was pruned): pi(y) = exp(logp) = 0.5, not 1; "
+            "0.5 log(0.5 / 0.25) = 0.5 log 2 = 0.346574",
+        ),
+        _seq_case(
+            np.log([0.4, 0.4]),
+            np.log([0.5, 0.25]),
+            0.4 * math.log(1.28),
+            "the policy's two kept answers sum to 0.8: 0.4 log(0.4 / 0.5) + 0.4 log(0.4 / 0.25) "
+            "= 0.4 log(0.8 * 1.6) = 0.4 log 1.28 = 0.098744",
+        ),
     ),
     hints=(
         "KL(pi || pi_ref) is the policy's expectation of log pi(y) - log pi_ref(y): weight each "
         "completion's log-ratio by its probability under the policy, exp(logp), and sum over the "
-        "completions, the last axis.",
+        "completions, the last axis. Take exp(logp) as it is: the kept completions of either "
+        "distribution may sum to less than 1 (the others were pruned), and nothing is renormalized.",
         "A completion with logp = -inf has probability 0 and adds 0, but NumPy computes "
         "exp(-inf) * (-inf - ref_logp) as 0 * (-inf) = NaN: keep only the terms where logp is finite. "
         "Sum with `axis=-1`, so that each row of a 2-D input is one distribution.",
@@ -470,6 +554,7 @@ SEQUENCE_KL = Exercise(
         "no-exp": 1,
         "nan-at-zero": 2,
         "first-axis": 2,
+        "renormalized-policy": 1,
         "shape": 2,
         "inf": 2,
         "numpy-scalar": 3,
@@ -478,4 +563,199 @@ SEQUENCE_KL = Exercise(
     },
 )
 
-IN_THIS_CHAPTER = (BEST_OF_N_PROBS, BEST_OF_N_KL_BOUND, SEQUENCE_KL)
+# ----------------------------------------------------------------------------- 11.4 the exact KL of best-of-n
+
+NAN_AT_NO_WIN = (
+    "an answer with P_n(y) = 0 (one the policy never gives, or one whose chance to win underflows to 0) "
+    "adds 0 to the KL, but NumPy computes its term 0 * log(0 / pi(y)) as NaN: keep only the answers "
+    "with P_n(y) > 0"
+)
+ROUNDED_KL = "the contract asks for the KL within 1e-9, so do not round it"
+
+
+class ExpectBestOfNKL(ExpectFloat):
+    """KL(P_n || pi), a Python float within 1e-9 of the expected one. A NaN is named for the term
+    of probability 0 that makes it, and an answer that is the expected one rounded to a few
+    decimals is named as rounded."""
+
+    def __init__(self, slips=()):
+        super().__init__(atol=1e-9, what="the KL", slips=slips)
+
+    def diagnose(self, got, expected) -> tuple[str, str] | None:
+        if isinstance(got, float) and math.isnan(got):
+            return "nan-at-zero", f"the KL is NaN: {NAN_AT_NO_WIN}"
+        return _said_rounded(super().diagnose(got, expected), got, expected, "it looks", ROUNDED_KL)
+
+
+def _kl_case(probs, proxy, n, expected: float, why: str, lists=False) -> Case:
+    if not lists:
+        probs, proxy = np.array(probs, dtype=float), np.array(proxy, dtype=float)
+    return Case({"probs": probs, "proxy": proxy, "n": n}, float(expected), why)
+
+
+def _kl_slip(kind: str):
+    """Return best_of_n_kl with one usual slip (see ``KL_SLIPS``)."""
+    known_slip(kind, ("analytic", "reversed", "log2", "ties-not-merged", "nan-at-zero", "rounded"))
+    by_order = _bon_slip("ties-by-order")
+
+    def best_of_n_kl_(probs, proxy, n):
+        if kind == "analytic":
+            return math.log(n) - (n - 1) / n
+        probs = np.asarray(probs, dtype=float)
+        if kind == "ties-not-merged":  # each answer a rank of its own, tied ones in their order
+            law = by_order(probs, proxy, n)
+        else:
+            values, block = np.unique(np.asarray(proxy, dtype=float), return_inverse=True)
+            block = block.reshape(-1)
+            mass = np.bincount(block, weights=probs, minlength=len(values))
+            f = np.minimum(np.concatenate([[0.0], np.cumsum(mass)]), 1.0)
+            won = (f[1:] ** n - f[:-1] ** n)[block]
+            law = np.divide(won * probs, mass[block], out=np.zeros_like(probs), where=mass[block] > 0)
+        with np.errstate(all="ignore"):
+            if kind == "reversed":  # KL(pi || P_n): weighted by pi
+                given = probs > 0
+                return float((probs[given] * np.log(probs[given] / law[given])).sum())
+            if kind == "nan-at-zero":
+                return float((law * np.log(law / probs)).sum())
+            won = law > 0
+            kl = float((law[won] * np.log(law[won] / probs[won])).sum())
+        if kind == "log2":
+            return kl / math.log(2)
+        if kind == "rounded":
+            return round(kl, 4)
+        return kl  # "ties-not-merged": the KL of the wrong law
+
+    return best_of_n_kl_
+
+
+KL_SLIPS = (
+    Slip(
+        "analytic",
+        _kl_slip("analytic"),
+        "that is log n - (n - 1) / n, exercise 11.2's formula: the KL for a score without atoms, only an "
+        "upper bound here, where every answer is an atom; compute P_n and sum P_n log(P_n / pi)",
+    ),
+    Slip(
+        "reversed",
+        _kl_slip("reversed"),
+        "that is KL(pi || P_n), weighted by pi: the KL here is KL(P_n || pi), weighted by P_n",
+    ),
+    Slip("log2", _kl_slip("log2"), "that is in bits, the log to base 2: the KL is in nats, take the natural log"),
+    Slip(
+        "ties-not-merged",
+        _kl_slip("ties-not-merged"),
+        "that gives each tied answer a rank of its own, by position: answers of equal proxy form one atom, "
+        "and P_n splits it in proportion to pi, so P_n / pi is the same across it",
+    ),
+    Slip("nan-at-zero", _kl_slip("nan-at-zero"), NAN_AT_NO_WIN),
+    Slip("rounded", _kl_slip("rounded"), ROUNDED_KL),
+)
+
+_K = 40  # pi uniform on 40 answers with distinct scores: P_2(i) = (2i - 1) / K^2
+_UNIFORM_2 = math.fsum((2 * i - 1) / _K**2 * math.log((2 * i - 1) / _K) for i in range(1, _K + 1))
+_TWO_ATOMS = 0.25 * math.log(0.5) + 0.75 * math.log(1.5)  # P_2 = (0.25, 0.75) against (0.5, 0.5)
+
+BEST_OF_N_KL = Exercise(
+    name="best_of_n_kl",
+    chapter=11,
+    title="The exact KL of best-of-n",
+    expect=ExpectBestOfNKL(slips=KL_SLIPS),
+    cases=(
+        _kl_case(
+            [0.5, 0.5],
+            [0, 1],
+            2,
+            _TWO_ATOMS,
+            "two atoms, no tie: P_2 = 0.5^2, 1 - 0.5^2 = 0.25, 0.75, and 0.25 log 0.5 + 0.75 log 1.5 "
+            "= 0.130812, below log 2 - 1/2 = 0.193147",
+        ),
+        _kl_case(
+            [0.5, 0.5],
+            [0, 1],
+            3,
+            0.125 * math.log(0.25) + 0.875 * math.log(1.75),
+            "n = 3: P_3 = 0.125, 0.875, and 0.125 log 0.25 + 0.875 log 1.75 = 0.316377, below log 3 - 2/3 = 0.431946",
+        ),
+        _kl_case([0.5, 0.3, 0.2], [1, 2, 3], 1, 0.0, "n = 1: best-of-1 is the policy itself, KL 0"),
+        _kl_case(
+            [0.5, 0.3, 0.2],
+            [1, 2, 3],
+            2,
+            0.25 * math.log(0.5) + 0.39 * math.log(1.3) + 0.36 * math.log(1.8),
+            "P_2 = 0.25, 0.39, 0.36 (exercise 11.1): 0.25 log 0.5 + 0.39 log 1.3 + 0.36 log 1.8 = 0.140638",
+        ),
+        _kl_case(
+            [0.2, 0.3, 0.5],
+            [1, 1, 1],
+            5,
+            0.0,
+            "all answers tied: one atom, and best-of-n moves no mass within an atom; P_5 = pi, KL 0",
+        ),
+        _kl_case(
+            [0.5, 0.25, 0.25],
+            [0, 1, 1],
+            2,
+            _TWO_ATOMS,
+            "a tie makes one atom of mass 0.5: P_2 = 0.25, 0.375, 0.375, P_2 / pi = 0.5, 1.5, 1.5, so the KL "
+            "is that of two atoms, 0.130812",
+        ),
+        _kl_case(
+            [0.5, 0.0, 0.5],
+            [1, 3, 2],
+            2,
+            _TWO_ATOMS,
+            "the top answer has probability 0: never drawn, P_2 = 0.25, 0, 0.75, and it adds 0: 0.130812",
+        ),
+        _kl_case(
+            [0.5, 0.3, 0.2],
+            [1, 2, 3],
+            1000,
+            math.log(5),
+            "n = 1000: P_n puts all but 0.8^1000, about 1e-97, on the top answer, so the KL is log(1 / 0.2) "
+            "= log 5 = 1.609438, far below log 1000 - 0.999 = 5.908755",
+        ),
+        Case(
+            {"probs": np.full(_K, 1 / _K), "proxy": list(range(_K)), "n": 2},
+            _UNIFORM_2,
+            "40 equal atoms, distinct scores: P_2(i) = (2i - 1) / 40^2, and the sum of P_2(i) log((2i - 1) / 40) "
+            "is 0.192836, 3.1e-4 below log 2 - 1/2: nearer as the atoms shrink, never above",
+        ),
+        _kl_case(
+            [0.5, 0.5],
+            [0, 1],
+            2,
+            _TWO_ATOMS,
+            "the contract's example as written, lists: 0.130812, a Python float",
+            lists=True,
+        ),
+    ),
+    hints=(
+        "KL(P_n || pi) is the sum over the answers of P_n(y) log(P_n(y) / pi(y)), with P_n the exact "
+        "law of exercise 11.1 (your `best_of_n_probs` computes it). Not log n - (n - 1) / n: that is the "
+        "KL only when no answer carries probability of its own, and here every answer does.",
+        "Weight each log-ratio by P_n(y), not by pi(y), and take the natural log: the KL is in nats. "
+        "An answer with P_n(y) = 0 adds 0, but NumPy computes 0 * log(0 / pi(y)) as NaN: keep only the "
+        "answers with P_n(y) > 0. Tied answers form one atom: P_n splits it in proportion to pi, which "
+        "`best_of_n_probs` already does.",
+        "`law = best_of_n_probs(probs, proxy, n)`; `probs = np.asarray(probs, dtype=float)`; "
+        "`won = law > 0`; `return float((law[won] * np.log(law[won] / probs[won])).sum())`: a Python "
+        "float, unrounded.",
+    ),
+    reference=best_of_n_kl,
+    random_kwargs=_bon_random_kwargs,
+    # the KL of the exact law, not the formula (1), its weight, base, zero terms and ties (2), the
+    # Python float, unrounded (3)
+    hint_for={
+        "analytic": 1,
+        "reversed": 2,
+        "log2": 2,
+        "ties-not-merged": 2,
+        "nan-at-zero": 2,
+        "rounded": 3,
+        "numpy-scalar": 3,
+        "type": 3,
+        "int": 3,
+    },
+)
+
+IN_THIS_CHAPTER = (BEST_OF_N_PROBS, BEST_OF_N_KL_BOUND, SEQUENCE_KL, BEST_OF_N_KL)
