@@ -24,8 +24,8 @@
 #    objective is maximized by, for every strength of the leash, and the least KL at which any
 #    policy can reach a given gold.
 # 4. **RL that climbs**: four optimizers against the same proxy, each first checked to raise
-#    the number it is handed, then read against the optimum at equal KL, and every method on
-#    one axis with Gao et al.'s fitted forms.
+#    the number it is handed, then read against the optimum at equal KL; DPO on the pairs the
+#    proxy learnt from; and every method on one axis, with Gao et al.'s fitted forms.
 # 5. **How the proxy's quality moves the peak**: five more proxies, trained on 200 to 12,800
 #    pairs, and one with near-misses among its rejected answers.
 # 6. **The KL estimators against the truth**: chapter 1's k1 and k3, summed over the tokens of
@@ -60,7 +60,7 @@ from minirlhf.model import (completion_logits, completion_mask, generate,
 from minirlhf.palette import BLUE, GREEN, ORANGE, PINK, SKY, YELLOW
 from minirlhf.paths import OUTPUTS
 from minirlhf.stats import mean_ci95, pm, print_claims
-from minirlhf.studies import frontier, gao, kl_exact
+from minirlhf.studies import dpo_overopt, frontier, gao, kl_exact
 from minirlhf.studies import overoptimization as overopt
 
 torch.set_num_threads(1)  # one thread: runs are bit-identical
@@ -607,10 +607,12 @@ assert np.all(moved[:last + 1] <= 1)
 
 
 def optimum_peak(p, r):
-    """The optimum's best gold gain over the start, and where: sqrt(KL)."""
+    """The optimum's best gold gain over the start, and where: sqrt(KL);
+    then best-of-n's best gain."""
     gain = tp["gold"][:, p].mean(1) - bp["gold"][0, p].mean()
     i = int(gain.argmax())
-    return [gain[i], np.sqrt(tp["kl"][:, p].mean(1)[i])]
+    bon_gain = bp["gold"][:, p].mean(1) - bp["gold"][0, p].mean()
+    return [gain[i], np.sqrt(tp["kl"][:, p].mean(1)[i]), bon_gain.max()]
 
 
 def bon_minus_optimum(p, r):
@@ -622,7 +624,7 @@ def bon_minus_optimum(p, r):
         bp["proxy"][:, p].mean(1) - at(tp, "proxy", kl, p)])
 
 
-(t_gain, t_d), t_lo, t_hi = frontier.bootstrap(optimum_peak, P)
+(t_gain, t_d, _), t_lo, t_hi = frontier.bootstrap(optimum_peak, P)
 print(f"\nthe optimum's gold peaks at sqrt(KL) {t_d:.3f}: {t_gain:+.4f}\n"
       f"  (95% interval over prompts {t_lo[0]:+.4f} to {t_hi[0]:+.4f})")
 ceiling_there = at(cp, "gold", [t_d ** 2])[0] - g0
@@ -637,9 +639,9 @@ for n in (2, 4, 8, 64):
           f"[{d_lo[i]:+.4f}, {d_hi[i]:+.4f}]    {diff[j]:+.3f}")
 proxy_diff = diff[len(NS) + 1:]  # n >= 2, within the optimum's range
 in_range = np.isfinite(proxy_diff)
-print(f"best-of-n's peak, n = {NS[top['index']]}, against the ceiling at "
-      f"its KL: {top['gain']:+.4f} of "
-      f"{at(cp, 'gold', [top['kl']])[0] - g0:+.4f}")
+print(f"best-of-n's peak, n = {NS[top['index']]}: {top['gain']:+.4f} "
+      f"(95% interval {t_lo[2]:+.4f} to {t_hi[2]:+.4f}),\n  against "
+      f"the ceiling at its KL: {at(cp, 'gold', [top['kl']])[0] - g0:+.4f}")
 i2 = NS.index(2)
 print_claims([
     ("the optimum's gold peak is above the start (interval)", t_lo[0] > 0),
@@ -745,6 +747,14 @@ for name in LENGTH:
               f"{v[1, e]:>+7.3f} [{lo[1, e]:+.3f}, {hi[1, e]:+.3f}]"
               f"{'':>6}{v[3, e]:>5.2f}")
 climbs = {name: bool(np.all(read[name][1][1, 1:] > 0)) for name in LENGTH}
+runs = [run for runs_of in rl.values() for run in runs_of]
+widest = {k: max(max(u - lo for u, lo in zip(run[f"{k}_upper"],
+                                             run[f"{k}_lower"]))
+                 for run in runs) for k in ("kl", "gold", "proxy")}
+print(f"every evaluation of the {len(runs)} runs: pruned mass at most "
+      f"{max(max(run['pruned']) for run in runs):.1e};\n  widest bounds: "
+      f"KL {widest['kl']:.1e}, gold {widest['gold']:.1e}, proxy "
+      f"{widest['proxy']:.1e}")
 print_claims([
     ("PPO, per-prompt: the proxy rises at every evaluation",
      climbs["ppo-prompt-baseline"]),
@@ -759,7 +769,9 @@ print_claims([
 # evaluation, while it travels as far as the others. Whatever its gold does, it is not
 # over-optimization; it is drift. The two runs with a baseline per prompt pass: their proxy
 # rises from the first iteration on and keeps rising, each step buying a larger share of what
-# the optimum buys with the same KL, though neither gets past about half of it. Now the gold.
+# the optimum buys with the same KL, though neither gets past about half of it. (The pruned
+# mass of every evaluation is printed too, with the widest bounds it allows: too small to move
+# any digit the tables print.) Now the gold.
 
 # %%
 print("gold gain over the start (95% interval), best and last evaluation")
@@ -815,9 +827,64 @@ print_claims([
 ])
 
 
+# %% [markdown]
+# The optimizers that climb the proxy do what the optimum does with the gold: a few thousandths
+# gained near $\sqrt{\mathrm{KL}} = 0.3$, too little for three seeds to tell from 0, then a loss
+# that grows with the distance. At every evaluation but the last their gold is within its
+# interval of the optimum's at the same KL, although they buy only part of its proxy: against
+# this RM, optimizing well or badly makes little difference to the gold, because even the best
+# optimization has almost nothing to find. Chapter 5's recipe loses gold from its first step,
+# and now we can say why: it does not optimize the proxy at all, it drifts. That is the lesson
+# of this section for any Goodhart curve: **check that the optimizer moves the proxy before
+# reading the gold**. The oracle shows the other side: the same RLOO handed the verifier climbs
+# steadily in gold, though still far below the ceiling at its KL.
+#
+# ## DPO on the same pairs
+#
+# DPO (chapter 9) has no proxy to climb: it learns from the pairs themselves, the same 12,800
+# that chapter 4's RM learnt from. Rafailov et al. {cite}`rafailov2024scaling` find that DPO and
+# its kin over-optimize all the same: past some KL the true quality falls as training goes on,
+# often before one pass over the data is complete. The cell runs chapter 9's DPO
+# ($\beta = 1.25$) from the same start, three seeds, for three passes over the pairs (600 steps
+# of 64 pairs), with a constant learning rate (chapter 9's initial $10^{-4}$, so that the first
+# $k$ steps of the run are a run of $k$ steps), and enumerates the policy exactly at steps 1, 2,
+# 4, 8 and on, and at every quarter of a pass.
+
+# %%
+DPO_JOBS = dpo_overopt.study_jobs(betas=(1.25,), seeds=SEEDS)
+dpo_study = load_or_run(
+    OUTPUTS / "ch11_dpo.json",
+    {"jobs": DPO_JOBS, "study": dpo_overopt.study_code()}, {},
+    lambda: {"results": dpo_overopt.run_study(DPO_JOBS, progress=PROGRESS)},
+    arms=())
+dpo_runs = dpo_study["results"]
+R["dpo"], ITS["dpo"] = frontier.rl_arrays(dpo_runs), dpo_runs[0]["step"]
+NAME["dpo"] = "DPO, beta 1.25"
+read["dpo"] = read_run("dpo")
+v, lo, hi = read["dpo"]
+passes = dpo_runs[0]["epoch"]
+print("DPO: gold gain over the start (95% interval), beside the optimum's")
+print("step  pass  sqrt(KL)  gold gain                  vs optimum  proxy")
+for e, step in enumerate(ITS["dpo"]):
+    if step in (8, 32, 50, 100, 150, 200, 400, 600):
+        print(f"{step:>4}  {passes[e]:>4.2f}  {v[0, e]:>8.3f}  "
+              f"{v[2, e]:>+8.4f} [{lo[2, e]:+.4f}, {hi[2, e]:+.4f}]  "
+              f"{v[4, e]:>+10.4f}  {v[1, e]:>+6.3f}")
+first = [e for e, step in enumerate(ITS["dpo"]) if 0 < step <= 200]
+print_claims([
+    ("DPO: above the start in gold at every evaluation from step 8",
+     all(lo[2, e] > 0 for e, k in enumerate(ITS["dpo"]) if k >= 8)),
+    ("DPO: its best gold of the first pass is at the pass's end",
+     first[int(np.argmax(v[2, first]))] == ITS["dpo"].index(200)),
+    ("DPO: more gold than the optimum at its last KL",
+     bool(lo[4, -1] > 0)),
+])
+
+
 # %% tags=["hide-input"]
 STYLE = {"ppo-chapter-5": (YELLOW, "s"), "ppo-prompt-baseline": (BLUE, "^"),
-         "rloo": (ORANGE, "o"), "rloo-verifier": (GREEN, "D")}
+         "rloo": (ORANGE, "o"), "rloo-verifier": (GREEN, "D"),
+         "dpo": (PINK, "v")}
 
 
 def draw_frontier(narrow=False):
@@ -838,7 +905,7 @@ def draw_frontier(narrow=False):
                 label="optimum (RM's tilt)" if key == "gold" else None)
         ax.plot(d_bon, book[key] - base, color="black", lw=1.0, ls=":",
                 label="best-of-n" if key == "gold" else None)
-        for name in LENGTH:
+        for name in STYLE:
             color, marker = STYLE[name]
             v = read[name][0]
             ax.plot(v[0], v[1 if key == "proxy" else 2], color=color,
@@ -847,11 +914,13 @@ def draw_frontier(narrow=False):
         ax.axhline(0, color="grey", lw=0.6, ls=":")
         ax.set_xlabel("√KL to the start (√nats, whole answers)")
         ax.set_xlim(0, 1.3)
-    axes[0].set_ylim(-0.1, 0.1)
+    axes[0].set_ylim(-0.1, 0.14)
     axes[1].set_ylim(-0.05, 0.8)
     axes[0].set_ylabel("gold gain over the start")
     axes[1].set_ylabel("proxy gain over the start")
-    axes[0].legend(frameon=False, fontsize=6.5, loc="lower left")
+    # the legend in the proxy panel's empty upper left, clear of every line
+    axes[1].legend(*axes[0].get_legend_handles_labels(), frameon=False,
+                   fontsize=6.5, loc="upper left")
     return fig
 
 
@@ -865,26 +934,29 @@ show_figure(
         "verifier rises steadily. Proxy gain: the optimum rises fastest, "
         "best-of-n next, RLOO and the per-prompt PPO rise at about half "
         "the optimum's rate, chapter 5's PPO and the verifier's RLOO "
-        "barely rise.",
+        "barely rise. DPO rises in gold above every other method but "
+        "the ceiling, and barely in proxy.",
     caption="Every method on one axis, against chapter 4's RM, exactly: "
             "the gold ceiling (no policy gets above it), the optimum "
             "(the most proxy for a KL), best-of-n, and the mean of three "
-            "runs of each optimizer. The optimizers that climb the proxy "
-            "follow the optimum's gold; chapter 5's, which does not "
-            "climb it, only drifts.",
+            "runs of each optimizer and of DPO. The optimizers that climb "
+            "the proxy follow the optimum's gold; chapter 5's, which does "
+            "not climb it, only drifts; DPO, which learns from the pairs "
+            "instead of the RM, climbs in gold.",
 )
 
 # %% [markdown]
-# The optimizers that climb the proxy do what the optimum does with the gold: a few thousandths
-# gained near $\sqrt{\mathrm{KL}} = 0.3$, too little for three seeds to tell from 0, then a loss
-# that grows with the distance. At every evaluation but the last their gold is within its
-# interval of the optimum's at the same KL, although they buy only part of its proxy: against
-# this RM, optimizing well or badly makes little difference to the gold, because even the best
-# optimization has almost nothing to find. Chapter 5's recipe loses gold from its first step,
-# and now we can say why: it does not optimize the proxy at all, it drifts. That is the lesson
-# of this section for any Goodhart curve: **check that the optimizer moves the proxy before
-# reading the gold**. The oracle shows the other side: the same RLOO handed the verifier climbs
-# steadily in gold, though still far below the ceiling at its KL.
+# DPO does not over-optimize here, and it gains more gold at each KL than any method in the
+# figure but the ceiling. Its gold is above the start from step 8 on, the best point of its first
+# pass is that pass's end, and the second and third passes add more (+0.0837 after one pass,
+# +0.1174 after three, at $\sqrt{\mathrm{KL}}$ = 0.516), while the RM's score, which it never
+# sees, barely moves. The reason is in the pairs: their chosen answer is always right and their
+# rejected one always wrong, so the preferences DPO fits never disagree with the gold, and
+# pushing them further only pushes the truth. Rafailov et al.'s preferences are human or
+# model judgements that their gold judge does not always share; pairs of that kind (a share of
+# them flipped, say) are what would let DPO's curve turn over here. The same pairs taught the RM
+# far less (chapter 9 made the same comparison at matched KL): the proxy is a lossy summary of
+# its data, and every method that optimizes the proxy inherits its losses.
 #
 # ## Gao et al.'s forms
 #

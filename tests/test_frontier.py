@@ -44,3 +44,5 @@ def test_runs_of_one_recipe_become_arrays_seed_by_evaluation_by_prompt():
         frontier.rl_arrays([run, {**run, "iteration": [0, 2]}])
     with pytest.raises(ValueError, match="at least one"):
         frontier.rl_arrays([])
+    dpo_run = {"step": [0, 8], "per_prompt": run["per_prompt"]}  # a DPO run counts steps
+    assert frontier.rl_arrays([dpo_run], keys=("gold",))["gold"].shape == (1, 2, 2)

@@ -39,11 +39,12 @@ def curve_arrays(curve: dict, keys=("kl", "gold", "proxy")) -> dict:
 
 def rl_arrays(runs, keys=("kl", "gold", "proxy")) -> dict:
     """Return the per-prompt numbers of runs of one recipe (a list, one run per seed) as arrays
-    (S, E, P): seed, evaluation, prompt. Every run must have been evaluated at the same iterations."""
+    (S, E, P): seed, evaluation, prompt. Every run must have been evaluated at the same
+    iterations (``iteration``, or ``step`` for a DPO run)."""
     runs = list(runs)
     if not runs:
         raise ValueError("runs must hold at least one run")
-    its = [tuple(r["iteration"]) for r in runs]
+    its = [tuple(r["iteration"] if "iteration" in r else r["step"]) for r in runs]
     if len(set(its)) != 1:
         raise ValueError(f"the runs were evaluated at different iterations: {sorted(set(its))}")
     return {k: np.array([[e[k] for e in r["per_prompt"]] for r in runs], dtype=float) for k in keys}
