@@ -134,7 +134,7 @@ def test_an_unknown_optimizer_is_named(small):
         overopt.rl_run({"optimizer": "sgd", "proxy": "book", "seed": 0}, policy=policy, rm=rm)
 
 
-def test_a_run_is_measured_every_few_iterations_from_inside(small, monkeypatch):
+def test_a_run_is_measured_at_the_iterations_it_names_from_inside(small, monkeypatch):
     policy, _, rm, _ = small
     monkeypatch.setattr(overopt, "eval_pairs", lambda n=overopt.N_PROMPTS: task.eval_pairs()[:3])
     job = {"optimizer": "ppo-chapter-5", "proxy": "book", "seed": 0, "iterations": 2, "at": [0, 1, 2], "samples": 2}
@@ -149,12 +149,13 @@ def test_a_run_is_measured_every_few_iterations_from_inside(small, monkeypatch):
     out = overopt.rl_run(job, policy=policy, rm=rm)
     assert out["iteration"] == [0, 1, 2]
     assert out["kl"][0] < 1e-12 and out["kl"][2] > 1e-6  # the start is the reference (up to rounding)
-    for key in ("gold", "proxy", "k1", "k3", "pruned", "kl_upper"):
+    for key in ("gold", "proxy", "k1", "k3", "pruned", "kl_upper", "greedy_kl"):
         assert len(out[key]) == 3
-    assert len(out["log"]["accuracy"]) == 3 and len(out["log"]["objective/kl"]) == 2
-    # the run evaluates only every gcd(at) iterations, which hold every iteration measured
+    assert out["greedy_kl"][0] < 1e-12 and out["greedy_kl"][2] > 1e-6
+    # the run's own evaluation only at its start and end; its batch log at every iteration
+    assert out["log"]["eval_iterations"] == [0, 2] and len(out["log"]["objective/kl"]) == 2
     sparse = overopt.rl_run({**job, "iterations": 4, "at": [0, 2, 4]}, policy=policy, rm=rm)
-    assert sparse["log"]["eval_iterations"] == [0, 2, 4] and len(sparse["log"]["objective/kl"]) == 4
+    assert sparse["iteration"] == [0, 2, 4] and sparse["log"]["eval_iterations"] == [0, 4]
     # every optimizer of the table runs, with its own settings and reward
     for name in overopt.OPTIMIZERS:
         run = overopt.rl_run({**job, "optimizer": name, "iterations": 1, "at": [0, 1]}, policy=policy, rm=rm)

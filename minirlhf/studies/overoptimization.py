@@ -26,7 +26,6 @@ other pairs (:func:`load_proxy`), stored in the models' folder as ``proxy-<name>
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import asdict, replace
 from functools import partial
@@ -35,6 +34,7 @@ import torch
 
 from .. import dpo, exact, ppo, reward_model, store, task
 from ..model import completion_logprobs, completion_mask, generate, make_generator, reward_scores
+from . import kl_exact
 
 __all__ = [
     "N_PROMPTS",
@@ -333,9 +333,11 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     ``samples`` (answers a prompt for :func:`sampled_kl`). The leash is off (beta 0): the run
     travels the KL axis by training. The start is chapter 3's partial-SFT policy, also the
     reference. Returns ``{'iteration': [...], <each key of exact_point and sampled_kl>: [...],
-    'log': {...}}`` with the run's own log (greedy accuracy, its per-token KL, the sampled k1 it
-    logged). The run evaluates on the eval prompts every ``gcd(at)`` iterations, which includes
-    every iteration of ``at``: the log's ``eval_iterations`` says which.
+    'greedy_kl': [...], 'log': {...}}``: at each iteration measured, also the exact per-token KL
+    of the greedy answers to the same prompts, as chapter 5's ``evaluate`` computes it
+    (:func:`minirlhf.studies.kl_exact.greedy_token_kl`); ``log`` is the run's own log (the sampled
+    k1 it logged at every iteration; its ``evaluate`` on the 400 eval prompts at the start and the
+    end only, ``eval_iterations``).
     """
     if job.get("optimizer") not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {job.get('optimizer')!r}")
@@ -353,6 +355,7 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     def measure(iteration, model):
         point = exact_point(model, policy, rm, pairs, value_range=value_range, floor=floor, scores=scores)
         point.update(sampled_kl(model, policy, prompts, job["samples"], seed=1000 * job["seed"] + iteration))
+        point["greedy_kl"] = kl_exact.greedy_token_kl(model, policy, prompts, TEMPERATURE)["kl"]
         out["iteration"].append(iteration)
         for key, value in point.items():
             out.setdefault(key, []).append(value)
@@ -363,8 +366,8 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
 
     if 0 in job["at"]:
         measure(0, policy)
-    every = math.gcd(*job["at"]) or job["iterations"]  # evaluate where the study reads
-    cfg = ppo.PPOConfig(iterations=job["iterations"], seed=job["seed"], eval_every=every, **settings)
+    # the run's own evaluation at its start and end only: the study measures from the callback
+    cfg = ppo.PPOConfig(iterations=job["iterations"], seed=job["seed"], eval_every=job["iterations"], **settings)
     _, log = ppo.ppo_train(
         policy,
         policy,
