@@ -542,9 +542,11 @@ show_figure(
 # is known in closed form: the reference **tilted** by the reward,
 #
 # $$
-# \pi_\beta(y) = \frac{\pi_{\mathrm{ref}}(y)\, e^{r(y)/\beta}}{Z}, \qquad
-# Z = \sum_y \pi_{\mathrm{ref}}(y)\, e^{r(y)/\beta}, \qquad
-# \mathrm{KL}(\pi_\beta \,\|\, \pi_{\mathrm{ref}}) = \frac{\mathbb{E}_{\pi_\beta}[r]}{\beta} - \log Z
+# \begin{aligned}
+# \pi_\beta(y) &= \frac{\pi_{\mathrm{ref}}(y)\, e^{r(y)/\beta}}{Z}, \qquad
+# Z = \sum_y \pi_{\mathrm{ref}}(y)\, e^{r(y)/\beta},\\
+# \mathrm{KL}(\pi_\beta \,\|\, \pi_{\mathrm{ref}}) &= \frac{\mathbb{E}_{\pi_\beta}[r]}{\beta} - \log Z
+# \end{aligned}
 # $$
 #
 # (Korbak et al. {cite}`korbak2022rl`; DPO's derivation starts from it, chapter 9
@@ -920,7 +922,7 @@ def draw_frontier(narrow=False):
     axes[1].set_ylabel("proxy gain over the start")
     # the legend in the proxy panel's empty upper left, clear of every line
     axes[1].legend(*axes[0].get_legend_handles_labels(), frameon=False,
-                   fontsize=6.5, loc="upper left")
+                   fontsize=7, loc="upper left")
     return fig
 
 
