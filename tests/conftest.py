@@ -24,6 +24,24 @@ torch.set_num_threads(1)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session")
+def tilted_policy():
+    """Return a maker of a small random policy (seed 0), its head sharpened twofold and its bias
+    toward `;` raised by ``semi_bias``, so that answers end early and an enumeration stays small:
+    ``make(semi_bias) -> (cfg, policy)``. Models made after it follow the same seeded stream."""
+
+    def make(semi_bias: float):
+        cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2)
+        torch.manual_seed(0)
+        policy = TinyGPT(cfg).eval()
+        with torch.no_grad():
+            policy.head.weight.mul_(2.0)
+            policy.head.bias[task.SEMI] += semi_bias
+        return cfg, policy
+
+    return make
+
+
 @pytest.fixture(scope="module")
 def tiny():
     """An untrained policy and reward model (seed 0) and 32 eval prompts: small PPO and GRPO

@@ -8,23 +8,17 @@ import torch
 
 from minirlhf import dpo, task
 from minirlhf.evaluation import EvalSet
-from minirlhf.model import GPTConfig, TinyGPT
+from minirlhf.model import TinyGPT
 from minirlhf.studies import dpo_overopt as study
 from minirlhf.studies import overoptimization as overopt
-from minirlhf.task import SEMI
 
 N_PAIRS, BATCH = 12_800, 64  # the book's pairs, and chapter 9's batch
 
 
 @pytest.fixture(scope="module")
-def small():
+def small(tilted_policy):
     """A small random policy tilted toward `;` (also the reference) and a reward model."""
-    cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2)
-    torch.manual_seed(0)
-    policy = TinyGPT(cfg).eval()
-    with torch.no_grad():
-        policy.head.weight.mul_(2.0)
-        policy.head.bias[SEMI] += 2.0
+    cfg, policy = tilted_policy(2.0)
     return policy, TinyGPT(cfg, scalar_head=True).eval()
 
 

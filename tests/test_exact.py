@@ -24,7 +24,7 @@ from minirlhf.exact import (
     tilted_table,
     token_logprob_floor,
 )
-from minirlhf.model import GPTConfig, TinyGPT, completion_logits, generate, make_generator, reward_scores
+from minirlhf.model import TinyGPT, completion_logits, generate, make_generator, reward_scores
 from minirlhf.task import PROMPT_LEN, SEMI
 
 ONE = task.VOCAB.index("1")
@@ -145,15 +145,10 @@ def test_pruning_in_the_two_token_world_keeps_the_mass_and_bounds_the_truth():
 
 
 @pytest.fixture(scope="module")
-def small():
+def small(tilted_policy):
     """A small random policy, sharpened (head x 2) and tilted toward `;` so that `3;` and `1;`
     (right for 1 + 2 and 0 + 1) are likely; a random reference and reward model of its size."""
-    cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2)
-    torch.manual_seed(0)
-    policy = TinyGPT(cfg).eval()
-    with torch.no_grad():
-        policy.head.weight.mul_(2.0)
-        policy.head.bias[SEMI] += 1.0
+    cfg, policy = tilted_policy(1.0)
     reference, rm = TinyGPT(cfg).eval(), TinyGPT(cfg, scalar_head=True).eval()
     pairs = torch.tensor([[1, 2], [0, 1], [50, 61]])
     return policy, reference, rm, pairs, task.encode_prompts(pairs)

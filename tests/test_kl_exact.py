@@ -146,14 +146,9 @@ def test_pruning_in_the_two_token_world_bounds_every_moment():
 
 
 @pytest.fixture(scope="module")
-def small():
+def small(tilted_policy):
     """A small random policy, sharpened and tilted toward `;`, and a random reference of its size."""
-    cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2)
-    torch.manual_seed(0)
-    policy = TinyGPT(cfg).eval()
-    with torch.no_grad():
-        policy.head.weight.mul_(2.0)
-        policy.head.bias[SEMI] += 1.0
+    cfg, policy = tilted_policy(1.0)
     reference = TinyGPT(cfg).eval()
     pairs = torch.tensor([[1, 2], [0, 1], [50, 61]])
     return policy, reference, pairs, task.encode_prompts(pairs)

@@ -10,22 +10,16 @@ import torch
 
 import minirlhf.evaluation as evaluation
 from minirlhf import exact, ppo, task
-from minirlhf.model import GPTConfig, TinyGPT
+from minirlhf.model import TinyGPT
 from minirlhf.reward_model import RMConfig, train_reward_model
 from minirlhf.studies import gao
 from minirlhf.studies import overoptimization as overopt
-from minirlhf.task import SEMI
 
 
 @pytest.fixture(scope="module")
-def small():
+def small(tilted_policy):
     """A small random policy tilted toward `;`, a second one as reference, and a reward model."""
-    cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2)
-    torch.manual_seed(0)
-    policy = TinyGPT(cfg).eval()
-    with torch.no_grad():
-        policy.head.weight.mul_(2.0)
-        policy.head.bias[SEMI] += 2.0
+    cfg, policy = tilted_policy(2.0)
     reference, rm = TinyGPT(cfg).eval(), TinyGPT(cfg, scalar_head=True).eval()
     pairs = torch.tensor([[1, 2], [0, 1], [3, 4]])
     return policy, reference, rm, pairs
