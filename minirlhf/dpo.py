@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +53,7 @@ __all__ = [
     "preference_pairs",
     "implicit_reward_margins",
     "implicit_reward_report",
+    "steps",
     "train_dpo",
     "DPO_METRICS",
     "HELDOUT_LOGPS",
@@ -328,6 +329,82 @@ def prepare_reference(reference: TinyGPT, config: DPOConfig | None = None) -> No
     _reference_logps(reference, prompts, chosen, rejected, (cfg.near_miss_share, repr(cfg.rm_config)))
 
 
+def steps(
+    policy: TinyGPT,
+    reference: TinyGPT,
+    config: DPOConfig | None = None,
+    loss_fn: Callable | None = None,
+) -> Iterator[tuple[int, TinyGPT, dict | None]]:
+    """Yield ``(step, model, metrics)``: ``(0, model, None)`` first, the start, then one after each
+    of the ``config.steps`` optimizer steps of DPO from ``policy`` against the frozen ``reference``.
+
+    This is DPO's step loop, the only one: :func:`train_dpo` drives it and evaluates the policy
+    between steps; chapter 11's over-optimization study
+    (:func:`minirlhf.studies.dpo_overopt.dpo_run`) drives it to measure the policy from inside a
+    run. ``model`` is the policy being trained (a copy; ``policy`` is not changed), in eval mode
+    while the driver holds it, to read and not to change; ``metrics`` holds the step's batch
+    numbers by TRL's names (:data:`DPO_METRICS`), computed before that step's update.
+    ``loss_fn`` replaces :func:`dpo_loss` (same signature; it returns the loss alone).
+
+    Defined in chapter 9.
+    """
+    cfg = config or DPOConfig()
+    if loss_fn is not None and cfg.loss_type != "sigmoid":
+        raise ValueError(f"loss_fn replaces DPO's sigmoid loss: with loss_type {cfg.loss_type!r} it must be None")
+    loss_fn = loss_fn or dpo_loss
+    model = copy.deepcopy(policy).eval().requires_grad_(True)
+    reference.eval()
+    prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)  # (N, 6), (N, 4) x 2
+    ref_chosen, ref_rejected = _reference_logps(
+        reference, prompts, chosen, rejected, (cfg.near_miss_share, repr(cfg.rm_config))
+    )  # (N,) each
+    if cfg.n_pairs is not None:
+        if cfg.n_pairs > len(prompts):
+            raise ValueError(f"n_pairs must be at most the {len(prompts)} pairs there are, got {cfg.n_pairs}")
+        keep = slice(0, cfg.n_pairs)
+        prompts, chosen, rejected = prompts[keep], chosen[keep], rejected[keep]
+        ref_chosen, ref_rejected = ref_chosen[keep], ref_rejected[keep]
+    n = len(prompts)
+    g = make_generator(cfg.seed)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    yield 0, model, None
+
+    order = torch.empty(0, dtype=torch.long)
+    for step in range(1, cfg.steps + 1):
+        model.train()
+        # 1. the next batch of pairs; a new shuffled pass when the last one is used up
+        if len(order) < cfg.batch_size:
+            order = torch.cat([order, torch.randperm(n, generator=g)])
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        # 2. the policy's sequence log-probs of both sides, in one pass
+        both = sequence_logps(model, prompts[idx].repeat(2, 1), torch.cat([chosen[idx], rejected[idx]]))
+        pi_chosen, pi_rejected = both.chunk(2)  # (B,) each
+        if cfg.loss_type == "sft":  # the mean over the chosen answers' kept tokens
+            loss = -pi_chosen.sum() / completion_mask(chosen[idx]).sum()
+        else:
+            loss = loss_fn(pi_chosen, pi_rejected, ref_chosen[idx], ref_rejected[idx], cfg.beta)
+        r_chosen = implicit_rewards(pi_chosen, ref_chosen[idx], cfg.beta)  # (B,) each
+        r_rejected = implicit_rewards(pi_rejected, ref_rejected[idx], cfg.beta)
+        # 3. one Adam step, the learning rate annealed linearly
+        if cfg.anneal_lr:
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr * (1.0 - (step - 1) / cfg.steps)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        # 4. the batch's numbers by TRL's names
+        metrics = {
+            "loss": loss.item(),
+            "rewards/chosen": r_chosen.mean().item(),
+            "rewards/rejected": r_rejected.mean().item(),
+            "rewards/accuracies": (r_chosen > r_rejected).double().mean().item(),
+            "rewards/margins": (r_chosen - r_rejected).mean().item(),
+            "logps/chosen": pi_chosen.detach().mean().item(),
+            "logps/rejected": pi_rejected.detach().mean().item(),
+        }
+        yield step, model.eval(), metrics
+
+
 def train_dpo(
     policy: TinyGPT,
     reference: TinyGPT,
@@ -340,6 +417,8 @@ def train_dpo(
 ) -> tuple[TinyGPT, dict]:
     """Return (trained copy of ``policy``, log); the inputs are not changed.
 
+    The steps are :func:`steps`' (the loop lives there), which this drives: it logs each step's
+    metrics and evaluates the policy at the start and every ``config.eval_every`` steps.
     ``reference`` is frozen (read without gradients; its log-probs of every pair are computed
     once, before the first step, and kept for the next run with the same reference and pairs).
     ``loss_fn`` replaces :func:`dpo_loss` (same signature; it returns the loss alone), so a
@@ -357,81 +436,29 @@ def train_dpo(
     Defined in chapter 9.
     """
     cfg = config or DPOConfig()
-    if loss_fn is not None and cfg.loss_type != "sigmoid":
-        raise ValueError(f"loss_fn replaces DPO's sigmoid loss: with loss_type {cfg.loss_type!r} it must be None")
-    loss_fn = loss_fn or dpo_loss
+    run = steps(policy, reference, cfg, loss_fn)
+    _, policy, _ = next(run)  # the start: the copy that trains, before its first step
     evalset = evalset or EvalSet()
-    policy = copy.deepcopy(policy).train().requires_grad_(True)
-    reference.eval()
-    prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)  # (N, 6), (N, 4) x 2
-    ref_chosen, ref_rejected = _reference_logps(
-        reference, prompts, chosen, rejected, (cfg.near_miss_share, repr(cfg.rm_config))
-    )  # (N,) each
-    if cfg.n_pairs is not None:
-        if cfg.n_pairs > len(prompts):
-            raise ValueError(f"n_pairs must be at most the {len(prompts)} pairs there are, got {cfg.n_pairs}")
-        keep = slice(0, cfg.n_pairs)
-        prompts, chosen, rejected = prompts[keep], chosen[keep], rejected[keep]
-        ref_chosen, ref_rejected = ref_chosen[keep], ref_rejected[keep]
-    n = len(prompts)
-    g = make_generator(cfg.seed)
-    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     cache = {}  # the frozen models' eval outputs, as in ppo_train
 
     log = {"steps": [], "accuracy": [], "rm_score": [], "kl": [], "kinds": {k: [] for k in task.KINDS}}
     log.update({key: [] for key in HELDOUT_LOGPS})
     log.update({name: [] for name in DPO_METRICS})
     log["config"] = asdict(cfg)
-    log["n_pairs"] = n
-    policy.eval()
+    log["n_pairs"] = cfg.n_pairs or len(preference_pairs(cfg.near_miss_share, cfg.rm_config)[0])
     heldout = heldout_answers()
     _record_eval(log, 0, evaluate(policy, reference, rm, evalset, cache=cache), policy, heldout)
-    policy.train()
 
-    order = torch.empty(0, dtype=torch.long)
     bar = progress_bar(total=cfg.steps, desc=desc, enabled=progress)
-    for step in range(1, cfg.steps + 1):
-        # 1. the next batch of pairs; a new shuffled pass when the last one is used up
-        if len(order) < cfg.batch_size:
-            order = torch.cat([order, torch.randperm(n, generator=g)])
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        # 2. the policy's sequence log-probs of both sides, in one pass
-        both = sequence_logps(policy, prompts[idx].repeat(2, 1), torch.cat([chosen[idx], rejected[idx]]))
-        pi_chosen, pi_rejected = both.chunk(2)  # (B,) each
-        if cfg.loss_type == "sft":  # the mean over the chosen answers' kept tokens
-            loss = -pi_chosen.sum() / completion_mask(chosen[idx]).sum()
-        else:
-            loss = loss_fn(pi_chosen, pi_rejected, ref_chosen[idx], ref_rejected[idx], cfg.beta)
-        r_chosen = implicit_rewards(pi_chosen, ref_chosen[idx], cfg.beta)  # (B,) each
-        r_rejected = implicit_rewards(pi_rejected, ref_rejected[idx], cfg.beta)
-        # 3. one Adam step, the learning rate annealed linearly
-        if cfg.anneal_lr:
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr * (1.0 - (step - 1) / cfg.steps)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        # 4. log the batch by TRL's names
-        metrics = {
-            "loss": loss.item(),
-            "rewards/chosen": r_chosen.mean().item(),
-            "rewards/rejected": r_rejected.mean().item(),
-            "rewards/accuracies": (r_chosen > r_rejected).double().mean().item(),
-            "rewards/margins": (r_chosen - r_rejected).mean().item(),
-            "logps/chosen": pi_chosen.detach().mean().item(),
-            "logps/rejected": pi_rejected.detach().mean().item(),
-        }
+    for step, policy, metrics in run:
         for name, value in metrics.items():
             log[name].append(value)
-        # 5. every eval_every steps (and at the end), the same evaluation as every PPO arm
+        # every eval_every steps (and at the end), the same evaluation as every PPO arm
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            policy.eval()
             ev = evaluate(policy, reference, rm, evalset, cache=cache)
             _record_eval(log, step, ev, policy, heldout)
-            policy.train()
             bar.set_postfix_str(f"acc {ev['accuracy']:.3f} kl {ev['kl']:.3f}")
         bar.update(1)
     bar.close()
-    policy.eval()
     log["implicit_reward"] = implicit_reward_report(policy, reference, cfg.beta)
     return policy, log

@@ -94,18 +94,33 @@ def test_a_run_depends_on_its_seed_only(small, few):
 
 
 @pytest.mark.parametrize("anneal_lr", [False, True])
-def test_the_steps_are_train_dpo_s_to_the_last_bit(small, anneal_lr):
-    policy, _ = small
+def test_the_steps_are_train_dpo_s_to_the_last_bit(small, few, anneal_lr):
+    policy, rm = small
     before = [p.clone() for p in policy.parameters()]
-    cfg = study.dpo_config({"beta": 0.5, "seed": 1, "steps": 3, "anneal_lr": anneal_lr})
+    job = {"beta": 0.5, "seed": 1, "steps": 3, "anneal_lr": anneal_lr}
+    cfg = study.dpo_config(job)
     trained, log = dpo.train_dpo(policy, policy, cfg, evalset=EvalSet(task.eval_pairs()[:4]), progress=False)
+    # the step loop alone, with no evaluation between its steps, takes train_dpo's steps
     seen = []
-    for step, model, metrics in study.dpo_steps(policy, policy, cfg):
+    for step, model, metrics in dpo.steps(policy, policy, cfg):
         seen.append((step, metrics))
-    assert [step for step, _ in seen] == [1, 2, 3]
+    assert [step for step, _ in seen] == [0, 1, 2, 3] and seen[0][1] is None  # the start first
     for name in dpo.DPO_METRICS:
-        assert [metrics[name] for _, metrics in seen] == log[name], name
+        assert [metrics[name] for _, metrics in seen[1:]] == log[name], name
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), trained.state_dict().values()))
+    # the study drives that loop: its log is train_dpo's, and its last point is that of train_dpo's weights
+    run = study.dpo_run({**job, "at": [3]}, policy=policy, rm=rm)
+    assert all(run["log"][name] == log[name] for name in run["log"])
+    point = overopt.exact_point(
+        trained,
+        policy,
+        rm,
+        overopt.eval_pairs(),
+        value_range=study.exact.score_range(rm),
+        floor=study.exact.token_logprob_floor(policy, overopt.TEMPERATURE),
+        scores=overopt.Scores(policy, rm),
+    )
+    assert {key: run[key] for key in point} == {key: [value] for key, value in point.items()}
     assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))  # the start is not changed
 
 

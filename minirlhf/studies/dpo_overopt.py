@@ -15,16 +15,16 @@ the pairs chapter 9's ``dpo`` arm trains on) and measures it exactly, with chapt
 
 each averaged over the first 100 eval prompts, with bounds and per-prompt values.
 
-``train_dpo`` has no callback, so :func:`dpo_steps` takes its steps itself, from the same pieces
-in the same order (the pairs, the reference's log-probs, the shuffling generator, Adam, the
-learning rate), and yields the policy after each step: a run of :func:`dpo_steps` ends with the
-weights ``train_dpo`` ends with, to the last bit (the tests check it). Two settings differ from
-chapter 9's run. The run goes on for several epochs (passes over the pairs), reshuffled each
-time, to see where the gold peaks and whether it falls before the first epoch ends. And the
-learning rate is constant by default (``anneal_lr`` False, at chapter 9's initial 1e-4), as in
-the original DPO code after its warm-up: then the first k steps of a long run are the whole of a
-run of k steps, and each point of the curve is a run of its own length. ``anneal_lr`` True decays
-it linearly to 0 over the whole run, as chapter 9 does over its one epoch.
+:func:`dpo_run` drives chapter 9's step loop itself, :func:`minirlhf.dpo.steps` (the one
+:func:`~minirlhf.dpo.train_dpo` drives), and measures the policy between its steps: a run takes
+``train_dpo``'s steps with the same settings and ends with its weights, to the last bit (the
+tests check it). Two settings differ from chapter 9's run. The run goes on for several epochs
+(passes over the pairs), reshuffled each time, to see where the gold peaks and whether it falls
+before the first epoch ends. And the learning rate is constant by default (``anneal_lr`` False,
+at chapter 9's initial 1e-4), as in the original DPO code after its warm-up: then the first k
+steps of a long run are the whole of a run of k steps, and each point of the curve is a run of
+its own length. ``anneal_lr`` True decays it linearly to 0 over the whole run, as chapter 9 does
+over its one epoch.
 
 :func:`run_study` makes the runs side by side (:func:`minirlhf.parallel.map_runs`);
 :func:`peaks` reads each run's peak.
@@ -32,7 +32,6 @@ it linearly to 0 over the whole run, as chapter 9 does over its one epoch.
 
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 import sys
@@ -40,10 +39,8 @@ from dataclasses import asdict
 from functools import partial
 
 import numpy as np
-import torch
 
 from .. import dpo, exact, store
-from ..model import make_generator
 from ..progress import progress_bar
 from . import gao
 from . import overoptimization as overopt
@@ -55,7 +52,6 @@ __all__ = [
     "steps_per_epoch",
     "measured_steps",
     "dpo_config",
-    "dpo_steps",
     "dpo_run",
     "study_jobs",
     "run_study",
@@ -118,56 +114,9 @@ def dpo_config(job: dict) -> dpo.DPOConfig:
     )
 
 
-def dpo_steps(policy, reference, config: dpo.DPOConfig):
-    """Yield ``(step, model, metrics)`` after each of the ``config.steps`` steps of
-    :func:`minirlhf.dpo.train_dpo` (sigmoid loss, all pairs) from ``policy`` against the frozen
-    ``reference``: ``model`` is the policy being trained (a copy; ``policy`` is not changed), in
-    train mode, to read and not to change; ``metrics`` is the step's batch numbers by TRL's names
-    (:data:`minirlhf.dpo.DPO_METRICS`). The steps are ``train_dpo``'s, in its order, so the last
-    ``model`` has ``train_dpo``'s weights to the last bit; ``train_dpo``'s evaluations are left out.
-    """
-    cfg = config
-    if cfg.loss_type != "sigmoid" or cfg.n_pairs is not None:
-        raise ValueError("dpo_steps takes DPO's sigmoid loss on all the pairs: loss_type 'sigmoid', n_pairs None")
-    model = copy.deepcopy(policy).train().requires_grad_(True)
-    reference.eval()
-    prompts, chosen, rejected = dpo.preference_pairs(cfg.near_miss_share, cfg.rm_config)  # (N, 6), (N, 4) x 2
-    ref_chosen, ref_rejected = dpo._reference_logps(
-        reference, prompts, chosen, rejected, (cfg.near_miss_share, repr(cfg.rm_config))
-    )  # (N,) each, the numbers train_dpo reads
-    n = len(prompts)
-    g = make_generator(cfg.seed)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    order = torch.empty(0, dtype=torch.long)
-    for step in range(1, cfg.steps + 1):
-        if len(order) < cfg.batch_size:  # a new shuffled pass when the last one is used up
-            order = torch.cat([order, torch.randperm(n, generator=g)])
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        both = dpo.sequence_logps(model, prompts[idx].repeat(2, 1), torch.cat([chosen[idx], rejected[idx]]))
-        pi_chosen, pi_rejected = both.chunk(2)  # (B,) each
-        loss = dpo.dpo_loss(pi_chosen, pi_rejected, ref_chosen[idx], ref_rejected[idx], cfg.beta)
-        r_chosen = dpo.implicit_rewards(pi_chosen, ref_chosen[idx], cfg.beta)
-        r_rejected = dpo.implicit_rewards(pi_rejected, ref_rejected[idx], cfg.beta)
-        if cfg.anneal_lr:
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr * (1.0 - (step - 1) / cfg.steps)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        metrics = {
-            "loss": loss.item(),
-            "rewards/chosen": r_chosen.mean().item(),
-            "rewards/rejected": r_rejected.mean().item(),
-            "rewards/accuracies": (r_chosen > r_rejected).double().mean().item(),
-            "rewards/margins": (r_chosen - r_rejected).mean().item(),
-            "logps/chosen": pi_chosen.detach().mean().item(),
-            "logps/rejected": pi_rejected.detach().mean().item(),
-        }
-        yield step, model, metrics
-
-
 def dpo_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
-    """Return one DPO run with the exact numbers at the steps ``job['at']``.
+    """Return one DPO run with the exact numbers at the steps ``job['at']``, measured between the
+    steps of :func:`minirlhf.dpo.steps`, which this drives.
 
     ``job``: ``beta`` (DPO's), ``seed`` (the order of the pairs; default 0), ``steps``, ``at``
     (the steps measured, 0 the start; default :func:`measured_steps`), ``anneal_lr`` (default
@@ -200,17 +149,17 @@ def dpo_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
         for key, value in point.items():
             out.setdefault(key, []).append(value)
 
+    run = dpo.steps(policy, policy, cfg)
+    _, start, _ = next(run)  # the start, before the first step
     if 0 in at:
-        measure(0, policy)
+        measure(0, start)
     log: dict = {name: [] for name in _LOGGED}
     bar = progress_bar(total=cfg.steps, desc=f"DPO beta {cfg.beta:g}, seed {cfg.seed}", enabled=progress)
-    for step, model, metrics in dpo_steps(policy, policy, cfg):
+    for step, model, metrics in run:
         for name in _LOGGED:
             log[name].append(metrics[name])
         if step in at:
-            model.eval()
             measure(step, model)
-            model.train()
             bar.set_postfix_str(f"gold {out['gold'][-1]:.3f} kl {out['kl'][-1]:.3f}")
         bar.update(1)
     bar.close()
