@@ -22,7 +22,9 @@ is P_n(y) = F(y)^n - F(y^-)^n with F the proxy's distribution function under pi,
 best-of-n to pi, its gold and its proxy follow for every n at no training cost
 (:func:`best_of_n`, :func:`best_of_n_stats`), to compare with the analytic
 log n - (n - 1) / n (Stiennon et al. 2020), an upper bound for a discrete distribution
-(Beirami et al. 2024).
+(Beirami et al. 2024). So does its win rate against pi, P(proxy(Y) > proxy(Z)) + P(proxy(Y) = proxy(Z)) / 2
+for Y the best of n and Z a draw from pi (:func:`best_of_n_win_rate`), to compare with n / (n + 1),
+its value for a continuous proxy and an upper bound for a discrete one.
 
 The KL-regularized optimum, exactly: the policy that maximizes E[r] - beta KL(pi_beta || pi) is
 pi tilted by the reward, pi_beta(y) = pi(y) exp(r(y) / beta) / Z, with
@@ -60,6 +62,8 @@ __all__ = [
     "best_of_n_stats",
     "best_of_n_table",
     "analytic_best_of_n_kl",
+    "best_of_n_win_rate",
+    "analytic_best_of_n_win_rate",
     "tilted_stats",
     "tilted_table",
 ]
@@ -492,6 +496,69 @@ def best_of_n_table(comps: Completions, proxy: torch.Tensor, n, gold: torch.Tens
         g = None if gold is None else gold[span]
         rows.append(best_of_n_stats(comps.probs[span], proxy[span], n, g, comps.pruned[i].item()))
     return {k: torch.stack([r[k] for r in rows], dim=1) for k in rows[0]}
+
+
+def _win_and_tie(probs: torch.Tensor, proxy: torch.Tensor, ns: torch.Tensor, pruned: float):
+    """Return P(proxy(Y) > proxy(Z)) and P(proxy(Y) = proxy(Z)) (M,) for Y the best of n and Z a draw from pi,
+    the pruned mass one outcome below every completion: Y beats Z when Z falls below Y's block (F at its
+    lower boundary, the pruned mass included) and ties when Z falls in it; a pruned Y ties a pruned Z."""
+    _, _, mass, log_f = _blocks(probs, proxy, pruned)
+    pb = _log_block_probs(log_f, mass, ns).exp()  # (M, nb): P(Y in block b)
+    win, tie = pb @ log_f[:-1].exp(), pb @ mass
+    if pruned > 0:
+        tie = tie + torch.exp((ns + 1) * math.log(pruned))
+    return win, tie
+
+
+def best_of_n_win_rate(probs: torch.Tensor, proxy: torch.Tensor, n, pruned: float = 0.0) -> dict:
+    """Return the exact win rate of best-of-n against pi for one prompt, for each n: entries (M,) for n (M,),
+    0-dim for a single n.
+
+    Y is the best of n draws from pi ranked by ``proxy`` (:func:`best_of_n`), Z an independent draw from
+    pi, and ``{'win_rate': P(proxy(Y) > proxy(Z)) + P(proxy(Y) = proxy(Z)) / 2, 'strict': P(proxy(Y) >
+    proxy(Z)), 'tie': P(proxy(Y) = proxy(Z)), 'lower', 'upper', 'escape'}``, float64. The win rate of
+    best-of-n against the reference is the quantity of Beirami et al. 2024, section 5 ("Win Rate of the
+    Best-of-n Policy"), whose abstract states that it is upper bounded by n / (n + 1)
+    (:func:`analytic_best_of_n_win_rate`). Here ties (equal proxies) count half: then n = 1 gives exactly
+    1/2, a continuous proxy gives n / (n + 1), and every discrete law gives at most that, since per block
+    of equal proxy, with F rising from a to b, n / (n + 1) puts int_a^b u d(u^n) where the win rate puts
+    (b^n - a^n) (a + b) / 2, and the difference int_a^b (u - (a + b) / 2) n u^(n-1) du is >= 0 because
+    n u^(n-1) rises. ``strict`` and ``tie`` are returned too, so that another convention can be formed
+    (``strict`` alone counts ties as losses); with distinct proxies a tie is Y = Z.
+    With m_b the mass of block b, F_b^- the mass below it and F_b = F_b^- + m_b:
+
+        strict = sum_b (F_b^n - (F_b^-)^n) F_b^-        tie = sum_b (F_b^n - (F_b^-)^n) m_b
+
+    Pruned mass: ``win_rate``, ``strict`` and ``tie`` treat it as :func:`best_of_n` does, one outcome
+    ranked below every completion (as if the pruned completions shared one proxy below all kept ones, a
+    law they could have); a pruned Y ties a pruned Z (probability pruned^(n+1)). Whatever the pruned
+    completions' proxies, the true win rate lies in [``lower``, ``upper``]: all n + 1 draws miss the
+    pruned set with probability (1 - pruned)^(n+1), and then the outcome is that of the kept law, so
+    ``lower`` = (1 - pruned)^(n+1) x (the kept law's win rate) and ``upper`` = min(``lower`` + ``escape``,
+    n / (n + 1)), with ``escape`` = 1 - (1 - pruned)^(n+1). Without pruned mass all three are equal.
+    """
+    _check_distribution(probs, proxy, pruned)
+    ns = _as_ns(n)
+    strict, tie = _win_and_tie(probs, proxy, ns, pruned)
+    win_rate = strict + tie / 2
+    log_kept = (ns + 1) * math.log1p(-pruned)  # (M,): log P(no draw of the n + 1 is pruned)
+    if pruned > 0:
+        kept_strict, kept_tie = _win_and_tie(probs.double() / (1 - pruned), proxy, ns, 0.0)
+        lower = torch.exp(log_kept) * (kept_strict + kept_tie / 2)
+        upper = torch.minimum(lower - torch.expm1(log_kept), ns / (ns + 1))
+    else:
+        lower, upper = win_rate, win_rate
+    out = {"win_rate": win_rate, "strict": strict, "tie": tie, "lower": lower, "upper": upper}
+    out["escape"] = -torch.expm1(log_kept)
+    return out if torch.as_tensor(n).dim() else {k: v[0] for k, v in out.items()}
+
+
+def analytic_best_of_n_win_rate(n) -> torch.Tensor:
+    """Return n / (n + 1) (M,): the win rate of best-of-n against pi for a continuous proxy (Z, one of n + 1
+    exchangeable draws, is the largest with probability 1 / (n + 1)), an upper bound for a discrete one
+    with ties counted half (Beirami et al. 2024, section 5; :func:`best_of_n_win_rate`)."""
+    ns = _as_ns(n)
+    return ns / (ns + 1)
 
 
 # ----------------------------------------------------------------------------- the tilted optimum
