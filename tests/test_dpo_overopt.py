@@ -132,16 +132,17 @@ def test_with_a_constant_learning_rate_a_point_is_the_run_of_its_own_length(smal
     assert annealed["kl"] != study.dpo_run({**short, "anneal_lr": True}, policy=policy, rm=rm)["kl"]
 
 
-def test_the_study_runs_its_jobs_and_refuses_a_bad_one_first(small, few, monkeypatch):
+def test_chapter_11s_study_runs_the_dpo_jobs_and_refuses_a_bad_one_first(small, few, monkeypatch):
     policy, rm = small
     monkeypatch.setattr(study.store, "load_sft", lambda progress=True: (policy, {}))
     monkeypatch.setattr(study.store, "load_rm", lambda progress=True: (rm, {}))
     jobs = [{"beta": b, "seed": 0, "steps": 1, "at": [0, 1]} for b in (0.5, 2.0)]
-    assert study.run_study(jobs, progress=False, workers=1) == [
+    assert overopt.run_study([{"kind": "dpo", **job} for job in jobs], progress=False, workers=1) == [
         study.dpo_run(job, policy=policy, rm=rm) for job in jobs
     ]
+    bad = [{"kind": "dpo", **jobs[0]}, {"kind": "dpo", "beta": 0, "steps": 1}]
     with pytest.raises(ValueError, match="beta"):
-        study.run_study([jobs[0], {"beta": 0, "steps": 1}], progress=False, workers=1)
+        overopt.run_study(bad, progress=False, workers=1)
     made = study.study_jobs([0.5], [0, 1], epochs=2)
     assert made == [{"beta": 0.5, "seed": s, "steps": 400, "anneal_lr": False} for s in (0, 1)]
 

@@ -73,6 +73,9 @@ def test_gao_s_forms_are_fitted_exactly_on_their_own_curves(form, alpha, beta):
 def test_a_fit_with_no_peak_says_so_and_bad_input_is_named():
     d = np.linspace(0.1, 2, 10)
     assert gao.fit_gao(d**2, -0.1 * d - 0.05 * d * d, "bon")["peak_d"] is None  # falls from the start
+    # RL's form with beta a hair above 0 (a curve that keeps rising): its top is past any float
+    far = gao.fit_gao(d**2, 0.3 * d - 1e-6 * d * np.log(d), "rl")
+    assert 0 < far["beta"] < 1e-5 and far["peak_d"] == math.inf
     with pytest.raises(ValueError, match="form"):
         gao.fit_gao([0.1, 0.2, 0.3], [0, 0, 0], "ppo")
     with pytest.raises(ValueError, match="3 points"):
@@ -217,3 +220,25 @@ def test_the_proxies_are_the_book_s_pairs_cut_short():
     assert not bool((chosen == rejected).all(1).any())  # every pair a right answer against a wrong one
     with pytest.raises(ValueError, match="proxy must be one of"):
         overopt.load_proxy("100", progress=False)
+
+
+def test_the_study_hands_out_the_longest_runs_first_and_returns_results_in_job_order(monkeypatch):
+    ran = []
+
+    def fake_job(job, progress=False):
+        ran.append(job.get("name", job["kind"]))  # a DPO job takes no other keys than its own
+        return ran[-1]
+
+    monkeypatch.setattr(overopt, "_study_job", fake_job)
+    monkeypatch.setattr(overopt, "make_proxies", lambda names, progress=True, workers=None: None)
+    monkeypatch.setattr(overopt.dpo, "prepare_reference", lambda reference, config=None: None)
+    monkeypatch.setattr(overopt.store, "load_sft", lambda progress=True: (None, {}))
+    jobs = [
+        {"name": "curves", "kind": "exact", "proxy": "book"},
+        {"name": "rl short", "kind": "rl", "iterations": 40},
+        {"kind": "dpo", "beta": 1.0, "steps": 600},
+        {"name": "rl long", "kind": "rl", "iterations": 64},
+        {"name": "check", "kind": "check", "proxy": "book"},
+    ]
+    assert overopt.run_study(jobs, progress=False, workers=1) == [job.get("name", "dpo") for job in jobs]
+    assert ran == ["dpo", "rl long", "rl short", "curves", "check"]

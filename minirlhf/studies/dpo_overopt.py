@@ -26,8 +26,9 @@ steps of a long run are the whole of a run of k steps, and each point of the cur
 its own length. ``anneal_lr`` True decays it linearly to 0 over the whole run, as chapter 9 does
 over its one epoch.
 
-:func:`run_study` makes the runs side by side (:func:`minirlhf.parallel.map_runs`);
-:func:`peaks` reads each run's peak.
+:func:`study_jobs` lists a study's runs, which chapter 11's study makes side by side with its
+other runs (:func:`minirlhf.studies.overoptimization.run_study`); :func:`peaks` reads each run's
+peak.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import math
 import numbers
 import sys
 from dataclasses import asdict
-from functools import partial
 
 import numpy as np
 
@@ -54,7 +54,6 @@ __all__ = [
     "dpo_config",
     "dpo_run",
     "study_jobs",
-    "run_study",
     "peaks",
     "study_code",
 ]
@@ -176,22 +175,6 @@ def study_jobs(betas=BETAS, seeds=SEEDS, epochs: int = EPOCHS, anneal_lr: bool =
 
 def _label(job: dict) -> str:
     return f"DPO beta {job['beta']:g}, seed {job.get('seed', 0)}"
-
-
-def run_study(jobs, progress: bool = True, workers: int | None = None) -> list:
-    """Return :func:`dpo_run` of each job, the runs side by side in ``workers`` worker processes
-    (:func:`minirlhf.parallel.map_runs`). The reference's log-probs of the pairs are computed
-    here first, once, so that workers forked from this process read them."""
-    from ..parallel import map_runs
-
-    jobs = list(jobs)
-    for job in jobs:
-        _check_job(job)
-    policy, _ = store.load_sft(progress=False)
-    dpo.prepare_reference(policy)
-    return map_runs(
-        partial(dpo_run, progress=progress), jobs, workers, progress=progress, desc="DPO's runs", label=_label
-    )
 
 
 def peaks(run: dict) -> dict:

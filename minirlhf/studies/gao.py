@@ -50,7 +50,8 @@ def fit_gao(kl, gain, form: str) -> dict:
     if form == "bon":
         out["peak_d"] = alpha / (2 * beta) if alpha > 0 and beta > 0 else None
     else:
-        out["peak_d"] = math.exp(alpha / beta - 1) if beta > 0 else None
+        # with beta near 0 the top lies past any float: say so with inf, not an overflow
+        out["peak_d"] = (math.exp(alpha / beta - 1) if alpha / beta - 1 < 709 else math.inf) if beta > 0 else None
     return out
 
 

@@ -384,22 +384,56 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     return out
 
 
+def _job_rm(job: dict) -> tuple:
+    """Return ``(rm, report)`` for an ``exact`` or ``check`` job: chapter 4's RM ("book"), a proxy
+    of :data:`PROXIES`, or with ``data`` a proxy of :mod:`minirlhf.studies.onpolicy_proxies`
+    (``report`` its held-out accuracies; None for the others)."""
+    if "data" in job:
+        from . import onpolicy_proxies
+
+        return onpolicy_proxies.job_proxy(job)
+    if job["proxy"] == "book":
+        return store.load_rm(progress=False)[0], None
+    return load_proxy(job["proxy"], False)[0], None
+
+
 def _study_job(job: dict, progress: bool = False):
     if job["kind"] in ("exact", "check"):
         policy, _ = store.load_sft(progress=False)
-        rm = store.load_rm(progress=False)[0] if job["proxy"] == "book" else load_proxy(job["proxy"], False)[0]
+        rm, report = _job_rm(job)
         if job["kind"] == "check":
             return tilt_check(policy, rm, eval_pairs()[: job["prompts"]], job["betas"])
-        return exact_curves(policy, rm, eval_pairs(), job["ns"], job["betas"])
+        out = exact_curves(policy, rm, eval_pairs(), job["ns"], job["betas"])
+        return out if report is None else {**out, "rm": report}
+    if job["kind"] == "dpo":
+        from . import dpo_overopt
+
+        return dpo_overopt.dpo_run({k: v for k, v in job.items() if k != "kind"}, progress=progress)
     return rl_run(job, progress=progress)
 
 
 def _label(job: dict) -> str:
     if job["kind"] == "exact":
+        if "data" in job:
+            return f"best-of-n and the optimum, {job['data']} proxy {job['pairs']}, seed {job['seed']}"
         return f"best-of-n and the optimum, proxy {job['proxy']}"
     if job["kind"] == "check":
         return f"the optimum with nothing pruned, {job['prompts']} prompts"
+    if job["kind"] == "dpo":
+        return f"DPO beta {job['beta']:g}, seed {job.get('seed', 0)}"
     return f"{job['optimizer']}, proxy {job['proxy']}, seed {job['seed']}"
+
+
+def _cost(job: dict) -> float:
+    # a rough length, to hand the workers the longest runs first: a DPO run, then RL, then the
+    # on-policy proxies (trained inside their job), then the curves that need no training
+    if job["kind"] == "dpo":
+        return 3.0 * job["steps"] / 600
+    if job["kind"] == "rl":
+        return job["iterations"] / 32
+    if job.get("data") == "on-policy":
+        return 1.0
+    return 0.1
 
 
 def study_code() -> str:
@@ -409,14 +443,42 @@ def study_code() -> str:
 
 def run_study(jobs, progress: bool = True, workers: int | None = None) -> list:
     """Return the result of each job, run side by side by ``workers`` worker processes
-    (:func:`minirlhf.parallel.map_runs`): a job ``{'kind': 'exact', 'proxy', 'ns', 'betas'}``
-    gives :func:`exact_curves` of the partial-SFT policy, ``{'kind': 'check', 'proxy',
-    'prompts', 'betas'}`` :func:`tilt_check` on the first ``prompts`` eval prompts, and
-    ``{'kind': 'rl', ...}`` :func:`rl_run`. The proxies are made first (:func:`make_proxies`), once each."""
+    (:func:`minirlhf.parallel.map_runs`), the longest first. A job ``{'kind': 'exact', 'proxy',
+    'ns', 'betas'}`` gives :func:`exact_curves` of the partial-SFT policy against that proxy
+    ("book", chapter 4's RM, or a name of :data:`PROXIES`); with ``data``, ``pairs`` and
+    ``seed`` instead of ``proxy``, against a proxy of
+    :mod:`minirlhf.studies.onpolicy_proxies` (trained in the job if it is not stored), with
+    its held-out accuracies as ``rm``. ``{'kind': 'check', 'proxy', 'prompts', 'betas'}`` gives
+    :func:`tilt_check` on the first ``prompts`` eval prompts, ``{'kind': 'rl', ...}``
+    :func:`rl_run` and ``{'kind': 'dpo', ...}`` :func:`minirlhf.studies.dpo_overopt.dpo_run`.
+    The proxies of :data:`PROXIES` are made first (:func:`make_proxies`), once each, and what
+    every worker would draw again (the DPO reference's log-probs, the on-policy pairs) is drawn
+    here, before the workers start."""
     from ..parallel import map_runs
 
     jobs = list(jobs)
-    make_proxies(sorted({job["proxy"] for job in jobs} - {"book"}), progress, workers)
-    return map_runs(
-        partial(_study_job, progress=progress), jobs, workers, progress=progress, desc="chapter 11's runs", label=_label
+    make_proxies(sorted({job["proxy"] for job in jobs if "proxy" in job} - {"book"}), progress, workers)
+    if any(job["kind"] == "dpo" for job in jobs):
+        from . import dpo_overopt
+
+        for job in jobs:
+            if job["kind"] == "dpo":
+                dpo_overopt.dpo_config({k: v for k, v in job.items() if k != "kind"})  # a bad job fails here
+        dpo.prepare_reference(store.load_sft(progress=False)[0])
+    if any("data" in job for job in jobs):
+        from . import onpolicy_proxies
+
+        onpolicy_proxies.prepare(jobs)
+    order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i]))  # stable: ties keep their order
+    done = map_runs(
+        partial(_study_job, progress=progress),
+        [jobs[i] for i in order],
+        workers,
+        progress=progress,
+        desc="chapter 11's runs",
+        label=_label,
     )
+    results = [None] * len(jobs)
+    for i, result in zip(order, done):
+        results[i] = result
+    return results
