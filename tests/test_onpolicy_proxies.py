@@ -138,7 +138,7 @@ def test_a_proxy_is_trained_once_stored_and_loaded(fake, monkeypatch, tmp_path):
     assert len(calls) == 1 and metrics_again == metrics
     assert all(torch.equal(a, b) for a, b in zip(rm.state_dict().values(), again.state_dict().values()))
     # chapter 11's study reads it through job_proxy, with its held-out on-policy accuracy
-    rm_job, report = op.job_proxy({"kind": "exact", "data": "on-policy", "pairs": 20, "seed": 1})
+    rm_job, report = op.job_proxy("on-policy", 20, 1)
     assert len(calls) == 1 and op.weights_digest(rm_job) == op.weights_digest(rm)
     assert report == {
         "pair_accuracy": 0.5,

@@ -230,7 +230,7 @@ def test_the_study_hands_out_the_longest_runs_first_and_returns_results_in_job_o
         return ran[-1]
 
     monkeypatch.setattr(overopt, "_study_job", fake_job)
-    monkeypatch.setattr(overopt, "make_proxies", lambda names, progress=True, workers=None: None)
+    monkeypatch.setattr(overopt, "make_proxies", lambda names, made=(), progress=True, workers=None: None)
     monkeypatch.setattr(overopt.dpo, "prepare_reference", lambda reference, config=None: None)
     monkeypatch.setattr(overopt.store, "load_sft", lambda progress=True: (None, {}))
     jobs = [
@@ -242,3 +242,18 @@ def test_the_study_hands_out_the_longest_runs_first_and_returns_results_in_job_o
     ]
     assert overopt.run_study(jobs, progress=False, workers=1) == [job.get("name", "dpo") for job in jobs]
     assert ran == ["dpo", "rl long", "rl short", "curves", "check"]
+
+
+def test_the_proxies_are_made_once_each_the_longest_first_of_both_kinds(monkeypatch):
+    from minirlhf.studies import onpolicy_proxies
+
+    made = []
+    monkeypatch.setattr(overopt, "_stored", lambda item: item == "800")
+    monkeypatch.setattr(overopt, "load_proxy", lambda name, progress=True: made.append(name))
+    monkeypatch.setattr(onpolicy_proxies, "load", lambda *item, progress=True: made.append(item))
+    overopt.make_proxies(["200", "800", "near-miss"], [("on-policy", 12_800, 1)], progress=False, workers=1)
+    # 1,000 steps of 64 on-policy pairs, then 400 and 100 steps of 128: "800" is stored already
+    assert made == [("on-policy", 12_800, 1), "near-miss", "200"]
+    rl = {"kind": "rl", "data": "on-policy", "pairs": 12_800, "rm_seed": 2, "seed": 0}
+    assert overopt._made_key(rl) == ("on-policy", 12_800, 2)
+    assert overopt._made_key({**rl, "kind": "exact", "seed": 1}) == ("on-policy", 12_800, 1)

@@ -285,13 +285,13 @@ def load(kind: str, size: int, seed: int, progress: bool = True) -> tuple[TinyGP
 # ----------------------------------------------------------------------------- the study's jobs
 
 
-def job_proxy(job: dict) -> tuple[TinyGPT, dict]:
-    """Return ``(rm, report)`` for an ``exact`` job of chapter 11's study that names one of these
-    proxies: ``job['data']`` (a kind of :data:`KINDS`), ``job['pairs']`` (a size of :data:`SIZES`)
-    and ``job['seed']``; the proxy is trained first if it is not stored. ``report``: its held-out
-    accuracies, on chapter 4's pairs (``pair_accuracy``, ``near_miss_accuracy``) and on the
-    held-out on-policy pairs (``onpolicy_accuracy``), and ``drawn`` for an on-policy proxy."""
-    rm, metrics = load(job["data"], job["pairs"], job["seed"], progress=False)
+def job_proxy(kind: str, size: int, seed: int) -> tuple[TinyGPT, dict]:
+    """Return ``(rm, report)`` for a job of chapter 11's study that names one of these proxies:
+    ``kind`` (of :data:`KINDS`), ``size`` (of :data:`SIZES`) and ``seed``; the proxy is trained
+    first if it is not stored. ``report``: its held-out accuracies, on chapter 4's pairs
+    (``pair_accuracy``, ``near_miss_accuracy``) and on the held-out on-policy pairs
+    (``onpolicy_accuracy``), and ``drawn`` for an on-policy proxy."""
+    rm, metrics = load(kind, size, seed, progress=False)
     report = {k: metrics[k] for k in ("pair_accuracy", "near_miss_accuracy")}
     report["onpolicy_accuracy"] = heldout_accuracy(rm)["accuracy"]
     if "drawn" in metrics:

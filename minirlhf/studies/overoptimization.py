@@ -128,28 +128,50 @@ def load_proxy(name: str, progress: bool = True):
     return store.load_or_train(f"proxy-{name}", settings, train, progress=progress)
 
 
-def _make_proxy(name: str, progress: bool = False) -> str:
-    load_proxy(name, progress)
-    return name
+def _make_proxy(item, progress: bool = False):
+    if isinstance(item, str):
+        load_proxy(item, progress)
+    else:
+        from . import onpolicy_proxies
+
+        onpolicy_proxies.load(*item, progress=progress)
+    return item
 
 
-def make_proxies(names, progress: bool = True, workers: int | None = None) -> None:
-    """Train and store the proxies of ``names`` not stored yet, side by side
-    (:func:`minirlhf.parallel.map_runs`)."""
+def _stored(item) -> bool:
+    if isinstance(item, str):
+        return store.load_model(store.models_dir() / f"proxy-{item}.pt", _proxy_settings(item)[1])[2] == "ok"
+    from . import onpolicy_proxies
+
+    stem, _, settings = onpolicy_proxies.proxy_settings(*item)
+    return store.load_model(store.models_dir() / f"{stem}.pt", settings)[2] == "ok"
+
+
+def _steps(item) -> int:
+    if isinstance(item, str):
+        return PROXIES[item][2] * reward_model.RMConfig().batch_size
+    from . import onpolicy_proxies
+
+    cfg = onpolicy_proxies.proxy_settings(*item)[1]
+    return cfg.steps * cfg.batch_size
+
+
+def make_proxies(names, made=(), progress: bool = True, workers: int | None = None) -> None:
+    """Train and store, side by side (:func:`minirlhf.parallel.map_runs`), the proxies not
+    stored yet among ``names`` (of :data:`PROXIES`) and ``made`` ((kind, pairs, seed) triples of
+    :mod:`minirlhf.studies.onpolicy_proxies`)."""
     from ..parallel import map_runs
 
-    missing = [
-        n for n in names if store.load_model(store.models_dir() / f"proxy-{n}.pt", _proxy_settings(n)[1])[2] != "ok"
-    ]
-    # the longest first, so that the others fill the second core meanwhile
-    missing.sort(key=lambda n: -PROXIES[n][2])
+    missing = [item for item in [*names, *made] if not _stored(item)]
+    # the longest first (pairs seen in training), so that the others fill the second core meanwhile
+    missing.sort(key=lambda item: -_steps(item))
     map_runs(
         partial(_make_proxy, progress=progress),
         missing,
         workers,
         progress=progress,
         desc="proxy reward models",
-        label=lambda n: f"proxy {n}",
+        label=lambda item: f"proxy {item}" if isinstance(item, str) else "{} proxy {} (seed {})".format(*item),
     )
 
 
@@ -329,7 +351,8 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
 
     ``job``: ``optimizer`` (a name of :data:`OPTIMIZERS`), ``proxy`` (a name of :data:`PROXIES`,
     or "book" for chapter 4's RM: the reward, unless the optimizer's reward is the verifier, and
-    the proxy measured), ``seed``, ``iterations``, ``at`` (the iterations measured, 0 the start),
+    the proxy measured; or instead ``data``, ``pairs`` and ``rm_seed``, a proxy of
+    :mod:`minirlhf.studies.onpolicy_proxies`), ``seed``, ``iterations``, ``at`` (the iterations measured, 0 the start),
     ``samples`` (answers a prompt for :func:`sampled_kl`). The leash is off (beta 0): the run
     travels the KL axis by training. The start is chapter 3's partial-SFT policy, also the
     reference. Returns ``{'iteration': [...], <each key of exact_point and sampled_kl>: [...],
@@ -345,7 +368,7 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     if policy is None:
         policy, _ = store.load_sft(progress=False)
     if rm is None:
-        rm = store.load_rm(progress=False)[0] if job["proxy"] == "book" else load_proxy(job["proxy"], False)[0]
+        rm = _job_rm(job)[0]
     pairs = eval_pairs()
     prompts = task.encode_prompts(pairs)
     value_range, floor = exact.score_range(rm), exact.token_logprob_floor(policy, TEMPERATURE)
@@ -377,21 +400,35 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
         rm=rm,
         progress=progress,
         callback=callback,
-        desc=f"{job['optimizer']}, proxy {job['proxy']}, seed {job['seed']}",
+        desc=f"{job['optimizer']}, {_proxy_name(job)}, seed {job['seed']}",
     )
     keys = ("accuracy", "rm_score", "kl", "eval_iterations", "objective/kl", "val/completion_length")
     out["log"] = {k: log[k] for k in keys}
     return out
 
 
+def _made_key(job: dict) -> tuple:
+    # the (kind, pairs, seed) of a job's proxy of onpolicy_proxies: an RL job's own seed is the
+    # run's, and its proxy's is rm_seed
+    return job["data"], job["pairs"], job["rm_seed"] if job["kind"] == "rl" else job["seed"]
+
+
+def _proxy_name(job: dict) -> str:
+    if "data" in job:
+        kind, pairs, seed = _made_key(job)
+        return f"{kind} proxy {pairs} (seed {seed})"
+    return f"proxy {job['proxy']}"
+
+
 def _job_rm(job: dict) -> tuple:
-    """Return ``(rm, report)`` for an ``exact`` or ``check`` job: chapter 4's RM ("book"), a proxy
-    of :data:`PROXIES`, or with ``data`` a proxy of :mod:`minirlhf.studies.onpolicy_proxies`
-    (``report`` its held-out accuracies; None for the others)."""
+    """Return ``(rm, report)`` for a job: chapter 4's RM (``proxy`` "book"), a proxy of
+    :data:`PROXIES`, or, with ``data`` and ``pairs`` (and ``seed`` or, for an RL job,
+    ``rm_seed``), a proxy of :mod:`minirlhf.studies.onpolicy_proxies`, with its held-out
+    accuracies as ``report`` (None for the others)."""
     if "data" in job:
         from . import onpolicy_proxies
 
-        return onpolicy_proxies.job_proxy(job)
+        return onpolicy_proxies.job_proxy(*_made_key(job))
     if job["proxy"] == "book":
         return store.load_rm(progress=False)[0], None
     return load_proxy(job["proxy"], False)[0], None
@@ -414,14 +451,12 @@ def _study_job(job: dict, progress: bool = False):
 
 def _label(job: dict) -> str:
     if job["kind"] == "exact":
-        if "data" in job:
-            return f"best-of-n and the optimum, {job['data']} proxy {job['pairs']}, seed {job['seed']}"
-        return f"best-of-n and the optimum, proxy {job['proxy']}"
+        return f"best-of-n and the optimum, {_proxy_name(job)}"
     if job["kind"] == "check":
         return f"the optimum with nothing pruned, {job['prompts']} prompts"
     if job["kind"] == "dpo":
         return f"DPO beta {job['beta']:g}, seed {job.get('seed', 0)}"
-    return f"{job['optimizer']}, proxy {job['proxy']}, seed {job['seed']}"
+    return f"{job['optimizer']}, {_proxy_name(job)}, seed {job['seed']}"
 
 
 def _cost(job: dict) -> float:
@@ -451,13 +486,22 @@ def run_study(jobs, progress: bool = True, workers: int | None = None) -> list:
     its held-out accuracies as ``rm``. ``{'kind': 'check', 'proxy', 'prompts', 'betas'}`` gives
     :func:`tilt_check` on the first ``prompts`` eval prompts, ``{'kind': 'rl', ...}``
     :func:`rl_run` and ``{'kind': 'dpo', ...}`` :func:`minirlhf.studies.dpo_overopt.dpo_run`.
-    The proxies of :data:`PROXIES` are made first (:func:`make_proxies`), once each, and what
+    An RL job may name, instead of ``proxy``, a proxy of that module by ``data``, ``pairs`` and
+    ``rm_seed``. The proxies of :data:`PROXIES` and those the RL jobs need are made first
+    (:func:`make_proxies`), once each, and what
     every worker would draw again (the DPO reference's log-probs, the on-policy pairs) is drawn
     here, before the workers start."""
     from ..parallel import map_runs
 
     jobs = list(jobs)
-    make_proxies(sorted({job["proxy"] for job in jobs if "proxy" in job} - {"book"}), progress, workers)
+    names = sorted({job["proxy"] for job in jobs if "proxy" in job} - {"book"})
+    if any("data" in job for job in jobs):
+        from . import onpolicy_proxies
+
+        onpolicy_proxies.prepare(jobs)
+    # the proxies an RL run needs are made first, beside chapter 11's own, so that no run waits
+    made = sorted({_made_key(job) for job in jobs if job["kind"] == "rl" and "data" in job})
+    make_proxies(names, made, progress, workers)
     if any(job["kind"] == "dpo" for job in jobs):
         from . import dpo_overopt
 
@@ -465,10 +509,6 @@ def run_study(jobs, progress: bool = True, workers: int | None = None) -> list:
             if job["kind"] == "dpo":
                 dpo_overopt.dpo_config({k: v for k, v in job.items() if k != "kind"})  # a bad job fails here
         dpo.prepare_reference(store.load_sft(progress=False)[0])
-    if any("data" in job for job in jobs):
-        from . import onpolicy_proxies
-
-        onpolicy_proxies.prepare(jobs)
     order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i]))  # stable: ties keep their order
     done = map_runs(
         partial(_study_job, progress=progress),
