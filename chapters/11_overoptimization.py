@@ -1456,15 +1456,15 @@ print_claims(claims)
 
 # %% [markdown]
 # RLOO passes the check: its proxy rises at every evaluation, to +0.910 by iteration 64. PPO's
-# first two evaluations hold 0 in their intervals, and then it climbs as fast, to +0.937. Their
+# proxy interval holds 0 at iterations 1 and 4, and then it climbs as fast, to +0.937. Their
 # gold does not follow. RLOO's best gold gain is +0.011 [+0.002, +0.027], PPO's +0.006, whose
 # interval reaches 0; then both fall, by +0.072 and +0.076, to below the start. Against the very
 # proxies that carry best-of-$n$ to +0.251, RL is 0.035 to 0.040 below best-of-$n$ at the same
 # KL by iteration 4, and 0.265 and 0.247 below it at the end; where the optimum's bounds reach,
 # it is as far below the optimum. So the optimizers we checked to climb find, in the same
 # distance, policies that a good proxy overrates: the rise Gao et al. draw for RL is there, but
-# it is a hundredth of gold, over before $\sqrt{\mathrm{KL}}$ = 0.5, and RL here peaks sooner and
-# lower than best-of-$n$, where Gao et al. found RL the slower of the two to gain and to lose.
+# it is a hundredth of gold at most, and RL's gold falls where best-of-$n$'s still rises, while
+# Gao et al. found RL the slower of the two to gain gold and to lose it.
 # One likely reason, not tested here: best-of-$n$ and the optimum only reweight the answers
 # the policy already gives on each prompt, the answers these proxies were trained on, while a
 # gradient step moves every prompt's answers at once, towards whatever the proxy rewards on
@@ -1549,11 +1549,11 @@ show_figure(
 # was the data: a proxy that has seen the answers the policy actually gives can guide a choice
 # among them a long way before it is fooled.
 #
-# The optimum's fall is not shown, and the reason is the bounds. These proxies score over a
-# wider range than chapter 4's RM, so the bounds of the tilt open sooner: the cell reads each
-# optimum only while its gold is pinned to within 0.01, down to $\beta$ = 1.88 for the
-# 12,800-pair proxies (2.66 for the others), and that range ends near the peak. Whether the
-# optimum then falls, as best-of-$n$ does, these bounds cannot tell.
+# The optimum's fall is not shown, and the reason is the bounds. For these proxies the bounds
+# of the tilt open at larger $\beta$ than for chapter 4's RM: the cell reads each optimum only
+# while its gold is pinned to within 0.01, down to $\beta$ = 1.88 for the
+# 12,800-pair proxies and 2.66 for the smaller ones, and that range ends near the peak.
+# Whether the optimum then falls, as best-of-$n$ does, these bounds cannot tell.
 #
 # More data of the right kind helps, up to a point we cannot see past: 800 to 3,200 pairs
 # raises best-of-$n$'s peak by +0.173, with an interval well clear of 0, but 3,200 to 12,800
