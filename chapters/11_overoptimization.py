@@ -1255,26 +1255,22 @@ KINDS, SIZES, RM_SEEDS = onpolicy.KINDS, onpolicy.SIZES, onpolicy.SEEDS
 SURE = 0.01  # the optimum is read where its gold's bounds are this narrow
 
 
-def made_result(kind, size, seed):
-    """One proxy's curves, and its held-out accuracies."""
-    if (kind, seed) == ("off-policy", 0):  # the last section's proxy
-        rm_0, report = overopt.load_proxy(str(size), PROGRESS)
-        report = {**report, "onpolicy_accuracy":
-                  onpolicy.heldout_accuracy(rm_0)["accuracy"]}
-        return {**curves[str(size)], "rm": report}
-    return made[kind, size, seed]
+for size in SIZES:  # the last section's proxies are the seed 0 of their kind
+    rm_0, report = overopt.load_proxy(str(size), PROGRESS)
+    made["off-policy", size, 0] = {**curves[str(size)], "rm": {
+        **report, "onpolicy_accuracy":
+        onpolicy.heldout_accuracy(rm_0)["accuracy"]}}
 
-
-arrays = {(k, n, s): {m: frontier.curve_arrays(made_result(k, n, s)[m])
+arrays = {(k, n, s): {m: frontier.curve_arrays(made[k, n, s][m])
                       for m in ("bon", "tilt")}
           for k in KINDS for n in SIZES for s in RM_SEEDS}
-reports = {key: made_result(*key)["rm"] for key in arrays}
+reports = {key: made[key]["rm"] for key in arrays}
 
 
 def sure_end(key):
     """How many betas of a proxy's optimum to read: down to 0.119 and
     while the gold's bounds are at most SURE wide."""
-    t = made_result(*key)["tilt"]
+    t = made[key]["tilt"]
     width = np.array(t["gold_upper"]) - np.array(t["gold_lower"])
     return min(TILT_END, int(np.argmax(width > SURE)) if np.any(
         width > SURE) else len(width))
@@ -1330,8 +1326,8 @@ for k in KINDS:
               f"{pk[t + 1]:.2f}")
 smallest = {(k, n): max(BETAS[END[k, n, s]["tilt"] - 1] for s in RM_SEEDS)
             for k in KINDS for n in SIZES}
-print(f"the optimum is read while its gold's bounds are at most {SURE}"
-      f"\nwide: down to beta")
+print(f"the optimum is read down to the beta where its gold's bounds pass "
+      f"{SURE}:")
 for k in KINDS:
     print(f"  {k}: " + ", ".join(f"{smallest[k, n]:.3g} ({n:,} pairs)"
                                  for n in SIZES))
