@@ -128,31 +128,30 @@ def load_proxy(name: str, progress: bool = True):
     return store.load_or_train(f"proxy-{name}", settings, train, progress=progress)
 
 
-def _make_proxy(item, progress: bool = False):
+def _spec(item) -> tuple:
+    """Return ``(stem, RMConfig, settings, load)`` of a proxy to make: a name of :data:`PROXIES`,
+    or a (kind, pairs, seed) triple of :mod:`minirlhf.studies.onpolicy_proxies`; ``load`` takes
+    ``progress`` and trains the proxy if it is not stored."""
     if isinstance(item, str):
-        load_proxy(item, progress)
-    else:
-        from . import onpolicy_proxies
+        cfg, settings = _proxy_settings(item)
+        return f"proxy-{item}", cfg, settings, partial(load_proxy, item)
+    from . import onpolicy_proxies
 
-        onpolicy_proxies.load(*item, progress=progress)
+    return (*onpolicy_proxies.proxy_settings(*item), partial(onpolicy_proxies.load, *item))
+
+
+def _make_proxy(item, progress: bool = False):
+    _spec(item)[3](progress=progress)
     return item
 
 
 def _stored(item) -> bool:
-    if isinstance(item, str):
-        return store.load_model(store.models_dir() / f"proxy-{item}.pt", _proxy_settings(item)[1])[2] == "ok"
-    from . import onpolicy_proxies
-
-    stem, _, settings = onpolicy_proxies.proxy_settings(*item)
+    stem, _, settings, _ = _spec(item)
     return store.load_model(store.models_dir() / f"{stem}.pt", settings)[2] == "ok"
 
 
 def _steps(item) -> int:
-    if isinstance(item, str):
-        return PROXIES[item][2] * reward_model.RMConfig().batch_size
-    from . import onpolicy_proxies
-
-    cfg = onpolicy_proxies.proxy_settings(*item)[1]
+    cfg = _spec(item)[1]
     return cfg.steps * cfg.batch_size
 
 
@@ -434,6 +433,11 @@ def _job_rm(job: dict) -> tuple:
     return load_proxy(job["proxy"], False)[0], None
 
 
+def _dpo_job(job: dict) -> dict:
+    # a study job of kind "dpo" as dpo_overopt takes it: its own keys only
+    return {k: v for k, v in job.items() if k != "kind"}
+
+
 def _study_job(job: dict, progress: bool = False):
     if job["kind"] in ("exact", "check"):
         policy, _ = store.load_sft(progress=False)
@@ -445,7 +449,7 @@ def _study_job(job: dict, progress: bool = False):
     if job["kind"] == "dpo":
         from . import dpo_overopt
 
-        return dpo_overopt.dpo_run({k: v for k, v in job.items() if k != "kind"}, progress=progress)
+        return dpo_overopt.dpo_run(_dpo_job(job), progress=progress)
     return rl_run(job, progress=progress)
 
 
@@ -507,7 +511,7 @@ def run_study(jobs, progress: bool = True, workers: int | None = None) -> list:
 
         for job in jobs:
             if job["kind"] == "dpo":
-                dpo_overopt.dpo_config({k: v for k, v in job.items() if k != "kind"})  # a bad job fails here
+                dpo_overopt.dpo_config(_dpo_job(job))  # a bad job fails here, before any run
         dpo.prepare_reference(store.load_sft(progress=False)[0])
     order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i]))  # stable: ties keep their order
     done = map_runs(
