@@ -400,11 +400,16 @@ def _blocks(probs: torch.Tensor, proxy: torch.Tensor, pruned: float):
     """
     values, block = torch.unique(proxy.double(), sorted=True, return_inverse=True)  # (nb,), (K,)
     mass = torch.zeros(len(values), dtype=torch.float64).index_add_(0, block, probs.double())  # (nb,)
+    return block, values, mass, _log_cdf(mass, pruned, 0.0)
+
+
+def _log_cdf(mass: torch.Tensor, below: float, above: float) -> torch.Tensor:
+    """Return log F at the nb + 1 boundaries of blocks of ``mass`` (nb,), lowest first, with
+    ``below`` more mass ranked under every block and ``above`` over every block."""
     zero = torch.zeros(1, dtype=torch.float64)
-    below = pruned + torch.cat([zero, torch.cumsum(mass, 0)])  # (nb + 1,): F at each boundary
-    above = torch.cat([torch.flip(torch.cumsum(torch.flip(mass, [0]), 0), [0]), zero])  # (nb + 1,): 1 - F
-    log_f = torch.where(below < 0.5, torch.log(below), torch.log1p(-above))  # (nb + 1,)
-    return block, values, mass, log_f
+    low = below + torch.cat([zero, torch.cumsum(mass, 0)])  # (nb + 1,): F at each boundary
+    high = above + torch.cat([torch.flip(torch.cumsum(torch.flip(mass, [0]), 0), [0]), zero])  # 1 - F
+    return torch.where(low < 0.5, torch.log(low), torch.log1p(-high))  # (nb + 1,)
 
 
 def _log_block_probs(log_f: torch.Tensor, mass: torch.Tensor, ns: torch.Tensor) -> torch.Tensor:
@@ -456,14 +461,26 @@ def best_of_n_stats(
 ) -> dict:
     """Return best-of-n's exact KL to pi, expected proxy and gold, for each n (M,) of one prompt.
 
-    ``{'kl': KL(P_n || pi) in nats, 'proxy': sum_y P_n(y) proxy(y), 'gold': sum_y P_n(y) gold(y)
-    (only with ``gold``), 'escape': 1 - (1 - pruned)^n}``, float64 tensors (M,). Ties and the
-    pruned mass as in :func:`best_of_n`: within a block of equal proxy P_n is proportional to
-    pi, so the KL is that of the blocks, sum_b P_n(b) log(P_n(b) / pi(b)), plus the pruned
-    outcome's pruned^n (n - 1) log(pruned): exact for pi with its pruned completions merged into
-    that one outcome. The pruned outcome adds nothing to proxy and gold; for values in [low, high]
-    the true best-of-n's differ from these by at most ``escape`` x max(high - low, |low|, |high|)
-    (``escape`` for gold), since the two laws pick the same completion unless a draw is pruned.
+    ``{'kl': KL(P_n || pi) in nats, 'kl_lower', 'kl_upper', 'proxy': sum_y P_n(y) proxy(y),
+    'gold': sum_y P_n(y) gold(y) (only with ``gold``), 'escape': 1 - (1 - pruned)^n}``, float64
+    tensors (M,). Ties and the pruned mass as in :func:`best_of_n`: within a block of equal proxy
+    P_n is proportional to pi, so the KL is that of the blocks, sum_b P_n(b) log(P_n(b) / pi(b)),
+    plus the pruned outcome's pruned^n (n - 1) log(pruned): exact for pi with its pruned
+    completions merged into that one outcome. The pruned outcome adds nothing to proxy and gold;
+    for values in [low, high] the true best-of-n's differ from these by at most ``escape`` x
+    max(high - low, |low|, |high|) (``escape`` for gold), since the two laws pick the same
+    completion unless a draw is pruned.
+
+    The true KL, with the pruned completions scored anything and ranked anywhere (ties with
+    kept ones included), lies in [``kl_lower``, ``kl_upper``]. Write W(y) = P_n(y) / pi(y), so
+    that KL = sum_y pi(y) W log W. A kept block of mass m with kept mass L below it has
+    W = ((L + s + m + d)^n - (L + s)^n) / (m + d) for the pruned mass s ranked below it and d
+    tied with it (s + d <= pruned): a secant slope of x^n, which grows as its interval moves up
+    or widens, so W lies between its value for s = d = 0 (every pruned completion above) and
+    for s = pruned (all below, as computed here). W log W is convex, least (-1/e) at W = 1/e:
+    each block contributes between the least and the most of m W log W over that range. A pruned
+    completion has W <= n, and together they take P_n mass at most ``escape``: they add between
+    -pruned / e and ``escape`` x log n. Without pruned mass the three are equal.
     ``n`` runs in chunks of ``chunk`` values: memory stays at ``chunk`` x (distinct proxies) floats.
     """
     _check_distribution(probs, proxy, pruned)
@@ -471,9 +488,10 @@ def best_of_n_stats(
         raise ValueError(f"gold must have shape {tuple(probs.shape)}, one per completion, got {tuple(gold.shape)}")
     ns = _as_ns(n)
     block, values, mass, log_f = _blocks(probs, proxy, pruned)
+    log_f_top = _log_cdf(mass, 0.0, pruned)  # every pruned completion ranked above the kept ones
     safe_mass = torch.where(mass > 0, mass, 1.0)
     gold_b = None if gold is None else torch.zeros_like(mass).index_add_(0, block, probs.double() * gold) / safe_mass
-    out = {"kl": [], "proxy": [], "gold": []}
+    out = {"kl": [], "kl_lower": [], "kl_upper": [], "proxy": [], "gold": []}
     for i in range(0, len(ns), chunk):
         log_pb = _log_block_probs(log_f, mass, ns[i : i + chunk])  # (m, nb)
         pb = log_pb.exp()
@@ -481,11 +499,30 @@ def best_of_n_stats(
         out["proxy"].append(pb @ values)
         if gold_b is not None:
             out["gold"].append(pb @ gold_b)
+        if pruned > 0:  # each block's W log W over W's range (see above)
+            ends = [
+                _w_log_w(lp - torch.log(safe_mass))
+                for lp in (log_pb, _log_block_probs(log_f_top, mass, ns[i : i + chunk]))
+            ]
+            low_w, high_w = ends[1][1], ends[0][1]  # log W with every pruned completion above, below
+            least = torch.where((low_w <= -1) & (high_w >= -1), -1 / math.e, torch.minimum(*(e[0] for e in ends)))
+            out["kl_lower"].append((mass * least).sum(1))
+            out["kl_upper"].append((mass * torch.maximum(*(e[0] for e in ends))).sum(1))
     stats = {k: torch.cat(v) for k, v in out.items() if v}
+    escape = -torch.expm1(ns * math.log1p(-pruned))
     if pruned > 0:
         stats["kl"] = stats["kl"] + torch.exp(ns * math.log(pruned)) * (ns - 1) * math.log(pruned)
-    stats["escape"] = -torch.expm1(ns * math.log1p(-pruned))
+        stats["kl_lower"] = (stats["kl_lower"] - pruned / math.e).clamp(min=0.0)
+        stats["kl_upper"] = stats["kl_upper"] + escape * torch.log(ns)
+    else:
+        stats["kl_lower"], stats["kl_upper"] = stats["kl"].clone(), stats["kl"].clone()
+    stats["escape"] = escape
     return stats
+
+
+def _w_log_w(log_w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (W log W, log W) for log W (-inf: W = 0, where W log W is 0)."""
+    return torch.where(log_w > -math.inf, log_w.exp() * log_w, 0.0), log_w
 
 
 def best_of_n_table(comps: Completions, proxy: torch.Tensor, n, gold: torch.Tensor | None = None) -> dict:

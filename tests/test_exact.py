@@ -341,11 +341,58 @@ def test_best_of_n_stats_agree_with_the_law_itself():
     assert torch.allclose(stats["escape"], 1 - 0.99 ** ns.double(), rtol=1e-12)
 
 
+def _pruned_law(g, size):
+    """A law of ``size`` completions with tied proxies, split at random into kept and pruned."""
+    probs = torch.rand(size, generator=g, dtype=torch.float64) ** 3
+    probs = probs / probs.sum()
+    proxy = torch.randint(5, (size,), generator=g).double()  # ties, among kept and pruned alike
+    order = torch.randperm(size, generator=g)
+    cut = int(torch.randint(1, size, (1,), generator=g))
+    return probs, proxy, order[cut:], order[:cut]
+
+
+def test_best_of_n_kl_bounds_hold_wherever_the_pruned_completions_rank():
+    # the true KL, of the law with the pruned completions put back, lies within the bounds
+    # computed from the kept ones alone, and so does the merged outcome's KL
+    g, ns, held, tight = make_generator(5), torch.tensor([1, 2, 3, 8, 64, 1000]), 0, 0
+    for _ in range(400):
+        probs, proxy, kept, gone = _pruned_law(g, int(torch.randint(2, 12, (1,), generator=g)))
+        pruned = float(probs[gone].sum())
+        if pruned > 0.99:
+            continue
+        stats = best_of_n_stats(probs[kept], proxy[kept], ns, pruned=pruned)
+        true = best_of_n_stats(probs, proxy, ns)["kl"]
+        for kl in (true, stats["kl"]):
+            assert (stats["kl_lower"] <= kl + 1e-12).all() and (kl <= stats["kl_upper"] + 1e-12).all()
+        held += 1
+        # the pruned completions' share, escape x log n, is needed: without it the bound fails
+        tight += bool((true > stats["kl_upper"] - stats["escape"] * ns.log() + 1e-12).any())
+    assert held > 300 and tight > 100
+
+
+def test_best_of_n_kl_bounds_close_without_pruned_mass_and_narrow_with_little():
+    g, ns = make_generator(6), torch.tensor([1.0, 16, 4096])
+    kept = torch.rand(2_000, generator=g, dtype=torch.float64)
+    proxy = torch.randn(2_001, generator=g, dtype=torch.float64)
+    for small in (1e-9, 1e-6):  # one completion of that mass pruned: the best of all
+        probs = torch.cat([kept / kept.sum() * (1 - small), torch.tensor([small], dtype=torch.float64)])
+        proxy[-1] = proxy.max() + 1
+        whole = best_of_n_stats(probs, proxy, ns)
+        assert torch.equal(whole["kl_lower"], whole["kl"]) and torch.equal(whole["kl_upper"], whole["kl"])
+        cut = best_of_n_stats(probs[:-1], proxy[:-1], ns, pruned=small)
+        assert (cut["kl_lower"] <= whole["kl"]).all() and (whole["kl"] <= cut["kl_upper"]).all()
+        width = cut["kl_upper"] - cut["kl_lower"]
+        # the pruned draws (escape x log n) and as much again where the kept ones shift
+        assert (width <= cut["escape"] * (2 * ns.log() + 1) + small).all(), (small, width)
+
+
 def test_best_of_n_table_runs_over_the_prompts(small):
     policy, _, rm, pairs, prompts = small
     comps = enumerate_completions(policy, prompts, T, min_prob=1e-4)
     table = best_of_n_table(comps, proxy_rewards(comps, rm), [1, 4, 64], gold=gold_rewards(comps, pairs))
-    assert {k: tuple(v.shape) for k, v in table.items()} == {k: (3, 3) for k in ("kl", "proxy", "gold", "escape")}
+    assert {k: tuple(v.shape) for k, v in table.items()} == {
+        k: (3, 3) for k in ("kl", "kl_lower", "kl_upper", "proxy", "gold", "escape")
+    }
     assert torch.allclose(table["gold"][0], expected_gold(comps, pairs).value, rtol=1e-9)
     assert (table["proxy"][2] > table["proxy"][0]).all()
 

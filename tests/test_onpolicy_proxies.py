@@ -79,9 +79,9 @@ def test_the_settings_key_on_kind_size_seed_steps_and_the_policy(fake, monkeypat
     stems, hashes = zip(*(key(*c) for c in cases))
     assert len(set(stems)) == len(set(hashes)) == len(cases)
     stem, cfg, settings = op.proxy_settings("on-policy", 800, 2)
-    assert stem == "proxy-onpolicy-800-seed2" and cfg.seed == 2 and cfg.steps == op.STEPS
+    assert stem == "proxy-onpolicy-800-seed2" and cfg.seed == 2 and cfg.steps == op.train_steps(800) == 25
     assert settings["pairs"] == 800 and settings["rm"]["seed"] == 2
-    monkeypatch.setattr(op, "STEPS", op.STEPS + 1)
+    monkeypatch.setattr(op, "EPOCHS", op.EPOCHS + 1)
     assert key("on-policy", 800, 2)[1] != store.settings_hash(settings)
     other = TinyGPT(GPTConfig(n_layer=1, n_embd=16, n_head=2)).eval()  # another initial policy
     assert store.settings_hash(op.proxy_settings("on-policy", 800, 2, other)[2]) != store.settings_hash(settings)
@@ -120,7 +120,7 @@ def test_a_proxy_is_trained_once_stored_and_loaded(fake, monkeypatch, tmp_path):
     monkeypatch.setattr(store.paths, "OUTPUTS", tmp_path)
     monkeypatch.setattr(op, "SIZES", (20, 200))
     monkeypatch.setattr(op, "CHUNK", 64)
-    monkeypatch.setattr(op, "STEPS", 2)
+    monkeypatch.setattr(op, "EPOCHS", 20)  # 2 steps of 256 for 20 pairs
     calls = []
     train = op.reward_model.train_reward_model
     monkeypatch.setattr(op.reward_model, "rm_report", lambda rm: {"pair_accuracy": 0.5, "near_miss_accuracy": 0.5})
@@ -169,3 +169,11 @@ def test_a_proxy_that_ranks_the_held_out_pairs_by_the_truth_scores_one(fake, mon
     assert op.heldout_accuracy(None) == {"accuracy": 1.0, "pairs": len(pairs)}
     monkeypatch.setattr(op, "reward_scores", lambda rm, prompts, completions: torch.zeros(len(completions)))
     assert op.heldout_accuracy(None)["accuracy"] == 0.0  # a tie counts as wrong
+
+
+def test_each_proxy_sees_its_pairs_the_same_number_of_times(monkeypatch):
+    assert [op.train_steps(n) for n in op.SIZES] == [25, 100, 400]  # 8 passes of 256 pairs a step
+    monkeypatch.setattr(op, "SIZES", (20, 300))
+    assert op.train_steps(300) == 10  # 2,400 / 256 = 9.4: rounded up, never fewer passes
+    with pytest.raises(ValueError, match="size must be one of"):
+        op.train_steps(800)
