@@ -1800,8 +1800,9 @@ print_claims([
 # - say what makes a proxy worth optimizing: enough pairs of the policy's own answers, as Gao
 #   et al. made theirs. With 12,800 of them, best-of-$n$ and the optimum climb far in gold and
 #   best-of-$n$ peaks near $\sqrt{\mathrm{KL}} = 1$ and then falls; with 3,200 or fewer, and
-#   with the book's kind of pairs at every size, they stay low. And say why a proxy good for choosing is not yet good for
-#   training: RL against the best of them climbs the proxy and barely moves the gold;
+#   with the book's kind of pairs at every size, they stay low. And say why a proxy good for
+#   choosing is not yet good for training: RL against the best of them climbs the proxy and
+#   barely moves the gold;
 # - say what a run's KL numbers are: k1 and k3 summed over sampled tokens are both unbiased for
 #   the sequence KL, k1's errors are spread evenly and k3's are skewed (low on most batches, now
 #   and then far too high), and the per-token numbers of chapters 5 to 7 measure something else.
