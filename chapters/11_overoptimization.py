@@ -1266,10 +1266,9 @@ SURE = 0.01  # the optimum is read where its gold's bounds are this narrow
 
 
 for size in SIZES:  # the last section's proxies are the seed 0 of their kind
-    rm_0, report = overopt.load_proxy(str(size), PROGRESS)
-    made["off-policy", size, 0] = {**curves[str(size)], "rm": {
-        **report, "onpolicy_accuracy":
-        onpolicy.heldout_accuracy(rm_0)["accuracy"]}}
+    made["off-policy", size, 0] = {
+        **curves[str(size)],
+        "rm": onpolicy.job_proxy("off-policy", size, 0)[1]}
 
 arrays = {(k, n, s): {m: frontier.curve_arrays(made[k, n, s][m])
                       for m in ("bon", "tilt")}
@@ -1429,27 +1428,34 @@ def read_made(name):
 
 
 read_big = {name: read_made(name) for name in rl_made}
+
+
+def ival(name, k, e):
+    """Row k of read_made(name) at evaluation e: the value and its 95%
+    interval."""
+    v, lo, hi, _ = read_big[name]
+    return f"{v[k, e]:+.3f} [{lo[k, e]:+.3f}, {hi[k, e]:+.3f}]"
+
+
 print("against the 12,800-pair on-policy proxies: gain over the start "
       "(95%)")
 print("optimizer        it. sqrt(KL)  proxy gain              gold gain")
 for name in rl_made:
-    v, lo, hi, _ = read_big[name]
+    v = read_big[name][0]
     for e, it in enumerate(RM_ITS):
         if it in (1, 4, 16, 32, 64):
             print(f"{NAME[name]:<15} {it:>3} {v[0, e]:>8.3f}  "
-                  f"{v[1, e]:+.3f} [{lo[1, e]:+.3f}, {hi[1, e]:+.3f}] "
-                  f"{v[2, e]:+.3f} [{lo[2, e]:+.3f}, {hi[2, e]:+.3f}]")
+                  f"{ival(name, 1, e)} {ival(name, 2, e)}")
 print("\ngold minus best-of-n's and the optimum's on the same proxies at "
       "the same KL")
 print("optimizer        it.  vs best-of-n              vs the optimum")
 for name in rl_made:
-    v, lo, hi, _ = read_big[name]
+    v = read_big[name][0]
     for e, it in enumerate(RM_ITS):
         if it in (4, 16, 32, 64):
-            vs_opt = ("beyond its bounds" if np.isnan(v[4, e]) else
-                      f"{v[4, e]:+.3f} [{lo[4, e]:+.3f}, {hi[4, e]:+.3f}]")
-            print(f"{NAME[name]:<15} {it:>4}  {v[3, e]:+.3f} "
-                  f"[{lo[3, e]:+.3f}, {hi[3, e]:+.3f}]  {vs_opt}")
+            vs_opt = ("beyond its bounds" if np.isnan(v[4, e])
+                      else ival(name, 4, e))
+            print(f"{NAME[name]:<15} {it:>4}  {ival(name, 3, e)}  {vs_opt}")
 claims = []
 for name in rl_made:
     v, lo, hi, (pv, plo, phi) = read_big[name]

@@ -495,19 +495,17 @@ def best_of_n_stats(
     for i in range(0, len(ns), chunk):
         log_pb = _log_block_probs(log_f, mass, ns[i : i + chunk])  # (m, nb)
         pb = log_pb.exp()
-        out["kl"].append(torch.where(pb > 0, pb * (log_pb - torch.log(safe_mass)), 0.0).sum(1))
+        log_w = log_pb - torch.log(safe_mass)  # log W of each block, every pruned completion below
+        out["kl"].append(torch.where(pb > 0, pb * log_w, 0.0).sum(1))
         out["proxy"].append(pb @ values)
         if gold_b is not None:
             out["gold"].append(pb @ gold_b)
         if pruned > 0:  # each block's W log W over W's range (see above)
-            ends = [
-                _w_log_w(lp - torch.log(safe_mass))
-                for lp in (log_pb, _log_block_probs(log_f_top, mass, ns[i : i + chunk]))
-            ]
-            low_w, high_w = ends[1][1], ends[0][1]  # log W with every pruned completion above, below
-            least = torch.where((low_w <= -1) & (high_w >= -1), -1 / math.e, torch.minimum(*(e[0] for e in ends)))
+            log_w_top = _log_block_probs(log_f_top, mass, ns[i : i + chunk]) - torch.log(safe_mass)  # all above
+            ends = _w_log_w(log_w), _w_log_w(log_w_top)
+            least = torch.where((log_w_top <= -1) & (log_w >= -1), -1 / math.e, torch.minimum(*ends))
             out["kl_lower"].append((mass * least).sum(1))
-            out["kl_upper"].append((mass * torch.maximum(*(e[0] for e in ends))).sum(1))
+            out["kl_upper"].append((mass * torch.maximum(*ends)).sum(1))
     stats = {k: torch.cat(v) for k, v in out.items() if v}
     escape = -torch.expm1(ns * math.log1p(-pruned))
     if pruned > 0:
@@ -520,9 +518,9 @@ def best_of_n_stats(
     return stats
 
 
-def _w_log_w(log_w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (W log W, log W) for log W (-inf: W = 0, where W log W is 0)."""
-    return torch.where(log_w > -math.inf, log_w.exp() * log_w, 0.0), log_w
+def _w_log_w(log_w: torch.Tensor) -> torch.Tensor:
+    """Return W log W from log W (-inf: W = 0, where W log W is 0)."""
+    return torch.where(log_w > -math.inf, log_w.exp() * log_w, 0.0)
 
 
 def best_of_n_table(comps: Completions, proxy: torch.Tensor, n, gold: torch.Tensor | None = None) -> dict:

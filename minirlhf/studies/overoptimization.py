@@ -150,7 +150,7 @@ def _stored(item) -> bool:
     return store.load_model(store.models_dir() / f"{stem}.pt", settings)[2] == "ok"
 
 
-def _steps(item) -> int:
+def _pairs_seen(item) -> int:
     cfg = _spec(item)[1]
     return cfg.steps * cfg.batch_size
 
@@ -163,7 +163,7 @@ def make_proxies(names, made=(), progress: bool = True, workers: int | None = No
 
     missing = [item for item in [*names, *made] if not _stored(item)]
     # the longest first (pairs seen in training), so that the others fill the second core meanwhile
-    missing.sort(key=lambda item: -_steps(item))
+    missing.sort(key=lambda item: -_pairs_seen(item))
     map_runs(
         partial(_make_proxy, progress=progress),
         missing,
