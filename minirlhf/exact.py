@@ -130,11 +130,30 @@ def canonical_completions(completions: torch.Tensor) -> torch.Tensor:
     return torch.where(completion_mask(completions) > 0, completions, torch.full_like(completions, SEMI))
 
 
-def _next_logprobs(model, prompts: torch.Tensor, prefixes: torch.Tensor, temperature: float, batch_size: int):
-    """Return the next-token log-probs (R, 13), float64, after each prompt + prefix (R, 6 + t)."""
-    x = torch.cat([prompts, prefixes], dim=1)  # (R, 6 + t)
-    logits = torch.cat([model(x[i : i + batch_size], last=1)[:, 0] for i in range(0, len(x), batch_size)])  # (R, 13)
-    return F.log_softmax(logits.double() / temperature, dim=-1)
+def _next_logits(model, prompts: torch.Tensor, tokens, cache, batch_size: int, keep: bool):
+    """Return the next-token logits (R, 13) after one more token of each live prefix, and each
+    row's key-value cache extended by that token (a list over blocks of (keys, values); None
+    unless ``keep``).
+
+    At the first level ``cache`` is None and the prompts (R, 6) are read whole. Later ``tokens``
+    (R,) are the prefixes' newest tokens and ``cache`` the caches of their rows (gathered from
+    their parents'), so that a level costs one position a prefix, as in generation.
+    """
+    logits, kept = [], []
+    for i in range(0, len(prompts), batch_size):
+        if cache is None:
+            rows = [{} for _ in model.blocks]
+            logits.append(model(prompts[i : i + batch_size], rows, last=1)[:, 0])
+        else:
+            rows = [{"k": k[i : i + batch_size], "v": v[i : i + batch_size]} for k, v in cache]
+            logits.append(model(tokens[i : i + batch_size], rows)[:, 0])
+        kept.append(rows)
+    if not keep:
+        return torch.cat(logits), None
+    blocks = range(len(model.blocks))
+    return torch.cat(logits), [
+        (torch.cat([c[b]["k"] for c in kept]), torch.cat([c[b]["v"] for c in kept])) for b in blocks
+    ]
 
 
 @torch.no_grad()
@@ -148,7 +167,9 @@ def enumerate_completions(
     """Return every completion of each prompt with its probability under ``policy`` at ``temperature``.
 
     Prefixes are expanded level by level, those of every prompt in one batch per level (cut
-    into forward passes of ``batch_size`` rows): a child ending in `;` is complete, and at
+    into forward passes of ``batch_size`` rows), each prefix keeping the keys and values of its
+    positions (the cache generation keeps), so that a level reads one new token a prefix and
+    a child starts from its parent's cache: a child ending in `;` is complete, and at
     length 4 every child is. A prefix or completion whose probability is below ``min_prob`` is
     dropped and its probability added to its prompt's ``pruned``, so that per prompt
     ``sum(probs) + pruned == 1`` up to float rounding. A child of probability exactly 0 (a
@@ -167,10 +188,13 @@ def enumerate_completions(
     logp = torch.zeros(len(prompts), dtype=torch.float64)  # (R,)
     pruned = torch.zeros(len(prompts), dtype=torch.float64)  # (P,)
     found = []  # (tokens, owner, logp) of the completions finished at each level
+    cache = None  # each live prefix's keys and values, (R, heads, 6 + t, head size) per block
     for t in range(COMPLETION_LEN):
         if not len(owner):
             break  # every prefix is complete or pruned
-        child_logp = logp[:, None] + _next_logprobs(policy, prompts[owner], prefixes, temperature, batch_size)
+        last = t == COMPLETION_LEN - 1
+        logits, cache = _next_logits(policy, prompts[owner], prefixes[:, -1:], cache, batch_size, keep=not last)
+        child_logp = logp[:, None] + F.log_softmax(logits.double() / temperature, dim=-1)  # (R, 13)
         child_p = child_logp.exp()  # (R, 13)
         keep = (child_p >= min_prob) & (child_logp > -math.inf)  # (R, 13)
         pruned.index_add_(0, owner, torch.where(keep, 0.0, child_p).sum(1))
@@ -179,6 +203,8 @@ def enumerate_completions(
         found.append((torch.cat([prefixes[row], tok[:, None]], dim=1), owner[row], child_logp[row, tok]))
         row, tok = (keep & ~done).nonzero(as_tuple=True)  # the live prefixes of the next level
         prefixes, owner, logp = torch.cat([prefixes[row], tok[:, None]], dim=1), owner[row], child_logp[row, tok]
+        if not last:  # a child starts from its parent's keys and values
+            cache = [(k[row], v[row]) for k, v in cache]
     tokens = torch.cat([F.pad(tok, (0, COMPLETION_LEN - tok.shape[1]), value=SEMI) for tok, _, _ in found])
     index = torch.cat([own for _, own, _ in found])
     order = torch.argsort(index, stable=True)  # group the rows by prompt

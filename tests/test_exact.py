@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from cached_context import context
 
 from minirlhf import task
 from minirlhf.exact import (
@@ -42,12 +43,17 @@ class TwoTokens(torch.nn.Module):
         super().__init__()
         self.one, self.semi = torch.tensor(one, dtype=torch.float64), torch.tensor(semi, dtype=torch.float64)
 
+    blocks = (None,)  # one block: its cache holds the tokens seen (tests/cached_context.py)
+
     def forward(self, idx, cache=None, last=None):  # TinyGPT's signature
-        B, L = idx.shape
-        out = torch.zeros(B, L, len(task.VOCAB), dtype=torch.float64)  # (B, L, 13)
-        for i in range(PROMPT_LEN - 1, L):  # position i predicts answer token t = i - 5
-            out[:, i, :] = -math.inf
-            out[:, i, ONE], out[:, i, SEMI] = self.one[i - PROMPT_LEN + 1], self.semi[i - PROMPT_LEN + 1]
+        whole, start = context(idx, cache)  # (B, S + L), S of them cached
+        out = torch.zeros(*idx.shape, len(task.VOCAB), dtype=torch.float64)  # (B, L, 13)
+        for i in range(max(start, PROMPT_LEN - 1), whole.shape[1]):  # position i predicts answer token i - 5
+            out[:, i - start, :] = -math.inf
+            out[:, i - start, ONE], out[:, i - start, SEMI] = (
+                self.one[i - PROMPT_LEN + 1],
+                self.semi[i - PROMPT_LEN + 1],
+            )
         return out if last is None else out[:, -last:]
 
 
@@ -219,6 +225,9 @@ def test_sequence_logprobs_agree_with_the_enumeration(small):
     again = sequence_logprobs(policy, prompts[comps.prompt_index], comps.tokens, T)
     assert torch.allclose(again, comps.logp, rtol=0, atol=1e-12)
     assert exact_sequence_kl(comps, policy).value.abs().max() < 1e-12  # KL(pi || pi) = 0
+    # the same in small forward passes: each row's keys and values follow it through the cut
+    chunked = enumerate_completions(policy, prompts, T, min_prob=1e-5, batch_size=7)
+    assert torch.equal(chunked.tokens, comps.tokens) and torch.allclose(chunked.logp, comps.logp, rtol=0, atol=1e-12)
 
 
 def test_the_exact_distribution_agrees_with_monte_carlo(small):

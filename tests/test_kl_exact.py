@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from cached_context import context
 
 from minirlhf import exact, task
 from minirlhf.evaluation import EvalSet, evaluate
@@ -30,14 +31,16 @@ class TwoTokens(torch.nn.Module):
         super().__init__()
         self.one, self.semi = torch.tensor(one, dtype=torch.float64), torch.tensor(semi, dtype=torch.float64)
 
+    blocks = (None,)  # one block: its cache holds the tokens seen (tests/cached_context.py)
+
     def forward(self, idx, cache=None, last=None):  # TinyGPT's signature
-        B, L = idx.shape
-        v = idx[:, PROMPT_LEN - 2]  # the digit before `=`
-        out = torch.zeros(B, L, len(task.VOCAB), dtype=torch.float64)  # (B, L, 13)
-        for i in range(PROMPT_LEN - 1, L):  # position i predicts answer token t = i - 5
+        whole, start = context(idx, cache)  # (B, S + L), S of them cached
+        v = whole[:, PROMPT_LEN - 2]  # the digit before `=`
+        out = torch.zeros(*idx.shape, len(task.VOCAB), dtype=torch.float64)  # (B, L, 13)
+        for i in range(max(start, PROMPT_LEN - 1), whole.shape[1]):  # position i predicts answer token i - 5
             t = i - PROMPT_LEN + 1
-            out[:, i, :] = -math.inf
-            out[:, i, ONE], out[:, i, SEMI] = self.one[v, t], self.semi[v, t]
+            out[:, i - start, :] = -math.inf
+            out[:, i - start, ONE], out[:, i - start, SEMI] = self.one[v, t], self.semi[v, t]
         return out if last is None else out[:, -last:]
 
 

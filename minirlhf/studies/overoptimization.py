@@ -179,12 +179,13 @@ def _mean(x: torch.Tensor) -> float:
 
 
 class Scores:
-    """The proxy's score and the reference's log-probability of every completion of every prompt
-    met so far: neither changes while a policy trains, so a run computes each once.
+    """The proxy's score, the reference's log-probability and the verifier's reward of every
+    completion of every prompt met so far: none changes while a policy trains, so a run computes
+    each once.
 
-    ``scores(comps)`` returns ``(proxy, ref_logp)``, each (N,) float64, for the completions of
-    ``comps`` (an enumeration of the prompts this object was made for), computing only the
-    completions not met before, in one batch.
+    ``scores(comps, pairs)`` returns ``(proxy, ref_logp, gold)``, each (N,) float64, for the
+    completions of ``comps`` (an enumeration of the prompts this object was made for, whose sums
+    are ``pairs``), computing only the completions not met before, in one batch.
     """
 
     _BASE = torch.tensor([13**3, 13**2, 13, 1])  # a completion's 4 tokens as one number
@@ -192,7 +193,7 @@ class Scores:
     def __init__(self, reference, rm):
         self.reference, self.rm, self.table = reference, rm, {}
 
-    def __call__(self, comps) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, comps, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         keys = (comps.prompt_index * 13**4 + comps.tokens @ self._BASE).tolist()
         new = [i for i, k in enumerate(keys) if k not in self.table]
         if new:
@@ -209,9 +210,10 @@ class Scores:
             )
             proxy = exact.proxy_rewards(sub, self.rm).tolist()
             ref = exact.sequence_logprobs(self.reference, prompts, tokens, comps.temperature).tolist()
-            self.table.update((keys[i], (p, r)) for i, p, r in zip(new, proxy, ref))
-        both = torch.tensor([self.table[k] for k in keys], dtype=torch.float64).reshape(-1, 2)
-        return both[:, 0], both[:, 1]
+            gold = exact.gold_rewards(sub, pairs[comps.prompt_index[rows]]).tolist()
+            self.table.update((keys[i], row) for i, *row in zip(new, proxy, ref, gold))
+        table = torch.tensor([self.table[k] for k in keys], dtype=torch.float64).reshape(-1, 3)
+        return table[:, 0], table[:, 1], table[:, 2]
 
 
 @torch.no_grad()
@@ -254,10 +256,13 @@ def exact_point(
     every completion afresh."""
     prompts = task.encode_prompts(pairs)
     comps = exact.enumerate_completions(policy, prompts, TEMPERATURE, min_prob)
-    proxy, ref_logp = scores(comps) if scores is not None else (exact.proxy_rewards(comps, rm), None)
+    if scores is not None:
+        proxy, ref_logp, gold = scores(comps, pairs)
+    else:
+        proxy, ref_logp, gold = exact.proxy_rewards(comps, rm), None, exact.gold_rewards(comps, pairs)
     values = {
         "kl": exact.exact_sequence_kl(comps, reference, floor, ref_logp=ref_logp),
-        "gold": exact.expected_gold(comps, pairs),
+        "gold": exact.expectation(comps, gold, (0.0, 1.0)),
         "proxy": exact.expectation(comps, proxy, value_range or exact.score_range(rm)),
     }
     out = {"pruned": float(comps.pruned.max()), "completions": len(comps.logp)}
