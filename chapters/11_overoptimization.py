@@ -29,7 +29,7 @@
 # 5. **How the proxy's quality moves the peak**: five more proxies, trained on 200 to 12,800
 #    pairs, and one with near-misses among its rejected answers; then proxies made as Gao et
 #    al. made theirs, from the policy's own answers, at three sizes and three seeds each, with
-#    best-of-$n$, the optimum and RL against them.
+#    best-of-$n$, the optimum and RL against them, and DPO on their pairs.
 # 6. **The KL estimators against the truth**: chapter 1's k1 and k3, summed over the tokens of
 #    sampled answers as a run computes them, beside the exact KL of the same policies.
 #
@@ -38,7 +38,7 @@
 # Chapters 1, 4, 5, 6, 7 and 9: the estimators k1 and k3, the reward model and its blind
 # spot, the PPO loop, the per-prompt baseline, the leash taken off, and DPO. A first run of the
 # notebook trains 20 small reward models and makes its runs side by side, one per CPU core:
-# curves that need no training for 21 proxies, eighteen RL runs and three DPO runs, each
+# curves that need no training for 21 proxies, eighteen RL runs and nine DPO runs, each
 # policy enumerated exactly at every point it is read, with a progress bar in JupyterLab. They
 # are stored in `outputs/ch11_overoptimization.json`. That takes about twelve minutes on a
 # 2-core CPU, the longest first run of the book: the proxies trained on the policy's own
@@ -488,14 +488,22 @@ jobs += [{"kind": "rl", "optimizer": name, "data": "on-policy",
           "pairs": max(onpolicy.SIZES), "rm_seed": s, "seed": s,
           "iterations": 64, "at": AT, "samples": 4}
          for name in ("rloo", "ppo-prompt-baseline") for s in SEEDS]
+# DPO on the on-policy pairs of each size, chapter 9's beta and the
+# paper's 0.1, three passes, seed 0 (the section's end)
+DPO_MADE_BETAS = (1.25, 0.1)
+jobs += [{"kind": "dpo", **job}
+         for job in dpo_overopt.study_jobs(betas=DPO_MADE_BETAS, seeds=(0,),
+                                           data="on-policy")]
 study = load_or_run(
     OUTPUTS / "ch11_overoptimization.json",
     {"jobs": jobs, "study": [overopt.study_code(), dpo_overopt.study_code(),
                              onpolicy.study_code()]}, {},
     lambda: {"results": overopt.run_study(jobs, progress=PROGRESS)}, arms=())
-curves, rl, dpo_runs, made, rl_made = {}, {}, [], {}, {}
+curves, rl, dpo_runs, made, rl_made, dpo_made = {}, {}, [], {}, {}, {}
 for job, result in zip(jobs, study["results"]):
-    if job["kind"] == "rl" and "data" in job:
+    if job["kind"] == "dpo" and "data" in job:
+        dpo_made[job["beta"], job["pairs"]] = result
+    elif job["kind"] == "rl" and "data" in job:
         rl_made.setdefault(job["optimizer"], []).append(result)
     elif job["kind"] == "exact" and "data" in job:
         made[job["data"], job["pairs"], job["seed"]] = result
@@ -514,7 +522,8 @@ print_claims([("your best-of-n KL is the package's, within 1e-9 at every n",
 print(f"{len(curves) + len(made)} proxies measured without training; "
       f"{sum(map(len, rl.values()))} RL runs against chapter 4's RM,\n"
       f"{sum(map(len, rl_made.values()))} against proxies of the policy's "
-      f"own answers; {len(dpo_runs)} DPO runs")
+      f"own answers;\n{len(dpo_runs)} DPO runs on the book's pairs, "
+      f"{len(dpo_made)} on the policy's own")
 
 # %% [markdown]
 # ## Best-of-$n$ against the proxy
@@ -616,7 +625,7 @@ show_figure(
 # optimizes perfectly. No policy has a higher proxy score at its KL (one that had would score
 # higher on the objective), so it is the **proxy frontier**: the most proxy that any method can
 # buy with a given KL. On the enumeration it is a weighted sum, per prompt, for every $\beta$ at
-# once (`exact.tilted_stats`).
+# once (`minirlhf.tilted.tilted_stats`).
 #
 # Tilt by the verifier instead of the RM and you get the **gold ceiling**. On a prompt whose
 # answers are right with probability $p$, raising that to $G$ costs at least the KL between two
@@ -1013,7 +1022,8 @@ show_figure(
 # rejected one always wrong, so the preferences DPO fits never disagree with the gold, and
 # pushing them further only pushes the truth. Rafailov et al.'s preferences are human or
 # model judgements that their gold judge does not always share; pairs of that kind (a share of
-# them flipped, say) are what would let DPO's curve turn over here. The same pairs taught the RM
+# them flipped, say) are one thing that could let DPO's curve turn over here. A looser leash is
+# another: the section on proxies made from the policy's own answers runs DPO at $\beta$ = 0.1. The same pairs taught the RM
 # far less (chapter 9 made the same comparison at matched KL): the proxy is a lossy summary of
 # its data, and every method that optimizes the proxy inherits its losses.
 #
@@ -1487,6 +1497,97 @@ print_claims(claims)
 # the policy already gives on each prompt, the answers these proxies were trained on, while a
 # gradient step moves every prompt's answers at once, towards whatever the proxy rewards on
 # the training prompts, wherever that leads.
+#
+# And DPO, which needs no proxy? The last DPO section trained it on the book's pairs, whose
+# rejected answers are random wrong numbers. The study also ran chapter 9's DPO on each size
+# of the policy's own pairs, the very pairs each on-policy proxy learnt from, for three passes
+# as before: at chapter 9's $\beta$ = 1.25, and at 0.1, the paper's usual value and the
+# default of TRL's `DPOConfig` (`trl/trainer/dpo_config.py` in TRL 1.12.0). One run of each
+# (seed 0), so the intervals below are over the prompts only and say nothing of another seed.
+# Each run's gold is set beside best-of-$n$'s against the proxy of the same pairs and seed, at
+# the same KL.
+
+# %%
+LOOSE, TIGHT = min(DPO_MADE_BETAS), max(DPO_MADE_BETAS)
+
+
+def read_dpo_made(key):
+    """One DPO run on the policy's own pairs: at each evaluation sqrt(KL),
+    gold gain, and gold minus best-of-n's against the proxy of the same
+    pairs (seed 0) at that KL; then its best gold gain, the fall from it
+    to the end, and the gold gained from the first pass's end to the
+    last."""
+    run, size = dpo_made[key], key[1]
+    a = frontier.rl_arrays([run])
+    end1 = run["step"].index(run["steps_per_epoch"])
+    b = arrays["on-policy", size, 0]["bon"]
+
+    def stat(p, r):
+        kl = a["kl"][0][:, p].mean(1)
+        gain = a["gold"][0][:, p].mean(1) - a["gold"][0][0, p].mean()
+        bon_gain = frontier.at_kl(b["kl"][:, p].mean(1), b["gold"][:, p]
+                                  .mean(1), kl) - b["gold"][0, p].mean()
+        return np.concatenate([np.sqrt(kl), gain, gain - bon_gain,
+                               [gain.max(), gain.max() - gain[-1],
+                                gain[-1] - gain[end1]]])
+    v, lo, hi = frontier.bootstrap(stat, P, 1, reps=500)
+    e = len(run["step"])
+    return {"rows": [x[:3 * e].reshape(3, e) for x in (v, lo, hi)],
+            "end": [x[3 * e:] for x in (v, lo, hi)]}
+
+
+read_dm = {key: read_dpo_made(key) for key in dpo_made}
+
+
+def dm_ival(x, k, e=None):
+    """A value of read_dpo_made and its 95% interval: row k at evaluation
+    e, or summary k when e is None."""
+    part = [r[k, e] for r in x["rows"]] if e is not None else [
+        r[k] for r in x["end"]]
+    return f"{part[0]:+.3f} [{part[1]:+.3f}, {part[2]:+.3f}]"
+
+
+last_gold = {key: np.array(run["per_prompt"][-1]["gold"])
+             for key, run in dpo_made.items()}  # (P,) at the run's end
+
+
+def loose_minus_tight(p, r):
+    """Per size: the loose beta's gold at its end minus the tight one's."""
+    return [last_gold[LOOSE, n][p].mean() - last_gold[TIGHT, n][p].mean()
+            for n in SIZES]
+
+
+print("DPO on the policy's own pairs, seed 0 (95% intervals over prompts)")
+print("beta  pairs  best gold gain          sqrt(KL) pass  then falls by")
+claims = []
+for (beta, size), x in read_dm.items():
+    v, run = x["rows"][0], dpo_made[beta, size]
+    i = int(np.argmax(v[1]))
+    print(f"{beta:<5g} {size:>6,}  {dm_ival(x, 0)}  {v[0, i]:>6.2f} "
+          f"{run['epoch'][i]:>5.2f}  {dm_ival(x, 1)}")
+    if beta == LOOSE:
+        claims.append((f"beta {beta:g}, {size:,} pairs: gold falls after "
+                       "its best", x["end"][1][1] > 0))
+print(f"\nbeta {TIGHT:g}: the gold gained from the first pass's end to the "
+      "third's, and\ngold minus best-of-n's against the proxy of the same "
+      "pairs, at the\nrun's last KL")
+for size in SIZES:
+    x = read_dm[TIGHT, size]
+    print(f"{size:>6,} pairs  {dm_ival(x, 2)}  {dm_ival(x, 2, -1)}")
+    claims += [(f"beta {TIGHT:g}, {size:,} pairs: gold still rising in "
+                "passes 2 and 3", x["end"][1][2] > 0),
+               (f"beta {TIGHT:g}, {size:,} pairs: more gold than best-of-n "
+                "at its end", x["rows"][1][2, -1] > 0)]
+d_v, d_lo, d_hi = frontier.bootstrap(loose_minus_tight, P, 1, reps=500)
+print(f"\nat the end of three passes, beta {LOOSE:g} against {TIGHT:g}: "
+      "sqrt(KL), and the\ngold difference")
+for j, size in enumerate(SIZES):
+    kl = [read_dm[b, size]["rows"][0][0, -1] for b in (LOOSE, TIGHT)]
+    print(f"{size:>6,} pairs  sqrt(KL) {kl[0]:.2f} against {kl[1]:.2f}  "
+          f"gold {d_v[j]:+.3f} [{d_lo[j]:+.3f}, {d_hi[j]:+.3f}]")
+    claims.append((f"{size:,} pairs: beta {LOOSE:g} ends further out with "
+                   "less gold", kl[0] > kl[1] and d_hi[j] < 0))
+print_claims(claims)
 
 # %% tags=["hide-input"]
 def mean_curve(kind, size, method):
@@ -1499,20 +1600,31 @@ def mean_curve(kind, size, method):
 
 
 def draw_made(narrow=False):
-    """Best-of-n's and the optimum's gold against sqrt(KL) for the proxies
-    of both kinds, beside the ceiling."""
-    fig, axes = plt.subplots(2 if narrow else 1, 1 if narrow else 2,
-                             figsize=(3.6, 5.6) if narrow else (6.8, 3.0),
+    """Best-of-n's, the optimum's and RL's gold against sqrt(KL) for the
+    proxies of both kinds, and DPO's on the same pairs, beside the
+    ceiling."""
+    fig, axes = plt.subplots(3 if narrow else 1, 1 if narrow else 3,
+                             figsize=(3.6, 8.0) if narrow else (7.2, 2.8),
                              sharey=True, layout="constrained")
     colors = dict(zip(SIZES, (SKY, GREEN, ORANGE)))
     ceiling_d = np.sqrt(np.array(curves["book"]["ceiling"]["kl"]))
-    for ax, method, title in zip(axes, ("bon", "tilt"),
-                                 ("best-of-n", "the optimum, and RL")):
+    titles = ("best-of-n", "the optimum, and RL", "DPO on the same pairs")
+    for ax, method, title in zip(axes, ("bon", "tilt", "dpo"), titles):
         keep = ceiling_d <= 2.6
         ax.plot(ceiling_d[keep],
                 np.array(curves["book"]["ceiling"]["gold"])[keep],
                 color=GRAY, lw=1.0, label="ceiling")
-        for n in SIZES:
+        if method == "dpo":  # one run of each beta on each size's pairs,
+            # colored by size as in the first panel
+            style = dict(zip(DPO_MADE_BETAS, ("-", ":")))
+            for (beta, n), run in dpo_made.items():
+                ax.plot(np.sqrt(np.clip(run["kl"], 0, None)), run["gold"],
+                        style[beta], color=colors[n], lw=1.2)
+            ax.legend(handles=[plt.Line2D([], [], ls=style[b], color=BLACK,
+                                          lw=1.2, label=f"DPO, beta {b:g}")
+                               for b in DPO_MADE_BETAS],
+                      frameon=False, fontsize=7)
+        for n in SIZES if method != "dpo" else ():
             for kind, style in (("on-policy", "-"), ("off-policy", "--")):
                 d, g = mean_curve(kind, n, method)
                 ax.plot(d, g, style, color=colors[n], lw=1.2,
@@ -1534,17 +1646,19 @@ def draw_made(narrow=False):
 
 show_figure(
     draw_made,
-    alt="Two panels, best-of-n and the optimum, each with gold against the "
-        "square root of the exact KL for proxies trained on 800, 3,200 and "
+    alt="Three panels, best-of-n, the optimum and DPO, each with gold "
+        "against the square root of the exact KL, beside the gray gold "
+        "ceiling. The first two draw proxies trained on 800, 3,200 and "
         "12,800 pairs of the policy's own answers (solid) and of the "
-        "book's pairs (dashed), beside the gray gold ceiling. In the "
-        "best-of-n panel the solid curve of the largest size rises far "
-        "above all the others, peaks near one, and falls; the rest peak "
-        "low. "
-        "In the other panel the optimum's curves stop where the bounds "
+        "book's pairs (dashed). In the best-of-n panel the solid curve of "
+        "the largest size rises far above all the others, peaks near one, "
+        "and falls; the rest peak low. "
+        "In the second panel the optimum's curves stop where the bounds "
         "open, the largest on-policy size still rising, while RLOO and "
         "PPO against the 12,800-pair on-policy proxies, drawn in black with "
-        "markers, barely leave the start's gold and then sink below it.",
+        "markers, barely leave the start's gold and then sink below it. "
+        "The third panel draws DPO trained on the same three sets of the "
+        "policy's own pairs, at beta 1.25 (solid) and 0.1 (dotted).",
     caption="Gold against distance for proxies of both kinds and three "
             "sizes, each curve the mean of three seeds at each n or beta; "
             "the optimum drawn only where its gold's bounds are narrow. "
@@ -1552,7 +1666,8 @@ show_figure(
             "answers (solid) give best-of-n and the optimum far more gold "
             "than the book's kind at the same size (dashed) or fewer pairs "
             "of their own kind; RL against "
-            "the best of them (black, three runs each) gains almost none.",
+            "the best of them (black, three runs each) gains almost none. "
+            "DPO on the same pairs (one run each) is drawn at two betas.",
 )
 
 # %% [markdown]
@@ -1586,6 +1701,23 @@ show_figure(
 # at the three sizes. Their pairs teach what a right sum is against random wrong numbers, which
 # the policy rarely writes; the policy's own mistakes are near-misses, and those the book's
 # kind of proxy never learns to rank, however many of its pairs it sees.
+#
+# DPO on the same pairs, in the third panel, needs no proxy. At chapter 9's $\beta$ = 1.25 its
+# gold rises through all three passes at every size, still rising in the second and third (each
+# interval above 0), to +0.232 [+0.195, +0.264] with 12,800 pairs at $\sqrt{\mathrm{KL}}$ =
+# 0.84: as much as best-of-$n$ finds against the proxy of the same pairs at that KL (the
+# difference, -0.027 [-0.071, +0.023], holds 0). With fewer pairs it does better than that
+# proxy: +0.029 [+0.005, +0.056] more gold than best-of-$n$ at its last KL with 800 pairs, and
+# +0.068 [+0.033, +0.104] with 3,200, the sizes at which a proxy learnt little: with few pairs,
+# learning from them directly lost less than first summing them up in a reward model. At $\beta$
+# = 0.1 the leash is loose and DPO runs far out: after three passes $\sqrt{\mathrm{KL}}$ is
+# 0.93, 1.41 and 1.86, against 0.45, 0.62 and 0.84 at $\beta$ = 1.25, with less gold at every
+# size (-0.065, -0.105 and -0.216, each interval below 0). With 800 pairs its gold peaks within
+# the first pass (at 0.48 of it, +0.016 [+0.005, +0.033]) and then falls by +0.037 [+0.011,
+# +0.066]: over-optimization with no proxy at all, as Rafailov et al. found for DPO, and on
+# preferences the gold never contradicts. With 3,200 and 12,800 pairs the curve dips and
+# recovers, and no fall from its best is clear of the noise. These are single runs (seed 0),
+# their intervals over the prompts only.
 #
 # Gao et al.'s forms fitted to each on-policy proxy's curves, on the whole of each curve
 # (best-of-$n$ to $n$ = 4,096, the optimum down to the same $\beta$ as above), once per seed,
@@ -1808,7 +1940,9 @@ print_claims([
 #   best-of-$n$ peaks near $\sqrt{\mathrm{KL}} = 1$ and then falls; with 3,200 or fewer, and
 #   with the book's kind of pairs at every size, they stay low. And say why a proxy good for
 #   choosing is not yet good for training: RL against the best of them climbs the proxy and
-#   barely moves the gold;
+#   barely moves the gold, while DPO on the same pairs, with no proxy, gains as much gold as
+#   best-of-$n$ at chapter 9's $\beta$, and at $\beta$ = 0.1 runs far out for less, its gold
+#   falling after its peak with 800 pairs;
 # - say what a run's KL numbers are: k1 and k3 summed over sampled tokens are both unbiased for
 #   the sequence KL, k1's errors are spread evenly and k3's are skewed (low on most batches, now
 #   and then far too high), and the per-token numbers of chapters 5 to 7 measure something else.

@@ -33,6 +33,7 @@ Chapter 9 builds DPO and measures it against the other methods of the book.
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator
 
@@ -319,14 +320,34 @@ def _reference_logps(reference: TinyGPT, prompts, chosen, rejected, pairs_key) -
     return _REFERENCE_LOGPS[key]
 
 
-def prepare_reference(reference: TinyGPT, config: DPOConfig | None = None) -> None:
-    """Compute and keep the reference's log-probs of the pairs ``config`` trains on (what
-    :func:`train_dpo` computes before its first step), so that runs started after this, in
-    this process or in worker processes forked from it, read them instead of each computing
-    them again: the same numbers, bit for bit."""
-    cfg = config or DPOConfig()
-    prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)
-    _reference_logps(reference, prompts, chosen, rejected, (cfg.near_miss_share, repr(cfg.rm_config)))
+def _pairs(config: DPOConfig, data) -> tuple[tuple[torch.Tensor, ...], tuple]:
+    """Return the pairs a run trains on, ``(prompts (N, 6), chosen (N, 4), rejected (N, 4))``,
+    and the key that names them among the reference's kept log-probs: ``config``'s pairs
+    (:func:`preference_pairs`), or ``data``, another set of that form, named by a digest of its
+    tokens. Raises ValueError, on one line, for ``data`` of another form."""
+    if data is None:
+        cfg = config
+        return preference_pairs(cfg.near_miss_share, cfg.rm_config), (cfg.near_miss_share, repr(cfg.rm_config))
+    shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__ for x in data]
+    kinds = ", ".join(f"{tuple(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__ for x in data)
+    ok = len(data) == 3 and all(isinstance(x, torch.Tensor) and not x.is_floating_point() for x in data)
+    n = len(data[0]) if ok else 0
+    if not (n >= 1 and shapes == [(n, task.PROMPT_LEN), (n, task.COMPLETION_LEN), (n, task.COMPLETION_LEN)]):
+        raise ValueError(
+            f"data must be (prompts (N, {task.PROMPT_LEN}), chosen (N, {task.COMPLETION_LEN}), rejected "
+            f"(N, {task.COMPLETION_LEN})), integer token tensors with N >= 1, got {kinds}"
+        )
+    digest = hashlib.sha256(b"".join(x.to(torch.int64).contiguous().numpy().tobytes() for x in data))
+    return tuple(data), ("pairs", digest.hexdigest()[:16])
+
+
+def prepare_reference(reference: TinyGPT, config: DPOConfig | None = None, data=None) -> None:
+    """Compute and keep the reference's log-probs of the pairs ``config`` trains on, or of
+    ``data`` (as :func:`steps` takes it): what :func:`train_dpo` computes before its first step,
+    so that runs started after this, in this process or in worker processes forked from it, read
+    them instead of each computing them again: the same numbers, bit for bit."""
+    (prompts, chosen, rejected), key = _pairs(config or DPOConfig(), data)
+    _reference_logps(reference, prompts, chosen, rejected, key)
 
 
 def steps(
@@ -334,6 +355,7 @@ def steps(
     reference: TinyGPT,
     config: DPOConfig | None = None,
     loss_fn: Callable | None = None,
+    data=None,
 ) -> Iterator[tuple[int, TinyGPT, dict | None]]:
     """Yield ``(step, model, metrics)``: ``(0, model, None)`` first, the start, then one after each
     of the ``config.steps`` optimizer steps of DPO from ``policy`` against the frozen ``reference``.
@@ -344,7 +366,9 @@ def steps(
     run. ``model`` is the policy being trained (a copy; ``policy`` is not changed), in eval mode
     while the driver holds it, to read and not to change; ``metrics`` holds the step's batch
     numbers by TRL's names (:data:`DPO_METRICS`), computed before that step's update.
-    ``loss_fn`` replaces :func:`dpo_loss` (same signature; it returns the loss alone).
+    ``loss_fn`` replaces :func:`dpo_loss` (same signature; it returns the loss alone). ``data``
+    ``(prompts (N, 6), chosen (N, 4), rejected (N, 4))`` replaces the config's pairs (chapter 11
+    trains on pairs of the policy's own answers); None trains on :func:`preference_pairs`.
 
     Defined in chapter 9.
     """
@@ -352,12 +376,10 @@ def steps(
     if loss_fn is not None and cfg.loss_type != "sigmoid":
         raise ValueError(f"loss_fn replaces DPO's sigmoid loss: with loss_type {cfg.loss_type!r} it must be None")
     loss_fn = loss_fn or dpo_loss
+    (prompts, chosen, rejected), key = _pairs(cfg, data)  # (N, 6), (N, 4) x 2
     model = copy.deepcopy(policy).eval().requires_grad_(True)
     reference.eval()
-    prompts, chosen, rejected = preference_pairs(cfg.near_miss_share, cfg.rm_config)  # (N, 6), (N, 4) x 2
-    ref_chosen, ref_rejected = _reference_logps(
-        reference, prompts, chosen, rejected, (cfg.near_miss_share, repr(cfg.rm_config))
-    )  # (N,) each
+    ref_chosen, ref_rejected = _reference_logps(reference, prompts, chosen, rejected, key)  # (N,) each
     if cfg.n_pairs is not None:
         if cfg.n_pairs > len(prompts):
             raise ValueError(f"n_pairs must be at most the {len(prompts)} pairs there are, got {cfg.n_pairs}")

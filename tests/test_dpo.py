@@ -313,3 +313,37 @@ def test_runs_handed_to_workers_find_the_references_log_probs_already_computed(m
     assert seen == [1]  # one set of pairs, computed here before the runs were handed out
     experiment.run_arms([("dpo-near-miss", 0, None)], policy, None, dpo.DPOConfig())
     assert seen == [1, 2]  # other pairs: computed, and the first kept
+
+
+def test_steps_train_on_the_pairs_handed_to_them(small):
+    cfg = dpo.DPOConfig(**{**TINY, "steps": 3})
+    pairs = dpo.preference_pairs(0.0, TINY["rm_config"])
+
+    def last(data=None):
+        return [model for _, model, _ in dpo.steps(small, small, cfg, data=data)][-1].state_dict()
+
+    # the config's own pairs handed over are the config's run, to the last bit
+    assert all(torch.equal(a, b) for a, b in zip(last().values(), last(pairs).values()))
+    # other pairs (the rejected answers swapped for the chosen): another run, and its own reference log-probs
+    dpo._REFERENCE_LOGPS.clear()
+    swapped = last((pairs[0], pairs[2], pairs[1]))
+    assert len(dpo._REFERENCE_LOGPS) == 1 and not torch.equal(swapped["head.weight"], last()["head.weight"])
+    dpo.prepare_reference(small, cfg, (pairs[0], pairs[2], pairs[1]))
+    assert len(dpo._REFERENCE_LOGPS) == 2  # the same key as the run's: computed once
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        lambda p: p[:2],
+        lambda p: (p[0].double(), p[1], p[2]),
+        lambda p: (p[0][:5], p[1], p[2]),
+        lambda p: (p[0][:, :4], p[1], p[2]),
+        lambda p: (p[0][:0], p[1][:0], p[2][:0]),
+        lambda p: (p[0], p[1].tolist(), p[2]),
+    ],
+)
+def test_pairs_of_another_form_are_refused_in_one_line(small, data):
+    pairs = dpo.preference_pairs(0.0, TINY["rm_config"])
+    with pytest.raises(ValueError, match=r"data must be \(prompts \(N, 6\), chosen \(N, 4\), rejected \(N, 4\)\)"):
+        next(dpo.steps(small, small, dpo.DPOConfig(**TINY), data=data(pairs)))

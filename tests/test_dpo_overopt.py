@@ -74,6 +74,11 @@ def test_by_default_a_run_is_measured_densely_at_first_and_each_quarter_epoch(sm
         ({"beta": 0.1, "steps": 2, "at": [0, 3]}, "at must list whole numbers of steps from 0 to steps"),
         ({"beta": 0.1, "steps": 2, "at": []}, "at must list whole numbers of steps from 0 to steps"),
         ({"beta": 0.1, "steps": 2, "lr": 1e-3}, "job has unknown keys"),
+        ({"beta": 0.1, "steps": 2, "data": "human"}, "data must be 'book' or 'on-policy'"),
+        ({"beta": 0.1, "steps": 2, "data": "on-policy"}, r"pairs must be one of \(800, 3200, 12800\)"),
+        ({"beta": 0.1, "steps": 2, "data": "on-policy", "pairs": 100}, "pairs must be one of"),
+        ({"beta": 0.1, "steps": 2, "data": "on-policy", "pairs": 800, "seed": 5}, r"seed must be one of \(0, 1, 2\)"),
+        ({"beta": 0.1, "steps": 2, "pairs": 800}, "pairs names a size of the on-policy pairs"),
     ],
 )
 def test_a_job_it_cannot_run_is_refused_on_one_line(small, job, match):
@@ -167,3 +172,29 @@ def test_a_run_s_peak_and_whether_it_falls_within_the_first_epoch():
     assert study.peaks(_curve([0, 100], [0.2, 0.3]))["epoch1_drop"] is None  # not measured at the epoch's end
     with pytest.raises(ValueError, match="step 0"):
         study.peaks(_curve([1, 2], [0.2, 0.3]))
+
+
+def test_a_run_on_the_on_policy_pairs_trains_on_them_and_measures_their_proxy(small, few, monkeypatch):
+    """A job with data "on-policy" trains on that size's pairs (dpo.steps' data) and measures the
+    on-policy proxy of its size and seed; study_jobs lists each size's runs, three passes each."""
+    from minirlhf.studies import onpolicy_proxies
+
+    policy, rm = small
+    book = dpo.preference_pairs()
+    fake = {n: tuple(x[:n] for x in (book[0], book[2], book[1])) for n in onpolicy_proxies.SIZES}  # swapped
+    asked = []
+    monkeypatch.setattr(onpolicy_proxies, "onpolicy_data", lambda n, policy=None: fake[n])
+    monkeypatch.setattr(onpolicy_proxies, "job_proxy", lambda *key: asked.append(key) or (rm, {}))
+    job = {"beta": 0.5, "seed": 2, "steps": 3, "at": [0, 3], "data": "on-policy", "pairs": 800}
+    out = study.dpo_run(job, policy=policy)
+    assert asked == [("on-policy", 800, 2)] and out["n_pairs"] == 800 and out["steps_per_epoch"] == 13
+    assert out["epoch"] == [0.0, 3 * BATCH / 800]
+    same = [m for _, m, _ in dpo.steps(policy, policy, study.dpo_config(job), data=fake[800])][-1]
+    book_run = study.dpo_run({k: v for k, v in job.items() if k not in ("data", "pairs")}, policy=policy, rm=rm)
+    measured = overopt.exact_point(same, policy, rm, overopt.eval_pairs())
+    assert out["kl"][-1] == pytest.approx(measured["kl"], abs=1e-12) and out["kl"][-1] != book_run["kl"][-1]
+    jobs = study.study_jobs([1.25], [0], data="on-policy")
+    assert [(j["pairs"], j["steps"]) for j in jobs] == [(800, 39), (3_200, 150), (12_800, 600)]
+    assert all(j["data"] == "on-policy" for j in jobs)
+    with pytest.raises(ValueError, match="data must be 'book' or 'on-policy'"):
+        study.study_jobs(data="human")

@@ -21,12 +21,11 @@ from minirlhf.exact import (
     proxy_rewards,
     score_range,
     sequence_logprobs,
-    tilted_stats,
-    tilted_table,
     token_logprob_floor,
 )
 from minirlhf.model import TinyGPT, completion_logits, generate, make_generator, reward_scores
 from minirlhf.task import PROMPT_LEN, SEMI
+from minirlhf.tilted import tilted_stats, tilted_table
 
 ONE = task.VOCAB.index("1")
 T = 0.7  # the book's sampling temperature

@@ -231,7 +231,7 @@ def test_the_study_hands_out_the_longest_runs_first_and_returns_results_in_job_o
 
     monkeypatch.setattr(overopt, "_study_job", fake_job)
     monkeypatch.setattr(overopt, "make_proxies", lambda names, made=(), progress=True, workers=None: None)
-    monkeypatch.setattr(overopt.dpo, "prepare_reference", lambda reference, config=None: None)
+    monkeypatch.setattr(overopt.dpo, "prepare_reference", lambda reference, config=None, data=None: None)
     monkeypatch.setattr(overopt.store, "load_sft", lambda progress=True: (None, {}))
     jobs = [
         {"name": "curves", "kind": "exact", "proxy": "book"},

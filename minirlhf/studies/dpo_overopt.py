@@ -62,15 +62,29 @@ BETAS = (0.1, 0.5, 1.25, 5.0)  # around chapter 9's 1.25; 0.1 is the paper's and
 SEEDS = (0, 1, 2)
 EPOCHS = 3  # passes over the pairs each run makes
 
-_JOB_KEYS = {"beta", "seed", "steps", "at", "anneal_lr"}
+_JOB_KEYS = {"beta", "seed", "steps", "at", "anneal_lr", "data", "pairs"}
 _LOGGED = ("loss", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected")
 
 
-def steps_per_epoch(config: dpo.DPOConfig | None = None) -> int:
-    """Return how many steps of ``config`` (default: chapter 9's) make one pass over the pairs: 200."""
+def steps_per_epoch(config: dpo.DPOConfig | None = None, pairs: int | None = None) -> int:
+    """Return how many steps of ``config`` (default: chapter 9's) make one pass over its pairs
+    (200), or over ``pairs`` pairs when given."""
     cfg = config or dpo.DPOConfig()
-    n = len(dpo.preference_pairs(cfg.near_miss_share, cfg.rm_config)[0])
+    n = pairs if pairs is not None else len(dpo.preference_pairs(cfg.near_miss_share, cfg.rm_config)[0])
     return math.ceil(n / cfg.batch_size)
+
+
+def job_pairs(job: dict):
+    """Return ``(data, proxy)`` for a job: the pairs it trains on, as :func:`minirlhf.dpo.steps`
+    takes them (None: chapter 4's, the config's own), and a function that returns the reward
+    model measured as its proxy, the one that learnt from the same pairs (chapter 4's RM, or
+    the on-policy proxy of the job's size and seed, :mod:`minirlhf.studies.onpolicy_proxies`)."""
+    if job.get("data", "book") == "book":
+        return None, lambda: store.load_rm(progress=False)[0]
+    from . import onpolicy_proxies
+
+    size, seed = job["pairs"], job.get("seed", 0)
+    return onpolicy_proxies.onpolicy_data(size), lambda: onpolicy_proxies.job_proxy("on-policy", size, seed)[0]
 
 
 def measured_steps(steps: int, per_epoch: int) -> list[int]:
@@ -92,6 +106,18 @@ def _check_job(job: dict) -> None:
         raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
     if not (isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and seed >= 0):
         raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
+    if job.get("data", "book") not in ("book", "on-policy"):
+        raise ValueError(f"data must be 'book' or 'on-policy', got {job.get('data')!r}")
+    if job.get("data", "book") == "on-policy":
+        from . import onpolicy_proxies
+
+        if job.get("pairs") not in onpolicy_proxies.SIZES:
+            sizes = onpolicy_proxies.SIZES
+            raise ValueError(f"pairs must be one of {sizes} for on-policy data, got {job.get('pairs')!r}")
+        if seed not in onpolicy_proxies.SEEDS:  # the proxy measured is the on-policy proxy of this seed
+            raise ValueError(f"seed must be one of {onpolicy_proxies.SEEDS} for on-policy data, got {seed!r}")
+    elif "pairs" in job:
+        raise ValueError("pairs names a size of the on-policy pairs: give it with data 'on-policy' only")
     at = job.get("at")
     if at is not None:
         ok = all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and 0 <= s <= steps for s in at)
@@ -131,9 +157,10 @@ def dpo_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     cfg = dpo_config(job)
     if policy is None:
         policy, _ = store.load_sft(progress=False)
+    data, proxy = job_pairs(job)
     if rm is None:
-        rm = store.load_rm(progress=False)[0]
-    n = len(dpo.preference_pairs(cfg.near_miss_share, cfg.rm_config)[0])
+        rm = proxy()
+    n = len(data[0]) if data is not None else len(dpo.preference_pairs(cfg.near_miss_share, cfg.rm_config)[0])
     per_epoch = math.ceil(n / cfg.batch_size)
     at = set(job["at"]) if job.get("at") is not None else set(measured_steps(cfg.steps, per_epoch))
     pairs = overopt.eval_pairs()
@@ -148,12 +175,12 @@ def dpo_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
         for key, value in point.items():
             out.setdefault(key, []).append(value)
 
-    run = dpo.steps(policy, policy, cfg)
+    run = dpo.steps(policy, policy, cfg, data=data)
     _, start, _ = next(run)  # the start, before the first step
     if 0 in at:
         measure(0, start)
     log: dict = {name: [] for name in _LOGGED}
-    bar = progress_bar(total=cfg.steps, desc=f"DPO beta {cfg.beta:g}, seed {cfg.seed}", enabled=progress)
+    bar = progress_bar(total=cfg.steps, desc=_label(job), enabled=progress)
     for step, model, metrics in run:
         for name in _LOGGED:
             log[name].append(metrics[name])
@@ -166,15 +193,32 @@ def dpo_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
     return out
 
 
-def study_jobs(betas=BETAS, seeds=SEEDS, epochs: int = EPOCHS, anneal_lr: bool = False) -> list[dict]:
+def study_jobs(
+    betas=BETAS, seeds=SEEDS, epochs: int = EPOCHS, anneal_lr: bool = False, data: str = "book", sizes=None
+) -> list[dict]:
     """Return a job of :func:`dpo_run` for each beta and seed, ``epochs`` passes over the pairs
-    each, measured at the default steps."""
-    steps = epochs * steps_per_epoch()
-    return [{"beta": b, "seed": s, "steps": steps, "anneal_lr": anneal_lr} for b in betas for s in seeds]
+    each, measured at the default steps: on chapter 4's pairs (``data`` "book"), or on the
+    on-policy pairs (``data`` "on-policy") of each size of ``sizes`` (default: every size of
+    :mod:`minirlhf.studies.onpolicy_proxies`)."""
+    if data not in ("book", "on-policy"):
+        raise ValueError(f"data must be 'book' or 'on-policy', got {data!r}")
+    if data == "book":
+        steps = epochs * steps_per_epoch()
+        return [{"beta": b, "seed": s, "steps": steps, "anneal_lr": anneal_lr} for b in betas for s in seeds]
+    from . import onpolicy_proxies
+
+    return [
+        {"beta": b, "seed": s, "steps": epochs * steps_per_epoch(pairs=n), "anneal_lr": anneal_lr, "data": data}
+        | {"pairs": n}
+        for n in (sizes or onpolicy_proxies.SIZES)
+        for b in betas
+        for s in seeds
+    ]
 
 
 def _label(job: dict) -> str:
-    return f"DPO beta {job['beta']:g}, seed {job.get('seed', 0)}"
+    pairs = f", on-policy {job['pairs']:,}" if job.get("data") == "on-policy" else ""
+    return f"DPO beta {job['beta']:g}{pairs}, seed {job.get('seed', 0)}"
 
 
 def peaks(run: dict) -> dict:

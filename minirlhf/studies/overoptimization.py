@@ -32,7 +32,7 @@ from functools import partial
 
 import torch
 
-from .. import dpo, exact, ppo, reward_model, store, task
+from .. import dpo, exact, ppo, reward_model, store, task, tilted
 from ..model import completion_logprobs, completion_mask, generate, make_generator, reward_scores
 from . import kl_exact
 
@@ -296,7 +296,7 @@ def exact_curves(policy, rm, pairs: torch.Tensor, ns, betas, min_prob: float = M
     out["bon"]["analytic"] = exact.analytic_best_of_n_kl(ns).tolist()
     out["bon"]["per_prompt"] = {k: bon[k].tolist() for k in ("kl", "gold", "proxy")}
     for name, reward, rng in (("tilt", proxy, value_range), ("ceiling", gold, (0.0, 1.0))):
-        table = exact.tilted_table(comps, reward, betas, gold, rng)
+        table = tilted.tilted_table(comps, reward, betas, gold, rng)
         if name == "tilt":
             table.update(
                 proxy=table.pop("reward"), proxy_lower=table.pop("reward_lower"), proxy_upper=table.pop("reward_upper")
@@ -319,7 +319,7 @@ def tilt_check(policy, rm, pairs: torch.Tensor, betas, min_prob: float = MIN_PRO
     ``rm`` computed for each beta of ``betas`` as :func:`exact_curves` computes it, beside the
     same from an enumeration pruned at ``min_prob``. Returns ``{'kl', 'gold', 'proxy'}``: for
     each, the largest absolute difference of the mean over the prompts, one per beta (lists),
-    and ``prompts``, how many were checked. The bounds of :func:`minirlhf.exact.tilted_stats`
+    and ``prompts``, how many were checked. The bounds of :func:`minirlhf.tilted.tilted_stats`
     hold whatever the pruned completions score within the RM's range; this says what they do
     score, on these prompts.
     """
@@ -327,7 +327,7 @@ def tilt_check(policy, rm, pairs: torch.Tensor, betas, min_prob: float = MIN_PRO
     means = []
     for threshold in (0.0, min_prob):
         comps = exact.enumerate_completions(policy, prompts, TEMPERATURE, threshold)
-        table = exact.tilted_table(
+        table = tilted.tilted_table(
             comps, exact.proxy_rewards(comps, rm), betas, exact.gold_rewards(comps, pairs), exact.score_range(rm)
         )
         means.append({"kl": table["kl"], "gold": table["gold"], "proxy": table["reward"]})
@@ -413,8 +413,9 @@ def rl_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
 
 def _made_key(job: dict) -> tuple:
     # the (kind, pairs, seed) of a job's proxy of onpolicy_proxies: an RL job's own seed is the
-    # run's, and its proxy's is rm_seed
-    return job["data"], job["pairs"], job["rm_seed"] if job["kind"] == "rl" else job["seed"]
+    # run's, and its proxy's is rm_seed; a DPO run on the on-policy pairs measures the proxy of
+    # its own seed
+    return job["data"], job["pairs"], job["rm_seed"] if job["kind"] == "rl" else job.get("seed", 0)
 
 
 def _proxy_name(job: dict) -> str:
@@ -464,7 +465,9 @@ def _label(job: dict) -> str:
     if job["kind"] == "check":
         return f"the optimum with nothing pruned, {job['prompts']} prompts"
     if job["kind"] == "dpo":
-        return f"DPO beta {job['beta']:g}, seed {job.get('seed', 0)}"
+        from . import dpo_overopt
+
+        return dpo_overopt._label(_dpo_job(job))
     return f"{job['optimizer']}, {_proxy_name(job)}, seed {job['seed']}"
 
 
@@ -496,7 +499,9 @@ def run_study(jobs, progress: bool = True, workers: int | None = None) -> list:
     :func:`tilt_check` on the first ``prompts`` eval prompts, ``{'kind': 'rl', ...}``
     :func:`rl_run` and ``{'kind': 'dpo', ...}`` :func:`minirlhf.studies.dpo_overopt.dpo_run`.
     An RL job may name, instead of ``proxy``, a proxy of that module by ``data``, ``pairs`` and
-    ``rm_seed``. The proxies of :data:`PROXIES` and those the RL jobs need are made first
+    ``rm_seed``; a DPO job with ``data`` "on-policy" and ``pairs`` trains on that module's pairs
+    and measures its proxy of the same pairs and seed. The proxies of :data:`PROXIES` and those
+    the RL and DPO jobs need are made first
     (:func:`make_proxies`), once each, and what
     every worker would draw again (the DPO reference's log-probs, the on-policy pairs) is drawn
     here, before the workers start."""
@@ -508,16 +513,24 @@ def run_study(jobs, progress: bool = True, workers: int | None = None) -> list:
         from . import onpolicy_proxies
 
         onpolicy_proxies.prepare(jobs)
-    # the proxies an RL run needs are made first, beside chapter 11's own, so that no run waits
-    made = sorted({_made_key(job) for job in jobs if job["kind"] == "rl" and "data" in job})
+    # the proxies an RL run or an on-policy DPO run needs are made first, beside chapter 11's
+    # own, so that no run waits
+    needs = [job for job in jobs if job["kind"] in ("rl", "dpo") and job.get("data", "book") != "book"]
+    made = sorted({_made_key(job) for job in needs})
     make_proxies(names, made, progress, workers)
     if any(job["kind"] == "dpo" for job in jobs):
         from . import dpo_overopt
 
-        for job in jobs:
-            if job["kind"] == "dpo":
-                dpo_overopt.dpo_config(_dpo_job(job))  # a bad job fails here, before any run
-        dpo.prepare_reference(store.load_sft(progress=False)[0])
+        dpo_jobs = [_dpo_job(job) for job in jobs if job["kind"] == "dpo"]
+        for job in dpo_jobs:
+            dpo_overopt.dpo_config(job)  # a bad job fails here, before any run
+        sft = store.load_sft(progress=False)[0]
+        prepared = set()
+        for job in dpo_jobs:  # each set of pairs once
+            pairs = (job.get("data", "book"), job.get("pairs"))
+            if pairs not in prepared:
+                prepared.add(pairs)
+                dpo.prepare_reference(sft, dpo_overopt.dpo_config(job), dpo_overopt.job_pairs(job)[0])
     order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i]))  # stable: ties keep their order
     done = map_runs(
         partial(_study_job, progress=progress),
