@@ -147,7 +147,7 @@ unit: $(TRL_STAMP)
 # are bit-identical, so which worker makes a file does not matter.
 NBVAL_PARALLEL := -n $(NPROC) --dist loadfile
 
-# The solutions, the longest first (measured: each chapter's first run, in minutes, 11 about 12,
+# The solutions, the longest first (measured: each chapter's first run, in minutes, 11 about 9.5,
 # 9 and 10 about 7, 8 and 6 about 3, 4, 5 and 7 about 2, the rest a minute or less; How to
 # use this book keeps the current figures), so that no long notebook
 # starts last and runs alone at the end; a chapter not in the list runs after them. pytest-xdist

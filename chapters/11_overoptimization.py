@@ -40,11 +40,11 @@
 # notebook trains 20 small reward models and makes its runs side by side, one per CPU core:
 # curves that need no training for 21 proxies, eighteen RL runs and nine DPO runs, each
 # policy enumerated exactly at every point it is read, with a progress bar in JupyterLab. They
-# are stored in `outputs/ch11_overoptimization.json`. That takes about twelve minutes on a
-# 2-core CPU, the longest first run of the book: the proxies trained on the policy's own
-# answers, and the RL runs against them, take about five of them. Later runs read the runs
-# back and take about a minute (one PPO run is made again in the last section, and its KL
-# estimators computed exactly).
+# are stored in `outputs/ch11_overoptimization.json`. That takes about nine and a half
+# minutes on a 2-core CPU, the longest first run of the book: the twenty proxies take nearly
+# three of them, the runs side by side the rest. Later runs read the runs back and take about
+# a minute (one PPO run is made again in the last section, and its KL estimators computed
+# exactly).
 # ```
 
 # %%
