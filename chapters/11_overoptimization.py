@@ -1703,20 +1703,20 @@ show_figure(
 # kind of proxy never learns to rank, however many of its pairs it sees.
 #
 # DPO on the same pairs, in the third panel, needs no proxy. At chapter 9's $\beta$ = 1.25 its
-# gold rises through all three passes at every size, still rising in the second and third (each
-# interval above 0), to +0.232 [+0.195, +0.264] with 12,800 pairs at $\sqrt{\mathrm{KL}}$ =
-# 0.84: as much as best-of-$n$ finds against the proxy of the same pairs at that KL (the
-# difference, -0.027 [-0.071, +0.023], holds 0). With fewer pairs it does better than that
-# proxy: +0.029 [+0.005, +0.056] more gold than best-of-$n$ at its last KL with 800 pairs, and
-# +0.068 [+0.033, +0.104] with 3,200, the sizes at which a proxy learnt little: with few pairs,
-# learning from them directly lost less than first summing them up in a reward model. At $\beta$
-# = 0.1 the leash is loose and DPO runs far out: after three passes $\sqrt{\mathrm{KL}}$ is
-# 0.93, 1.41 and 1.86, against 0.45, 0.62 and 0.84 at $\beta$ = 1.25, with less gold at every
-# size (-0.065, -0.105 and -0.216, each interval below 0). With 800 pairs its gold peaks within
-# the first pass (at 0.48 of it, +0.016 [+0.005, +0.033]) and then falls by +0.037 [+0.011,
-# +0.066]: over-optimization with no proxy at all, as Rafailov et al. found for DPO, and on
-# preferences the gold never contradicts. With 3,200 and 12,800 pairs the curve dips and
-# recovers, and no fall from its best is clear of the noise. These are single runs (seed 0),
+# gold is highest at the run's end at every size, and still rising in the second and third
+# passes (each interval above 0): it reaches +0.232 [+0.195, +0.264] with 12,800 pairs at
+# $\sqrt{\mathrm{KL}}$ = 0.84, no different, within the interval, from what best-of-$n$ finds
+# against the proxy of the same pairs at that KL (the difference is -0.027 [-0.071, +0.023]).
+# With fewer pairs it does better than that proxy: +0.029 [+0.005, +0.056] more gold than
+# best-of-$n$ at its last KL with 800 pairs, and +0.068 [+0.033, +0.104] with 3,200, the sizes
+# at which a proxy learnt little: with few pairs, learning from them directly lost less than
+# first summing them up in a reward model. At $\beta$ = 0.1 the leash is loose and DPO runs far
+# out: after three passes $\sqrt{\mathrm{KL}}$ is 0.93, 1.41 and 1.86, against 0.45, 0.62 and
+# 0.84 at $\beta$ = 1.25, with less gold at every size (-0.065, -0.105 and -0.216, each interval
+# below 0). With 800 pairs its gold peaks within the first pass (at 0.48 of it, +0.016 [+0.005,
+# +0.033]) and then falls by +0.037 [+0.011, +0.066]: over-optimization with no proxy at all, as
+# Rafailov et al. found for DPO, and on preferences the gold never contradicts. With 3,200 and
+# 12,800 pairs no fall from its best is clear of the noise. These are single runs (seed 0),
 # their intervals over the prompts only.
 #
 # Gao et al.'s forms fitted to each on-policy proxy's curves, on the whole of each curve
@@ -1940,9 +1940,9 @@ print_claims([
 #   best-of-$n$ peaks near $\sqrt{\mathrm{KL}} = 1$ and then falls; with 3,200 or fewer, and
 #   with the book's kind of pairs at every size, they stay low. And say why a proxy good for
 #   choosing is not yet good for training: RL against the best of them climbs the proxy and
-#   barely moves the gold, while DPO on the same pairs, with no proxy, gains as much gold as
-#   best-of-$n$ at chapter 9's $\beta$, and at $\beta$ = 0.1 runs far out for less, its gold
-#   falling after its peak with 800 pairs;
+#   barely moves the gold, while DPO on the same pairs, with no proxy, gains at chapter 9's
+#   $\beta$ as much gold as best-of-$n$ within the interval, and more with fewer pairs; at
+#   $\beta$ = 0.1 it runs far out for less, its gold falling after its peak with 800 pairs;
 # - say what a run's KL numbers are: k1 and k3 summed over sampled tokens are both unbiased for
 #   the sequence KL, k1's errors are spread evenly and k3's are skewed (low on most batches, now
 #   and then far too high), and the per-token numbers of chapters 5 to 7 measure something else.
