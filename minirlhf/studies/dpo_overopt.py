@@ -13,7 +13,11 @@ the pairs chapter 9's ``dpo`` arm trains on) and measures it exactly, with chapt
     gold   the expected verifier accuracy of an answer sampled at 0.7
     proxy  the expected score of chapter 4's reward model, which learnt from the same pairs
 
-each averaged over the first 100 eval prompts, with bounds and per-prompt values.
+each averaged over the first 100 eval prompts, with bounds and per-prompt values. A job with
+``data`` "on-policy" and ``pairs`` trains instead on that many pairs of the SFT policy's own
+answers (:func:`minirlhf.studies.onpolicy_proxies.onpolicy_data`, the pairs its proxies learn
+from) and measures, as its proxy, the on-policy proxy of the same pairs and seed
+(:func:`job_pairs`).
 
 :func:`dpo_run` drives chapter 9's step loop itself, :func:`minirlhf.dpo.steps` (the one
 :func:`~minirlhf.dpo.train_dpo` drives), and measures the policy between its steps: a run takes
@@ -145,8 +149,10 @@ def dpo_run(job: dict, policy=None, rm=None, progress: bool = False) -> dict:
 
     ``job``: ``beta`` (DPO's), ``seed`` (the order of the pairs; default 0), ``steps``, ``at``
     (the steps measured, 0 the start; default :func:`measured_steps`), ``anneal_lr`` (default
-    False). The start is ``policy`` (default: chapter 3's partial-SFT policy), also the reference;
-    ``rm`` (default: chapter 4's reward model) is the proxy measured. Returns ``{'step': [...],
+    False), and for the on-policy pairs ``data`` "on-policy" and ``pairs`` (a size of
+    :mod:`~minirlhf.studies.onpolicy_proxies`). The start is ``policy`` (default: chapter 3's
+    partial-SFT policy), also the reference; ``rm`` (default: the RM that learnt from the same
+    pairs, :func:`job_pairs`) is the proxy measured. Returns ``{'step': [...],
     'epoch': [...], <each key of exact_point>: [...], 'log': {...}, 'config', 'steps_per_epoch',
     'n_pairs'}``: per measurement its step, the passes over the pairs made by then (steps x batch
     size / pairs) and :func:`~minirlhf.studies.overoptimization.exact_point`'s numbers on
