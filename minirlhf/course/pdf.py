@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from .. import cli
-from ..paths import ROOT
+from ..paths import ROOT, NotRegularFile, file_problem, write_atomic
 
 PDF_NAME = "minirlhf-book.pdf"
 PDF_PATH = ROOT / "_build" / "pdf" / PDF_NAME  # where `make pdf` writes it
@@ -165,11 +165,10 @@ def make_pdf(site: Path, out: Path, chromium: str = CHROMIUM) -> dict:
 
     title, author = (html.escape(s) for s in _book_title())
     started = time.monotonic()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
     # Sphinx writes the single page where the root page goes (book/index.html) but links its
-    # assets as if it sat at the site's root (_static/...): print a copy put there.
-    (site / _PRINT_PAGE).write_bytes((site / (_root_page() + ".html")).read_bytes())
+    # assets as if it sat at the site's root (_static/...): print a copy put there, written as
+    # every output is (a link planted there is replaced, never written through).
+    write_atomic(site / _PRINT_PAGE, (site / (_root_page() + ".html")).read_bytes())
     with serve(site) as url, sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile, executable_path=chromium, headless=True, args=CHROMIUM_ARGS, service_workers="block"
@@ -184,8 +183,7 @@ def make_pdf(site: Path, out: Path, chromium: str = CHROMIUM) -> dict:
                 {"title": title, "author": author, "date": time.strftime("%d %B %Y"), "note": SLIDER_NOTE},
             )
             facts.update(page.evaluate(_WAIT_MATH))
-            page.pdf(
-                path=str(tmp),
+            document = page.pdf(
                 format="A4",
                 margin={"top": "16mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
                 print_background=True,
@@ -197,8 +195,10 @@ def make_pdf(site: Path, out: Path, chromium: str = CHROMIUM) -> dict:
             )
         finally:
             context.close()
-    tmp.replace(out)
-    facts["bytes"] = out.stat().st_size
+    # the PDF comes back as bytes and goes through the one write guard: no half file, and
+    # nothing written through a link or into a device, a pipe or a folder
+    write_atomic(out, document)
+    facts["bytes"] = len(document)
     facts["seconds"] = round(time.monotonic() - started, 1)
     return facts
 
@@ -219,7 +219,17 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.chromium).exists():
         print(f"ERROR no Chromium at {args.chromium}: apt-get install chromium", file=sys.stderr)
         return 2
-    facts = make_pdf(site, Path(args.out), args.chromium)
+    # before a print of about a minute: every file it writes can be written
+    for path, what in ((args.out, "out"), (site / _PRINT_PAGE, "the print page")):
+        problem = file_problem(path)
+        if problem:
+            print(f"ERROR {what}: {problem}", file=sys.stderr)
+            return 2
+    try:
+        facts = make_pdf(site, Path(args.out), args.chromium)
+    except NotRegularFile as e:  # something was put there during the print
+        print(f"ERROR {e}", file=sys.stderr)
+        return 2
     print(
         f"{args.out}: {facts['bytes'] / 1e6:.1f} MB in {facts['seconds']} s; {len(facts['chapters'])} chapters,"
         f" {facts['math']} formulas, {facts['images']} images, {facts['dropdowns']} dropdowns printed open,"
