@@ -43,23 +43,33 @@ help:
 #                  CPU index is not asked.
 #   TORCH=default  torch from the configured index like everything else (on Linux: CUDA).
 # The choice applies when .venv is installed; `rm -rf .venv` to make it again with another.
+# Only the install reads TORCH: a TORCH in the environment that means something else stops
+# only a target that installs (`make help`, `make clean` never), with a line saying so.
 TORCH ?= cpu
+TORCH_CHOICE := $(strip $(TORCH))
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIN := $(shell grep -m1 -E '^torch==' requirements.txt)
 UNAME_S ?= $(shell uname -s)
-ifeq ($(filter $(TORCH),cpu default),)
-$(error TORCH=$(TORCH): say TORCH=cpu (the default) or TORCH=default)
-endif
-# Exits 0 when the index answers within 10 s (a 4xx is an answer; a proxy's 407 or a 5xx is
-# not), 1 with the reason otherwise. pip itself would retry an unreachable index for minutes.
-INDEX_PROBE := $$'import sys, urllib.request as u, urllib.error as e\nno = lambda x: sys.exit(\
-f"{sys.argv[1]}: {x}")\ntry: u.urlopen(sys.argv[1], timeout=10).close()\nexcept e.HTTPError as x: \
-x.code < 500 and x.code != 407 or no(x)\nexcept Exception as x: no(x)'
+# Exits 0 when the index answers within INDEX_PROBE_SECONDS in all (a 4xx is an answer; a
+# proxy's 407 or a 5xx is not), 1 with the reason otherwise: a deadline for the whole probe,
+# not for each read, so a server that sends a byte at a time cannot hold it. pip itself would
+# retry an unreachable index for minutes.
+INDEX_PROBE_SECONDS ?= 10
+INDEX_PROBE := $$'import sys, threading, urllib.request as u, urllib.error as e\nurl, limit = sys.argv[1], \
+float(sys.argv[2])\nsaid = [f"{url}: no answer within {limit:g} s"]\ndef probe():\n try:\n  u.urlopen(url, \
+timeout=limit).close(); said[0] = 0\n except e.HTTPError as x:\n  said[0] = 0 if x.code < 500 and \
+x.code != 407 else f"{url}: {x}"\n except Exception as x:\n  said[0] = f"{url}: {x}"\nt = \
+threading.Thread(target=probe, daemon=True); t.start(); t.join(limit); sys.exit(said[0])'
 
-ifeq ($(TORCH)-$(UNAME_S),cpu-Darwin)
+ifneq ($(filter-out cpu default,$(TORCH_CHOICE))$(words $(TORCH_CHOICE)),1)
+TORCH_FROM_ENV = $(filter environment%,$(origin TORCH))
+TORCH_STEP = $(error TORCH=$(TORCH)$(if $(TORCH_FROM_ENV), (from the environment)): say TORCH=cpu (the \
+default) or TORCH=default$(if $(TORCH_FROM_ENV),$(COMMA) or unset TORCH))
+COMMA := ,
+else ifeq ($(TORCH_CHOICE)-$(UNAME_S),cpu-Darwin)
 TORCH_STEP = @echo "torch: the default index's torch, which on macOS is the CPU build"
-else ifeq ($(TORCH),cpu)
-TORCH_STEP = @if $(PY) -c $(INDEX_PROBE) $(TORCH_CPU_INDEX)/torch/; then \
+else ifeq ($(TORCH_CHOICE),cpu)
+TORCH_STEP = @if $(PY) -c $(INDEX_PROBE) $(TORCH_CPU_INDEX)/torch/ $(INDEX_PROBE_SECONDS); then \
 	  echo "torch: the CPU build from $(TORCH_CPU_INDEX)"; \
 	  $(PY) -m pip install --quiet --timeout 30 --retries 2 --index-url $(TORCH_CPU_INDEX) \
 	    "$(TORCH_PIN)"; \
@@ -162,9 +172,11 @@ nbval-solutions: $(STAMP)
 		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(SOLUTIONS)
 
 # The learner's notebooks, by name: never a copy a command kept (NAME.graded*.ipynb,
-# NAME.backup*.ipynb), should one be left in notebooks/ by an older version.
-LEARNER_NOTEBOOKS = $(filter-out $(wildcard notebooks/*.graded*.ipynb notebooks/*.backup*.ipynb),\
-	$(wildcard notebooks/[0-9][0-9]_*.ipynb))
+# NAME.backup*.ipynb), should one be left in notebooks/ by an older version. Listed by the
+# shell, each name quoted for it, so that a name with a space (a copy Finder made) stays one
+# argument: make's own lists would split it.
+LEARNER_NOTEBOOKS = $(strip $(shell for f in notebooks/[0-9][0-9]_*.ipynb; do case "$$f" in \
+	(*.graded*.ipynb|*.backup*.ipynb) ;; (*) test -f "$$f" && printf '%q ' "$$f";; esac; done))
 
 nbval-notebooks: $(STAMP)
 	$(PY) -m pytest -q $(NBVAL_PARALLEL) --nbval-lax --nbval-current-env -p no:cacheprovider $(LEARNER_NOTEBOOKS)

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import socket
 import stat
 import tempfile
@@ -155,14 +156,16 @@ def file_problem(path: Path) -> str:
     return folder_problem(path.parent)
 
 
-def write_atomic(path: Path, data: bytes | str, encoding: str = "utf-8") -> Path:
+def write_atomic(path: Path, data, encoding: str = "utf-8") -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder, then rename it.
 
-    A crash mid-write leaves the old file (or none), never half a file. The file is readable
-    by all (0644), like any other output. Returns ``path``. Raises :class:`NotRegularFile`,
-    before writing anything, when ``path`` is empty or something other than a regular file
-    stands there (a folder, a named pipe, a device, a symbolic link to one of those): that is
-    never replaced.
+    ``data`` is bytes, text, or a binary file object open for reading, copied in chunks from
+    where it stands to its end (never whole in memory: a copy of a file of any size). A crash
+    mid-write leaves the old file (or none), never half a file. The file is readable by all
+    (0644), like any other output. Returns ``path``. Raises :class:`NotRegularFile`, before
+    writing anything, when ``path`` is empty or something other than a regular file stands
+    there (a folder, a named pipe, a device, a symbolic link to one of those): that is never
+    replaced.
     """
     if str(path) == "":
         raise NotRegularFile("the file name is empty")
@@ -174,7 +177,10 @@ def write_atomic(path: Path, data: bytes | str, encoding: str = "utf-8") -> Path
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode(encoding) if isinstance(data, str) else data)
+            if hasattr(data, "read"):
+                shutil.copyfileobj(data, f, 1 << 20)
+            else:
+                f.write(data.encode(encoding) if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private
@@ -271,14 +277,15 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    except OSError:
+    except (OSError, OverflowError):  # OverflowError: a number no process id can be
         return False
     return True
 
 
 def _lock_holder(lock: Path) -> dict | None:
     """Return what a lock file says (``pid``, ``host``, ``started``, ``command``), or None when it
-    cannot be read as a lock (empty, half written, not JSON)."""
+    cannot be read as a lock (empty, half written, not JSON, or not the fields this module
+    writes: a whole-number pid, and text for the others)."""
     try:  # opened without blocking, and read only if a regular file: a pipe there cannot hang us
         fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
@@ -287,11 +294,30 @@ def _lock_holder(lock: Path) -> dict | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         data = json.loads(os.read(fd, 4096).decode("utf-8"))
-        return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     finally:
         os.close(fd)
+    if not isinstance(data, dict) or type(data.get("pid")) is not int:
+        return None
+    if not all(isinstance(data.get(key, ""), str) for key in ("host", "started", "command")):
+        return None
+    return data
+
+
+def _not_a_lock(lock: Path) -> str:
+    """Return why what stands at ``lock`` is no lock file this module could have left, or "".
+    A regular file is one; so is a symbolic link (only the link is ever removed, never what
+    it points to). A folder, a named pipe, a device, ... is someone else's: never removed."""
+    try:
+        mode = os.lstat(lock).st_mode
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"{lock} cannot be looked at ({exc.strerror})"
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return ""
+    return f"{lock} is {kind_of(lock)}, not a lock file: remove it yourself if it is no one's, or choose another folder"
 
 
 @contextlib.contextmanager
@@ -302,9 +328,13 @@ def output_lock(folder: Path, command: str = ""):
     process (pid, host, start time, ``command``). A second run that asks for the folder while
     the first runs gets :class:`FolderInUse` with a message that names the other process; it
     is refused, never merged. A lock left by a run that crashed (its process is gone, on this
-    machine) is taken over, with no message needed; a lock from another host cannot be checked
-    and is refused, with the file to delete named. The lock file is removed when the block ends,
-    and the folder too when the block made it and left it empty.
+    machine) is taken over, with no message needed, and so is one that cannot be read as a lock
+    (half written, or fields of the wrong kind). A lock whose process number is in use on this
+    machine (by the run, or by another program that got the number after a restart), or a lock
+    from another host, cannot be checked further and is refused, with the file to delete named.
+    Something other than a lock file at its name (a folder, a named pipe, a device) is refused
+    in one line and left as it is. The lock file is removed when the block ends, and the folder
+    too when the block made it and left it empty.
     """
     folder = Path(folder)
     made = not folder.exists()
@@ -320,6 +350,9 @@ def output_lock(folder: Path, command: str = ""):
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
+            problem = _not_a_lock(lock)
+            if problem:
+                raise FolderInUse(problem) from None
             holder = _lock_holder(lock)
             if holder is None:  # being written this instant, or damaged: look again shortly
                 time.sleep(0.2)
@@ -330,12 +363,15 @@ def output_lock(folder: Path, command: str = ""):
             if holder.get("host") == me["host"] and not _alive(holder["pid"]):
                 _take_over(lock, holder)  # its run crashed: the folder is free
                 continue
-            where = "" if holder.get("host") == me["host"] else f" on {holder.get('host')}"
+            # A process with that number runs here: the holder, or (after a restart, or in a
+            # container, where numbers come round again) another program. Only the user can
+            # tell, so the file to delete is named here as for a lock from another host.
+            where = "" if holder.get("host") == me["host"] else f" on {_shown(holder.get('host') or '?')}"
+            command = _shown(holder.get("command", ""))
             raise FolderInUse(
                 f"{folder} is in use by another run (process {holder['pid']}{where}, started "
-                f"{holder.get('started', '?')}{': ' + holder['command'] if holder.get('command') else ''}); "
-                f"wait for it to end, or choose another folder"
-                + ("" if not where else f" (if no run is going there, delete {lock})")
+                f"{_shown(holder.get('started', '?'))}{': ' + command if command else ''}); "
+                f"wait for it to end, or choose another folder (if no run is going there, delete {lock})"
             )
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(me, f)
@@ -353,8 +389,19 @@ def output_lock(folder: Path, command: str = ""):
                 folder.rmdir()
 
 
+def _shown(text: str) -> str:
+    """Return ``text`` from a lock file as it may stand in a one-line message: control
+    characters (a line break, an escape sequence) written as escapes, at most 200 characters."""
+    text = text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def _take_over(lock: Path, holder: dict | None) -> None:
-    """Remove a stale lock, unless another process replaced it meanwhile."""
+    """Remove a stale lock, unless another process replaced it meanwhile; never anything but a
+    lock file (:func:`_not_a_lock`: a folder or a pipe put there is refused in one line)."""
     if _lock_holder(lock) == holder:
+        problem = _not_a_lock(lock)
+        if problem:
+            raise FolderInUse(problem)
         with contextlib.suppress(FileNotFoundError):
             lock.unlink()

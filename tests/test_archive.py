@@ -54,7 +54,7 @@ def test_its_notebooks_are_the_learners_not_the_solutions(packed):
     with zipfile.ZipFile(packed) as z:
         for name in NOTEBOOKS:
             data = z.read(f"{archive.FOLDER}/notebooks/{name}")
-            assert data == (ROOT / "notebooks" / name).read_bytes(), f"{name} differs"
+            assert data == _blank(name), f"{name} is not the blank the generator makes from its source"
             nb = nbformat.reads(data.decode("utf-8"), as_version=4)
             code = [c for c in nb.cells if c.cell_type == "code"]
             assert not any(c.outputs for c in code), f"{name}: outputs in a learner notebook"
@@ -99,15 +99,79 @@ def test_the_package_imported_there_is_the_one_in_the_archive(packed, tmp_path):
     assert Path(done.stdout.strip()).resolve() == (folder / "minirlhf" / "__init__.py").resolve()
 
 
-def test_it_refuses_to_pack_without_learner_notebooks(tmp_path):
+def test_it_refuses_to_pack_without_chapter_sources(tmp_path):
     for name in archive.TOP_FILES:
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "minirlhf").mkdir()
     (tmp_path / "minirlhf" / "__init__.py").write_text("")
     (tmp_path / "notebooks").mkdir()
-    with pytest.raises(FileNotFoundError, match="make notebooks"):
+    (tmp_path / "notebooks" / "01_kl_penalty.ipynb").write_bytes(
+        (ROOT / "notebooks" / "01_kl_penalty.ipynb").read_bytes()
+    )
+    with pytest.raises(FileNotFoundError, match=r"no chapter sources in .*chapters: .*`make notebooks`"):
         archive.pack(tmp_path / "out.zip", root=tmp_path)
     assert not (tmp_path / "out.zip").exists()
+
+
+@pytest.fixture
+def worked_in(tmp_path) -> Path:
+    """A copy of the repository's layout (chapters 1 and 2) where the learner solved an exercise
+    in notebooks/01_kl_penalty.ipynb, an older version left a graded copy beside it, and
+    another notebook was added by hand."""
+    for name in archive.TOP_FILES:
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "minirlhf").mkdir()
+    (tmp_path / "minirlhf" / "__init__.py").write_text("")
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    for source in nbgen.sources()[:2]:
+        shutil.copy(source, tmp_path / "chapters" / source.name)
+        shutil.copy(ROOT / "notebooks" / f"{source.stem}.ipynb", tmp_path / "notebooks")
+    mine = tmp_path / "notebooks" / "01_kl_penalty.ipynb"
+    nb = nbformat.read(mine, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and nbgen.PLACEHOLDER in c.source)
+    cell.source = cell.source.replace(nbgen.PLACEHOLDER, "return 0.0  # MY WORK")
+    nbformat.write(nb, mine)
+    shutil.copy(mine, tmp_path / "notebooks" / "01_kl_penalty.graded.ipynb")
+    shutil.copy(mine, tmp_path / "notebooks" / "03_my_own.ipynb")
+    return tmp_path
+
+
+def _blank(name: str) -> bytes:
+    """The blank notebook the generator makes from the chapter source of ``name``."""
+    source = nbgen.SOURCES / f"{Path(name).stem}.py"
+    return nbgen.dumps(nbgen.build(nbgen.parse(source.read_text(encoding="utf-8")), learner=True)).encode("utf-8")
+
+
+def test_only_the_blank_notebooks_of_the_chapters_are_packed(worked_in):
+    """N15: the learner's solved notebook, a stray graded copy and a notebook of no chapter
+    stay out; the archive carries the blank the generator makes from each chapter source."""
+    out = archive.pack(worked_in / "course.zip", root=worked_in)
+    with zipfile.ZipFile(out) as z:
+        notebooks = {n.removeprefix(f"{archive.FOLDER}/"): z.read(n) for n in z.namelist() if "/notebooks/" in n}
+        readme = z.read(f"{archive.FOLDER}/README.md").decode("utf-8")
+    assert sorted(notebooks) == ["notebooks/01_kl_penalty.ipynb", "notebooks/02_ppo_objective.ipynb"]
+    for name, data in notebooks.items():
+        assert data == _blank(Path(name).name) and b"MY WORK" not in data
+    assert ".graded" not in readme and "03_my_own" not in readme and "01_kl_penalty.ipynb" in readme
+    assert b"MY WORK" in (worked_in / "notebooks" / "01_kl_penalty.ipynb").read_bytes()  # the work untouched
+
+
+def test_the_book_serves_the_same_blank_notebooks_and_nothing_else(worked_in):
+    """N15: `_serve_course` (the book build's last step) copies the same notebooks into the site,
+    and a notebook an earlier build served that no chapter makes now is no longer served."""
+    from types import SimpleNamespace
+
+    site = worked_in / "_build" / "html"
+    served = site / archive.SITE_DIR / "notebooks"
+    served.mkdir(parents=True)
+    (served / "01_kl_penalty.graded.ipynb").write_text("{}")  # served by an older build
+    app = SimpleNamespace(srcdir=str(worked_in), outdir=str(site), builder=SimpleNamespace(format="html"))
+    archive._serve_course(app, None)
+    assert sorted(p.name for p in served.iterdir()) == ["01_kl_penalty.ipynb", "02_ppo_objective.ipynb"]
+    assert all(p.read_bytes() == _blank(p.name) for p in served.iterdir())
+    with zipfile.ZipFile(site / archive.SITE_DIR / archive.ARCHIVE_NAME) as z:
+        assert not any(b"MY WORK" in z.read(n) for n in z.namelist())
 
 
 # ---------------------------------------------------------------------------------------------

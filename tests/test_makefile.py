@@ -62,8 +62,9 @@ def _closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/whl/cpu"  # nothing listens there: connection refused
 
 
-def _make(tmp_path: Path, *args: str, pip_fails: bool = False):
-    """Run `make venv ARGS` with a recording Python; return (completed process, pip calls)."""
+def _make(tmp_path: Path, *args: str, pip_fails: bool = False, environ: dict | None = None):
+    """Run `make venv ARGS` with a recording Python (and ``environ`` added to the environment);
+    return (completed process, pip calls)."""
     log = tmp_path / "calls.log"
     fake = tmp_path / "python"
     fake.write_text(
@@ -75,6 +76,7 @@ def _make(tmp_path: Path, *args: str, pip_fails: bool = False):
     venv = tmp_path / "venv"
     venv.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "TORCH")}
+    env.update(environ or {})
     done = subprocess.run(
         ["make", "--no-print-directory", "-C", str(ROOT), "venv", f"PY={fake}", f"VENV={venv}",
          f"STAMP={venv}/.installed", *args],
@@ -151,6 +153,106 @@ def test_an_unknown_choice_is_refused(tmp_path):
     done, calls = _make(tmp_path, "TORCH=cuda")
     assert done.returncode != 0 and calls == []
     assert "TORCH=cpu (the default) or TORCH=default" in done.stderr
+
+
+@pytest.mark.parametrize("choice", ["cpu default", "cpu cpu", "default cpu", "cpu,default"])
+def test_two_words_are_refused_not_read_as_the_default(tmp_path, index, choice):
+    """N17: `filter` let "cpu default" through, and the install then took the default index."""
+    done, calls = _make(tmp_path, f"TORCH={choice}", f"TORCH_CPU_INDEX={index(200)}", "UNAME_S=Linux")
+    assert done.returncode != 0 and calls == [], done.stdout
+    assert f"TORCH={choice}: say TORCH=cpu (the default) or TORCH=default" in done.stderr
+    assert "configured index" not in done.stdout
+
+
+def test_a_torch_in_the_environment_stops_only_an_install(tmp_path):
+    """N17: TORCH=1 set for another program: `make help` and `make -n clean` work; an install
+    says where the value came from and what TORCH must be."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    for target in (["help"], ["-n", "clean"]):
+        done = subprocess.run(
+            ["make", "--no-print-directory", "-C", str(ROOT), *target],
+            capture_output=True, text=True, env={**env, "TORCH": "1"}, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0 and done.stderr == "", (target, done.stderr)
+    done, calls = _make(tmp_path, environ={"TORCH": "1"})
+    assert done.returncode != 0 and calls == []
+    assert "TORCH=1 (from the environment): say TORCH=cpu (the default) or TORCH=default, or unset TORCH" in done.stderr
+
+
+@pytest.fixture
+def dribbling_index():
+    """A stand-in for the CPU index that answers one byte of its headers every 0.2 s, for
+    20 s: each read gets a byte well within any per-read timeout."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    stop = threading.Event()
+
+    def dribble(conn):
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            end = time.monotonic() + 20
+            while time.monotonic() < end and not stop.is_set():
+                try:
+                    conn.sendall(b"a")
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=dribble, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/whl/cpu"
+    stop.set()
+    server.close()
+
+
+def test_the_probe_has_one_deadline_for_a_server_that_dribbles(tmp_path, dribbling_index):
+    """N18: the probe gave up only when a single read waited its 10 s, so a server sending a
+    byte at a time held it for as long as it liked. Now the whole probe has a deadline
+    (INDEX_PROBE_SECONDS, 10 by default; 2 here to keep the test short)."""
+    start = time.monotonic()
+    done, calls = _make(tmp_path, f"TORCH_CPU_INDEX={dribbling_index}", "UNAME_S=Linux", "INDEX_PROBE_SECONDS=2")
+    took = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    assert _pip(calls) == ["--upgrade pip", "-r requirements.txt", "--no-deps --no-build-isolation -e ."]
+    assert f"{dribbling_index}/torch/: no answer within 2 s" in done.stderr
+    assert "cannot be reached: torch comes from the configured index" in done.stdout
+    assert took < 10, took
+    line = next(x for x in (ROOT / "Makefile").read_text().splitlines() if x.startswith("INDEX_PROBE_SECONDS"))
+    assert line.split("?=")[1].strip() == "10"
+
+
+def test_a_notebook_name_with_a_space_is_one_argument(tmp_path):
+    """N16: Finder's copy, "01_kl_penalty copy.ipynb", was split by make into two names that
+    do not exist. Each learner notebook is one argument of the grader and of nbval; the
+    copies a command kept are still left out."""
+    (tmp_path / "notebooks").mkdir()
+    names = ["01_kl_penalty.ipynb", "01_kl_penalty copy.ipynb", "02_it's $HOME.ipynb"]
+    for name in [*names, "01_kl_penalty.graded.ipynb", "01_kl_penalty copy.backup-20261203-164000.ipynb"]:
+        (tmp_path / "notebooks" / name).write_text("{}")
+    log, fake = tmp_path / "args.log", tmp_path / "python"
+    fake.write_text(f'#!/bin/bash\nfor a in "$@"; do echo "$a" >> {log}; done\necho --- >> {log}\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "TORCH")}
+    done = subprocess.run(
+        ["make", "-s", "-C", str(tmp_path), "-f", str(ROOT / "Makefile"), "STAMP=", f"PY={fake}", "check",
+         "nbval-notebooks"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    check, nbval, _ = log.read_text().split("---\n")
+    expected = sorted(f"notebooks/{name}" for name in names)
+    assert check.splitlines()[:2] == ["-m", "minirlhf.course.grader"]
+    assert sorted(check.splitlines()[2:]) == expected
+    assert sorted(a for a in nbval.splitlines() if a.startswith("notebooks/")) == expected
 
 
 def test_make_n_prints_the_cpu_index_only_for_the_cpu_choice():

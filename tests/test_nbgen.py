@@ -246,3 +246,73 @@ def test_the_generator_records_the_books_forms(tmp_path):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     out = nbgen.execute(nb, tmp_path).cells[0].outputs[-1]
     assert out["data"]["text/plain"] == "a line" and BOOK_KEY in out["metadata"]
+
+
+# ---- `--force` keeps a copy of a notebook of any size (N14)
+
+
+@pytest.fixture
+def layout(tmp_path, monkeypatch):
+    """The generator's folders and kept/, in a temporary copy of the layout, with chapter 1's
+    blank notebook written there and its path returned."""
+    from minirlhf import paths
+
+    for name, attr in (("notebooks", "LEARNER_DIR"), ("solutions", "SOLUTION_DIR")):
+        (tmp_path / name).mkdir()
+        monkeypatch.setattr(nbgen, attr, tmp_path / name)
+    monkeypatch.setattr(paths, "KEPT", tmp_path / "kept")
+    assert nbgen.main(["01", "--no-execute"]) == 0
+    (target,) = (tmp_path / "notebooks").iterdir()
+    return target
+
+
+def _never_whole(monkeypatch, target):
+    """Reading ``target`` whole fails, as it does for a notebook larger than memory."""
+    from pathlib import Path
+
+    real = Path.read_bytes
+
+    def read_bytes(self):
+        if self == target:
+            raise MemoryError("a notebook larger than memory")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+
+
+def test_force_copies_the_notebook_in_chunks_never_whole(layout, monkeypatch, capsys):
+    blank = layout.read_bytes()
+    work = b"MY WORK " + bytes(range(256)) * 12_000  # about 3 MB: not a notebook, so someone's work
+    layout.write_bytes(work)
+    _never_whole(monkeypatch, layout)
+    assert nbgen.main(["01", "--no-execute", "--force"]) == 0
+    (kept,) = (layout.parent.parent / "kept").iterdir()
+    with open(kept, "rb") as copy, open(layout, "rb") as now:
+        assert copy.read() == work and now.read() == blank
+    assert f"your version is kept in {kept}" in capsys.readouterr().err
+
+
+def test_force_refuses_in_one_line_when_the_copy_has_no_room(layout, monkeypatch, capsys):
+    """The reproduction: a sparse 1 TB file, with --force as the "left as it is" line says."""
+    import collections
+    import os
+
+    for size in (2**40, 2**31):  # 1 TB where the file system allows it
+        try:
+            os.truncate(layout, size)
+            break
+        except OSError:
+            continue
+    _never_whole(monkeypatch, layout)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr("shutil.disk_usage", lambda folder: usage(2 * 10**9, 10**9, 10**9))
+    assert nbgen.main(["01", "--no-execute"]) == 1
+    assert "larger than any notebook the generator reads" in capsys.readouterr().err
+    assert nbgen.main(["01", "--no-execute", "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    kept = layout.parent.parent / "kept"
+    assert err == (
+        f"error: cannot keep a copy of {layout.name} ({size / 1e6:,.0f} MB) in {kept}: only 1,000 MB free "
+        "there; move the notebook elsewhere yourself, then run again"
+    )
+    assert layout.stat().st_size == size and not (kept.exists() and list(kept.iterdir()))

@@ -180,3 +180,77 @@ def test_one_writer_per_folder_and_a_crashed_lock_is_taken_over(tmp_path):
     ):
         with paths.output_lock(out):
             pass  # a process elsewhere cannot be checked: refused, and the file to delete named
+
+
+def _held(out, holder) -> str:
+    """Put a lock file saying ``holder`` (a dict as JSON, or raw text) in ``out``, ask for the
+    folder, and return "taken" or the refusal's message."""
+    out.mkdir(exist_ok=True)
+    (out / paths.LOCK_NAME).write_text(holder if isinstance(holder, str) else json.dumps(holder))
+    try:
+        with paths.output_lock(out, "the next run") as lock:
+            assert json.loads(lock.read_text())["command"] == "the next run"
+        return "taken"
+    except paths.FolderInUse as exc:
+        return str(exc)
+
+
+_HERE = __import__("socket").gethostname()
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        {"pid": 100000000000000000000, "host": _HERE},  # was OverflowError from os.kill
+        {"pid": -(10**30), "host": _HERE},
+        {"pid": 5, "host": ["a"], "command": {"x": 1}},  # was TypeError building the message
+        {"pid": True, "host": _HERE},
+        {"pid": os.getpid(), "host": _HERE, "started": 7},
+        "[" * 2000 + "]" * 2000,  # deeper than json.loads goes
+    ],
+    ids=["huge-pid", "huge-negative-pid", "wrong-types", "bool-pid", "started-a-number", "deep"],
+)
+def test_a_lock_with_numbers_or_fields_no_run_writes_is_taken_over(tmp_path, holder):
+    """N12: a pid too large for any process, a host that is a list, a command that is a table:
+    no lock this package wrote, so it is taken over like a damaged one, never a traceback."""
+    assert _held(tmp_path / "out", holder) == "taken"
+    assert list((tmp_path / "out").iterdir()) == []  # and the lock gone after the run
+
+
+def test_a_live_process_on_this_host_is_refused_with_the_lock_file_named(tmp_path):
+    """N13: the lock's number belongs to a live process here (perhaps not a run at all, after a
+    restart): only the user can tell, so the file to delete is named, as for another host."""
+    import socket
+
+    out = tmp_path / "out"
+    said = _held(out, {"pid": os.getppid(), "host": socket.gethostname(), "started": "then", "command": "x\ny"})
+    assert said == (
+        f"{out} is in use by another run (process {os.getppid()}, started then: x\\ny); wait for it to end, "
+        f"or choose another folder (if no run is going there, delete {out / paths.LOCK_NAME})"
+    )
+    assert (out / paths.LOCK_NAME).is_file()
+    assert _held(out, {"pid": os.getppid()}).startswith(f"{out} is in use by another run (process {os.getppid()} on ?")
+
+
+@pytest.mark.parametrize(
+    "make, words", [(os.mkdir, "a folder"), (os.mkfifo, "a named pipe (FIFO)")], ids=["folder", "fifo"]
+)
+def test_a_folder_or_pipe_named_like_the_lock_is_refused_in_one_line_and_left(tmp_path, make, words):
+    """N12, N13: never removed (it is someone's), never a traceback, never taken over."""
+    out = tmp_path / "out"
+    out.mkdir()
+    make(out / paths.LOCK_NAME)
+    with pytest.raises(paths.FolderInUse) as refused:
+        with paths.output_lock(out):
+            pytest.fail(f"the run went ahead over {words}")
+    assert str(refused.value) == (
+        f"{out / paths.LOCK_NAME} is {words}, not a lock file: remove it yourself if it is no one's, "
+        "or choose another folder"
+    )
+    assert kind_of(out / paths.LOCK_NAME) == words and [p.name for p in out.iterdir()] == [paths.LOCK_NAME]
+    # a symbolic link to it is only a link: removed, what it points to kept
+    os.rename(out / paths.LOCK_NAME, tmp_path / "target")
+    os.symlink(tmp_path / "target", out / paths.LOCK_NAME)
+    with paths.output_lock(out):
+        pass
+    assert kind_of(tmp_path / "target") == words and list(out.iterdir()) == []

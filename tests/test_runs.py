@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -137,10 +138,40 @@ def test_numbers_edited_after_the_run_make_the_file_stale(tmp_path, capsys):
     path.write_text(json.dumps(stored))
     assert _stored_ok(path, run) == first and len(calls) == 2
     assert "do not match the fingerprint" in capsys.readouterr().out
-    old = json.loads(path.read_text())
-    old.pop("digest")  # a file written before fingerprints: still read, as it was
-    path.write_text(json.dumps(old))
-    assert _stored_ok(path, run) == first and len(calls) == 2 and capsys.readouterr().out == ""
+    stored = json.loads(path.read_text())
+    stored["arms"]["rm"]["0"]["accuracy"][-1] = 0.637
+    stored.pop("digest")  # C6: tampered, and the fingerprint deleted with it
+    path.write_text(json.dumps(stored))
+    assert _stored_ok(path, run) == first and len(calls) == 3
+    assert "it has no fingerprint of its numbers" in capsys.readouterr().out
+
+
+def _frames() -> int:
+    frame, count = sys._getframe(1), 0
+    while frame is not None:
+        frame, count = frame.f_back, count + 1
+    return count
+
+
+def test_json_nested_deeper_than_any_stored_run_is_run_again_at_any_depth(tmp_path, capsys, monkeypatch):
+    """N21: a file with a digest and a list nested 990 deep passed json.loads, then the digest's
+    json.dumps raised RecursionError out of load_or_run. Now a bad store, at any depth. Which
+    depths slip past json.loads depends on how deep the caller's stack is: every depth near
+    the recursion limit, from here, is tried, and a few far from it."""
+    monkeypatch.setattr(runs, "runs_code", lambda settings: "this code")  # fast: the key is not tested here
+    run, calls = _counting()
+    path = tmp_path / "stored.json"
+    first = _stored_ok(path, run)
+    good = json.loads(path.read_text())
+    near = sys.getrecursionlimit() - _frames()
+    for depth in [70, *range(near - 60, near + 10), 100_000]:
+        deep = "[" * depth + "]" * depth
+        path.write_text(json.dumps({"settings": good["settings"], "digest": "x"})[:-1] + f', "deep": {deep}}}')
+        assert _stored_ok(path, run) == first, depth
+        out = capsys.readouterr().out.strip().splitlines()
+        assert len(out) == 1 and out[0].startswith(f"stored runs: {path} cannot be used: "), depth
+        assert out[0].endswith("; running again")
+    assert _stored_ok(path, run) == first and capsys.readouterr().out == ""  # stored whole again
 
 
 def test_a_folder_or_pipe_at_the_path_is_never_read_and_the_run_is_not_lost(tmp_path, capsys):
@@ -225,6 +256,7 @@ def test_the_code_key_follows_the_estimators_used_and_leaves_out_presentation():
     modules = set(package_modules(runs.experiment, skip=runs.NOT_THE_RUNS_CODE))
     assert {"minirlhf.ppo", "minirlhf.dpo", "minirlhf.model", "minirlhf.estimators"} <= modules
     assert not modules & {
+        "minirlhf.paths",  # where and how files are written: no number of a run
         "minirlhf.arms",
         "minirlhf.plots",
         "minirlhf.palette",

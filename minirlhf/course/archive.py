@@ -11,7 +11,11 @@ The archive unpacks into one folder, ``minirlhf-course/``::
         minirlhf/            the package, every ``.py`` file
         notebooks/           the learner's notebooks: exercises blank, no outputs
 
-The solved notebooks are not in it: each chapter page of the book offers its own.
+The notebooks packed (and served by the book) are those the generator makes from the chapter
+sources, one per ``chapters/NN_name.py``, made afresh here (:func:`blank_notebooks`): not the
+files in ``notebooks/``, where a learner may have worked, or an older version left a copy
+(``NAME.graded.ipynb``). When ``notebooks/`` is up to date they are the same bytes. The solved
+notebooks are not in it: each chapter page of the book offers its own.
 
 ``python -m minirlhf.course.archive OUT.zip`` packs it. The book build does the same: this
 module is also a Sphinx extension (listed in ``_config.yml``) that
@@ -31,6 +35,7 @@ permissions, members in sorted order.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sys
@@ -45,7 +50,8 @@ __all__ = [
     "FOLDER",
     "SITE_DIR",
     "TOP_FILES",
-    "learner_notebooks",
+    "chapter_sources",
+    "blank_notebooks",
     "members",
     "readme",
     "pack",
@@ -58,45 +64,66 @@ ARCHIVE_NAME = "minirlhf-course.zip"
 FOLDER = "minirlhf-course"  # the folder the archive unpacks into
 SITE_DIR = "course"  # where the built book serves the archive and the learner's notebooks
 TOP_FILES = ("Makefile", "requirements.txt", "pyproject.toml", "LICENSE")
-NOTEBOOKS = "[0-9][0-9]_*.ipynb"
+SOURCES = "[0-9][0-9]_*.py"  # the chapter sources in chapters/, one learner notebook each
 _DATE = (2026, 1, 1, 0, 0, 0)  # every member's timestamp, so that equal files give equal zips
 
 
-def learner_notebooks(root: Path = ROOT) -> list[Path]:
-    """Return the learner's notebooks of ``root/notebooks``, in chapter order."""
-    return sorted((root / "notebooks").glob(NOTEBOOKS))
+def chapter_sources(root: Path = ROOT) -> list[Path]:
+    """Return the chapter sources of ``root/chapters``, in chapter order: each makes one
+    learner notebook, ``notebooks/NN_name.ipynb``."""
+    return sorted((root / "chapters").glob(SOURCES))
 
 
-def members(root: Path = ROOT) -> list[tuple[str, Path]]:
-    """Return ``(name in the archive, file on disk)`` for every file packed from ``root``,
-    sorted by name; README.md is not among them (:func:`readme` writes it)."""
+def blank_notebooks(root: Path = ROOT) -> list[tuple[str, bytes]]:
+    """Return ``(file name, contents)`` of each learner notebook, in chapter order: made from
+    the chapter sources of ``root`` as ``make notebooks`` makes them (exercises blank, no
+    outputs), never read from ``root/notebooks``, which may hold a learner's work or stray
+    copies. Raises FileNotFoundError when ``root`` has no chapter sources."""
+    from . import nbgen
+
+    sources = chapter_sources(root)
+    if not sources:
+        raise FileNotFoundError(
+            f"no chapter sources in {root / 'chapters'}: the learner notebooks are made from them (`make notebooks`)"
+        )
+    made = []
+    for source in sources:
+        cells = nbgen.parse(source.read_text(encoding="utf-8"), source.name)
+        made.append((f"{source.stem}.ipynb", nbgen.dumps(nbgen.build(cells, learner=True)).encode("utf-8")))
+    return made
+
+
+def members(root: Path = ROOT, notebooks: list[tuple[str, bytes]] | None = None) -> list[tuple[str, Path | bytes]]:
+    """Return ``(name in the archive, file on disk or contents)`` for every file packed from
+    ``root``, sorted by name: the learner notebooks are :func:`blank_notebooks`' (or
+    ``notebooks``, when given); README.md is not among them (:func:`readme` writes it)."""
     found = [(name, root / name) for name in TOP_FILES]
-    found += [(p.relative_to(root).as_posix(), p) for p in learner_notebooks(root)]
     found += [
         (p.relative_to(root).as_posix(), p) for p in (root / "minirlhf").rglob("*.py") if "__pycache__" not in p.parts
     ]
     missing = [name for name, path in found if not path.is_file()]
     if missing:
         raise FileNotFoundError(f"cannot pack the course archive, missing: {', '.join(missing)}")
-    if not learner_notebooks(root):
-        raise FileNotFoundError(f"no learner notebooks in {root / 'notebooks'}: run `make notebooks` first")
-    return sorted((f"{FOLDER}/{name}", path) for name, path in found)
+    found += [(f"notebooks/{name}", data) for name, data in (notebooks or blank_notebooks(root))]
+    return sorted((f"{FOLDER}/{name}", what) for name, what in found)
 
 
-def _title(notebook: Path) -> str:
-    """Return the first heading of a notebook, without its '#'."""
-    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+def _title(name: str, data: bytes) -> str:
+    """Return the first heading of the notebook ``data``, without its '#' (else ``name``)."""
+    for cell in json.loads(data.decode("utf-8"))["cells"]:
         if cell["cell_type"] == "markdown":
             source = "".join(cell["source"])
             for line in source.splitlines():
                 if line.startswith("# "):
                     return line[2:].strip()
-    return notebook.stem
+    return Path(name).stem
 
 
-def readme(root: Path = ROOT) -> str:
-    """Return the archive's README.md: what is in it and how to start."""
-    chapters = "\n".join(f"      {p.name:<30} {_title(p)}" for p in learner_notebooks(root))
+def readme(root: Path = ROOT, notebooks: list[tuple[str, bytes]] | None = None) -> str:
+    """Return the archive's README.md: what is in it and how to start (``notebooks``: as
+    :func:`members` takes them)."""
+    notebooks = notebooks or blank_notebooks(root)
+    chapters = "\n".join(f"      {name:<30} {_title(name, data)}" for name, data in notebooks)
     requirements = (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
     torch = next((line for line in requirements if line.startswith("torch==")), "torch")
     return f"""# minirlhf: the course notebooks
@@ -153,10 +180,12 @@ was built with it (`make pdf` in the full repository).
 """
 
 
-def pack(out: Path, root: Path = ROOT) -> Path:
-    """Write the course archive of ``root`` to ``out``; return ``out``."""
+def pack(out: Path, root: Path = ROOT, notebooks: list[tuple[str, bytes]] | None = None) -> Path:
+    """Write the course archive of ``root`` to ``out``; return ``out`` (``notebooks``: as
+    :func:`members` takes them)."""
+    notebooks = notebooks or blank_notebooks(root)
     buffer = io.BytesIO()
-    entries = members(root) + [(f"{FOLDER}/README.md", readme(root).encode("utf-8"))]
+    entries = members(root, notebooks) + [(f"{FOLDER}/README.md", readme(root, notebooks).encode("utf-8"))]
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
         for name, source in sorted(entries, key=lambda entry: entry[0]):
             data = source if isinstance(source, bytes) else source.read_bytes()
@@ -275,9 +304,10 @@ def download_buttons(
 
 
 def _course_root(app) -> Path | None:
-    """Return the book's source folder when it holds learner notebooks to serve, else None."""
+    """Return the book's source folder when it holds chapter sources, whose learner notebooks
+    the book serves, else None."""
     root = Path(app.srcdir)
-    return root if learner_notebooks(root) else None
+    return root if chapter_sources(root) else None
 
 
 def _book_pdf(app) -> Path | None:
@@ -305,7 +335,7 @@ def _download_menu(app, pagename, templatename, context, doctree) -> None:
     suffix, sourcename = context.get("page_source_suffix", ""), context.get("sourcename", "")
     notebook = context.get("ipynb_source") or (sourcename if suffix == ".ipynb" else None)
     root, learner = _course_root(app), None
-    if root and notebook and (root / "notebooks" / Path(notebook).name).is_file():
+    if root and notebook and Path(notebook).name in {f"{p.stem}.ipynb" for p in chapter_sources(root)}:
         learner = f"{SITE_DIR}/notebooks/{Path(notebook).name}"
     pdf = _book_pdf(app)
     group["buttons"] = download_buttons(
@@ -335,9 +365,14 @@ def _serve_course(app, exception) -> None:
         return
     site = Path(app.outdir) / SITE_DIR
     (site / "notebooks").mkdir(parents=True, exist_ok=True)
-    for notebook in learner_notebooks(root):
-        write_atomic(site / "notebooks" / notebook.name, notebook.read_bytes())
-    archive = pack(site / ARCHIVE_NAME, root)
+    notebooks = blank_notebooks(root)
+    for name, data in notebooks:
+        write_atomic(site / "notebooks" / name, data)
+    for old in (site / "notebooks").glob("*.ipynb"):  # served by an earlier build, no chapter's now
+        if old.name not in dict(notebooks) and old.is_file() and not old.is_symlink():
+            with contextlib.suppress(OSError):
+                old.unlink()
+    archive = pack(site / ARCHIVE_NAME, root, notebooks)
     pdf = _book_pdf(app)
     if pdf is not None:  # `make pdf` made it: the download menu offers it from the site's root
         write_atomic(Path(app.outdir) / pdf.name, pdf.read_bytes())
@@ -377,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # a missing file to pack, or the write refused or failed
         print(f"ERROR {error}", file=sys.stderr)
         return 2
-    print(f"{out}: {len(members()) + 1} files, {out.stat().st_size // 1024} KB")
+    with zipfile.ZipFile(out) as packed:
+        count = len(packed.namelist())
+    print(f"{out}: {count} files, {out.stat().st_size // 1024} KB")
     return 0
 
 

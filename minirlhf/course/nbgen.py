@@ -31,7 +31,8 @@ cells (``metadata.minirlhf.blank``), and a notebook whose cells no longer match 
 fingerprint, nor the blank about to be written, holds the learner's work. It is left as it
 is, the line says so, and the exit status is 1 (the solutions are still written). With
 ``--force`` it is replaced, after a copy is kept in ``kept/`` (``paths.KEPT``) under a name
-with the date and time: ``kept/01_kl_penalty.backup-20261203-164000.ipynb``.
+with the date and time: ``kept/01_kl_penalty.backup-20261203-164000.ipynb`` (copied in
+chunks, so a notebook of any size; refused in one line when that disk has no room for it).
 
 Run ``python -m minirlhf.course.nbgen`` (or ``make notebooks``) after editing a source.
 After editing only its prose, ``python -m minirlhf.course.nbgen 05 --prose-only`` rewrites the
@@ -46,6 +47,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -269,15 +271,38 @@ def learner_work(path: Path, blank: nbformat.NotebookNode) -> str:
     return f"{len(changed)} of its cells differ from the blank notebook (cell{'s' if len(changed) > 1 else ''} {shown})"
 
 
+def _free_bytes(folder: Path) -> int | None:
+    """Return the bytes free on the disk that holds ``folder`` (or its nearest existing
+    parent, when it is not made yet); None when that cannot be told."""
+    folder = folder.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
 def keep_backup(path: Path) -> Path:
     """Copy the notebook at ``path`` into ``paths.KEPT`` under a new name with the date and
-    time (``NAME.backup-YYYYMMDD-HHMMSS.ipynb``); return the copy's path."""
-    raw = path.read_bytes()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for k in range(100):
-        target = paths.KEPT / f"{path.stem}.backup-{stamp}{'' if k == 0 else f'-{k}'}.ipynb"
-        if not target.exists() and not target.is_symlink():
-            return write_atomic(target, raw)
+    time (``NAME.backup-YYYYMMDD-HHMMSS.ipynb``); return the copy's path. The copy is made in
+    chunks (a notebook of any size, never whole in memory), and refused in one line, before
+    anything is written, when the disk of ``paths.KEPT`` has no room for it."""
+    source = paths.open_regular(path)  # never waits on a pipe put there meanwhile
+    if source is None:
+        raise FileNotFoundError(f"{path} went away before a copy of it could be kept")
+    with source:
+        size, free = os.fstat(source.fileno()).st_size, _free_bytes(paths.KEPT)
+        if free is not None and size > free:
+            raise OSError(
+                f"cannot keep a copy of {path.name} ({size / 1e6:,.0f} MB) in {paths.KEPT}: only "
+                f"{free / 1e6:,.0f} MB free there; move the notebook elsewhere yourself, then run again"
+            )
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for k in range(100):
+            target = paths.KEPT / f"{path.stem}.backup-{stamp}{'' if k == 0 else f'-{k}'}.ipynb"
+            if not target.exists() and not target.is_symlink():
+                return write_atomic(target, source)
     raise FileExistsError(f"no free name for a backup of {path.name} in {paths.KEPT}")
 
 
@@ -303,8 +328,14 @@ def sources(names=None) -> list[Path]:
     return found
 
 
+def dumps(nb) -> str:
+    """Return the text of notebook ``nb`` as the generator writes it (the same bytes for the
+    same notebook)."""
+    return json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
 def write(nb, path: Path) -> None:
-    write_atomic(path, json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+    write_atomic(path, dumps(nb))
 
 
 def _same_program(a: str, b: str) -> bool:

@@ -12,12 +12,14 @@ the chapter has just made itself.
 
 A stored file is trusted only as far as it can be checked. It is opened only when it is a
 regular file (a folder, a named pipe or a device at its path is never read), and read only up
-to :data:`MAX_STORED_BYTES`; it must hold JSON in the layout the chapter reads, with numbers
-where numbers belong; and a file written by this module carries a digest of its own contents,
-so numbers edited after the run make it stale. Anything else is run again, and one line names
-the file and says why (a missing file, or one made by other code or settings, is the normal
-case and is run again without a word). When the file cannot be written, the results are
-used all the same and the line says they were not kept.
+to :data:`MAX_STORED_BYTES`; it must hold JSON in the layout the chapter reads, nested no
+deeper than :data:`MAX_STORED_DEPTH`, with numbers where numbers belong; and it must carry
+the digest of its own contents that this module writes with it, so numbers edited after the
+run (with or without the digest) make it stale. Anything else is run again, and one line
+names the file and says why (a missing file, or one made by other code or settings, is the
+normal case and is run again without a word).
+When the file cannot be written, the results are used all the same and the line says they
+were not kept.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ..studies.robustness import gain
 
 __all__ = [
     "MAX_STORED_BYTES",
+    "MAX_STORED_DEPTH",
     "NOT_THE_RUNS_CODE",
     "runs_code",
     "arm_key",
@@ -61,9 +64,11 @@ def same_curves(a: dict, b: dict, upto: int | None = None) -> bool:
 
 # Modules that change no number a run makes: the arms' table (each arm used enters the key as
 # its resolved definition instead), the figures, colors, statistics, progress bars and command
-# lines. Leaving them out of the fingerprint is what lets a new arm, a figure's fix or a new
-# command option keep every stored run.
+# lines, and where and how files are written (paths: the write guard, the locks). Leaving them
+# out of the fingerprint is what lets a new arm, a figure's fix, a new command option or a
+# safer write keep every stored run.
 NOT_THE_RUNS_CODE = (
+    "minirlhf.paths",
     "minirlhf.arms",
     "minirlhf.plots",
     "minirlhf.palette",
@@ -114,6 +119,9 @@ def arm_key(name: str) -> dict:
 
 
 MAX_STORED_BYTES = 200_000_000  # a stored file larger than this is not read (the book's largest is a few MB)
+# A stored file nested deeper than this is not used (the book's nest 7 deep): deeper JSON can
+# exhaust Python's recursion in json.dumps or ==, whatever depth json.loads accepted.
+MAX_STORED_DEPTH = 64
 _CURVES = ("accuracy", "rm_score", "kl")
 
 
@@ -127,14 +135,27 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _deeper_than(value, limit: int) -> bool:
+    """Return True when ``value`` (lists and dicts of JSON) nests more than ``limit`` deep;
+    looked at with a stack of its own, so that no depth can exhaust the recursion."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        inside = item.values() if isinstance(item, dict) else item
+        stack.extend((x, depth + 1) for x in inside if isinstance(x, (dict, list)))
+    return False
+
+
 def _layout_problem(stored) -> str:
     """Return why ``stored`` is not in the layout of a stored file, or ""."""
     if not isinstance(stored, dict):
         return f"it holds a JSON {type(stored).__name__}, not an object"
+    if _deeper_than(stored, MAX_STORED_DEPTH):
+        return f"it nests deeper than any stored run ({MAX_STORED_DEPTH} levels)"
     if not isinstance(stored.get("settings"), dict):
         return "it has no settings"
-    if "digest" in stored and stored["digest"] != _digest(stored):
-        return "its numbers do not match the fingerprint stored with them (edited after the run?)"
     if "arms" in stored:
         if not isinstance(stored["arms"], dict) or not all(isinstance(v, dict) for v in stored["arms"].values()):
             return "its arms are not a table of runs"
@@ -147,6 +168,10 @@ def _layout_problem(stored) -> str:
                         and not (isinstance(log[key], list) and all(_is_number(x) for x in log[key]))
                     ):
                         return f"the {key} of run {name}, {seed} is not a list of numbers"
+    if "digest" not in stored:  # every file this module writes has one
+        return "it has no fingerprint of its numbers (written by other code, or edited after the run?)"
+    if stored["digest"] != _digest(stored):
+        return "its numbers do not match the fingerprint stored with them (edited after the run?)"
     return ""
 
 
