@@ -25,6 +25,7 @@ from minirlhf.course.cases import MISTAKES, NO_GRADIENT, Raises, run_cases
 from minirlhf.course.drive import YourFunctionStopped, guard, preflight, run_batch
 from minirlhf.course.exercises import EXERCISES, check, get
 from minirlhf.course.exercises._inputs import RUN_BATCH
+from minirlhf.course.expect import ExpectArray
 from minirlhf.course.grader.kernel import (
     _block_reference,
     _call_record,
@@ -37,7 +38,9 @@ from minirlhf.course.grader.runner import _error_text
 from minirlhf.course.safe_text import printable
 from minirlhf.course.sandbox import call_safely
 
-LOSSES = sorted(n for n in EXERCISES if EXERCISES[n].expect.grad_wrt)
+# The exercises that return a loss (one number); chapter 10's log-probs, a tensor whose sum's
+# gradient is judged, have tests of their own below.
+LOSSES = sorted(n for n in EXERCISES if EXERCISES[n].expect.grad_wrt and type(EXERCISES[n].expect) is not ExpectArray)
 
 
 # --------------------------------------------------------------------------- declared slips
@@ -111,6 +114,23 @@ def test_a_loss_with_the_right_value_and_a_wrong_gradient_fails(name):
     report = run_cases(half_the_gradient, ex)
     assert not report.passed and any(r.mistake == "grad" for r in report.results), wrt
     assert "the value is right, but the gradient with respect to" in " ".join(str(report).split())
+
+
+def test_log_probs_with_the_right_values_and_a_wrong_gradient_fail():
+    ex = get("fix_run_f")
+    assert ex.expect.grad_wrt == ("logits",)
+
+    def half_the_gradient(logits, tokens, temperature=1.0):
+        logp = ex.reference(logits, tokens, temperature)
+        return 0.5 * logp + 0.5 * logp.detach()
+
+    def detached(logits, tokens, temperature=1.0):
+        return ex.reference(logits.detach(), tokens, temperature)
+
+    report = run_cases(half_the_gradient, ex)
+    assert not report.passed and any(r.mistake == "grad" for r in report.results)
+    report = run_cases(detached, ex)
+    assert report.n_passed == 0 and "the run differentiates these log-probs" in " ".join(str(report).split())
 
 
 def test_a_grpo_loss_whose_k3_term_is_detached_fails_by_name():

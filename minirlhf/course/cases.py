@@ -78,6 +78,9 @@ MISTAKES = {
     "value": "the number is wrong, and no usual slip explains it",
     "sign": "the right size with the wrong sign",
     "not-rounded": "right, but not rounded as the contract asks",
+    "rounded": "rounded where the contract asks for the number as computed",
+    "float32": "computed in single precision (float32) where the contract asks for float64",
+    "dtype": "an array or tensor of another dtype than the contract asks for (bool or int for float)",
     "type": "a value of another type than the contract asks for",
     "numpy-scalar": "a NumPy scalar where the contract asks for a Python float",
     "int": "an int where the contract asks for a float",
@@ -137,7 +140,14 @@ class Raises:
             raise TypeError(f"Raises needs an exception class, got {self.error!r}")
 
     def accepts(self, name: str) -> bool:
-        """True when an exception called ``name`` is ``error`` or a built-in subclass of it."""
+        """True when an exception called ``name`` (as :func:`raised` reads it) is ``error``, a
+        built-in subclass of it, or a class of the learner's own whose nearest built-in base is
+        one of those (``module.GroupSizeError(ValueError)``). A class that only takes a built-in's
+        name (``module.ValueError``) is not."""
+        own = re.fullmatch(r"[\w.?]+\((\w+)\)", name)
+        name = own[1] if own else name
+        if "." in name:
+            return False
         if name == self.error.__name__:
             return True
         builtin = getattr(builtins, name, None)
@@ -196,6 +206,9 @@ class Exercise:
     n_random: int = 100  # randomized inputs the grader tries (fewer for slow exercises)
     hint_for: dict = field(default_factory=dict)  # mistake -> number of the hint that fits it
     ready: Callable | None = None  # () -> None when the cases can be computed, else what to run first
+    # The package's other functions that compute this exercise's answer ("module.name"): the
+    # grader blocks them with the reference while the exercise is graded.
+    also_blocks: tuple = ()
 
 
 class NotReady(Exception):
@@ -263,8 +276,18 @@ def judge(call: Call, case: Case, expect: Expect, reference: Callable | None = N
         return _judge_raise(call, case, case.expected)
     if call.kind != "ok":
         mistake = call.kind if call.kind in ("mutated", "error") else ""
+        message = call.message
+        if call.kind == "error" and _IN_PLACE_ON_LEAF in message:  # torch's words for what "mutated" says
+            where = _WHERE.search(message)
+            mistake, message = (
+                "mutated",
+                (
+                    f"changed an input in place{where[0] if where else ''}, which torch refuses for a tensor "
+                    "that requires a gradient: work on a copy (x = x / t, not x /= t)"
+                ),
+            )
         return CaseResult(
-            case, False, call.value, call.message, call.printed, call.n_printed, call.kind, call.seconds, mistake
+            case, False, call.value, message, call.printed, call.n_printed, call.kind, call.seconds, mistake
         )
     if isinstance(call.value, Opaque):
         bad = ("opaque", call.value.problem())
@@ -283,7 +306,11 @@ def judge(call: Call, case: Case, expect: Expect, reference: Callable | None = N
     return CaseResult(case, bad is None, call.value, message, call.printed, call.n_printed, "ok", call.seconds, mistake)
 
 
-_RAISED = re.compile(r"raised ([\w.]+): (.*)\Z", re.S)  # the message call_safely writes for an exception
+# The message call_safely writes for an exception: "raised ValueError: ..." for Python's own,
+# "raised module.Name: ..." for another class, "raised module.Name(ValueError): ..." for another
+# class that is a built-in exception (its nearest built-in base in brackets).
+_RAISED = re.compile(r"raised ([\w.?]+(?:\(\w+\))?): (.*)\Z", re.S)
+_IN_PLACE_ON_LEAF = "a leaf Variable that requires grad is being used in an in-place operation"
 _WHERE = re.compile(r" \(in [^\n(]*, line \d+: [^\n]*\)\Z")  # its closing " (in f, line N: code)"
 
 
@@ -346,12 +373,19 @@ def _judge_raise(call: Call, case: Case, want: Raises) -> CaseResult:
     return result(True, message="")
 
 
+def _an_input(value, case: Case) -> bool:
+    """True when ``value`` is a number the case passed in: returned as it came, not rounded."""
+    return type(value) in (int, float) and any(type(v) in (int, float) and v == value for v in case.kwargs.values())
+
+
 def _which_slip(expect: Expect, got, case: Case) -> tuple[str, str]:
     """Return (kind, says) of the slip of ``expect`` whose answer to ``case`` is wrong and
     equals ``got``. When several slips of one kind give that answer, the kind and no words
     (the numbers cannot tell which slip it is); ("", "") when none does, or when slips of
-    different kinds do."""
-    found = []
+    different kinds do. The expected value rounded, where the contract asks for it as computed
+    (``expect.rounding``), counts as one more slip, "rounded"."""
+    rounded = None if _an_input(got, case) else expect.rounding(got, case.expected)
+    found = [Slip("rounded", _no_function, rounded)] if rounded else []
     for slip in expect.slips:
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -361,6 +395,10 @@ def _which_slip(expect: Expect, got, case: Case) -> tuple[str, str]:
         except Exception:  # a slip that does not apply to this input (a shape it cannot take)
             continue
     return _named_slips(found)
+
+
+def _no_function(**kwargs):  # the function of a slip known by its answer alone (a rounded number)
+    raise NotImplementedError
 
 
 def _named_slips(found: list) -> tuple[str, str]:
@@ -380,12 +418,21 @@ NO_GRADIENT = "your loss has no gradient: was it computed under no_grad, or rebu
 
 
 def _input_grads(fn: Callable, kwargs: dict, names):
-    """Return (value, gradients) of ``fn`` on a copy of ``kwargs``, as :func:`loss_gradients` gives them."""
+    """Return (value, gradients) of ``fn`` on a copy of ``kwargs``, as :func:`loss_gradients` gives
+    them: of the loss, or of the sum of a tensor of results that a run differentiates (chapter
+    10's log-probs)."""
     kwargs = copy.deepcopy(kwargs)
     require_grad(kwargs, names)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         value = fn(**kwargs)
-        return value, loss_gradients(value, kwargs, names)
+        return value, loss_gradients(_summed(value), kwargs, names)
+
+
+def _summed(value):
+    """A tensor of more than one number, summed (its gradient is the sum's); anything else as it is."""
+    if hasattr(value, "dim") and hasattr(value, "sum") and value.dim() > 0 and value.is_floating_point():
+        return value.sum()
+    return value
 
 
 def _grad_gap(got, want) -> tuple | None:
@@ -408,22 +455,32 @@ def _grad_gap(got, want) -> tuple | None:
 
 
 def _grad_problem(grads, case: Case, expect: Expect, reference: Callable) -> tuple[str, str] | None:
-    """Compare the gradient a call recorded with the reference's; None when they agree."""
+    """Compare the gradient a call recorded with the reference's; None when they agree.
+
+    For a result of more than one number (chapter 10's log-probs), the gradient compared is that
+    of its sum; one the call did not record (None) is not compared: the sandbox records the
+    gradient of a 0-d loss only, and the comparator checks that such a result carries a gradient
+    at all (``ExpectArray.grad_why``)."""
     if isinstance(grads, str):
         return "error", f"the value is right, but {grads}"
     try:
-        _, want = _input_grads(reference, case.kwargs, expect.grad_wrt)
+        value, want = _input_grads(reference, case.kwargs, expect.grad_wrt)
     except Exception:  # the reference cannot differentiate this input: nothing to compare
         return None
     if not want:
         return None
+    many = _summed(value) is not value  # a tensor of results, not a loss
+    if many and grads is None:
+        return None
+    loss = expect.what if many else "this loss"
     if not isinstance(grads, dict) or set(grads) != set(want):
-        return "no-grad", f"{NO_GRADIENT} (its gradient could not be read)"
+        return "no-grad", f"{_no_gradient(expect, many)} (its gradient could not be read)"
     if all(g is None for g in grads.values()) and any(g is not None for g in want.values()):
         names = " and ".join(want)
+        why = expect.grad_why or "training moves the policy through the gradient"
         return "no-grad", (
-            f"{NO_GRADIENT} The value is right, but training moves the policy through the "
-            f"gradient with respect to {names}, and this loss has none."
+            f"{_no_gradient(expect, many)} The value is right, but {why} with respect to {names}, "
+            f"and {loss} {'have' if many and expect.plural else 'has'} none."
         )
     for name in want:
         gap = _grad_gap(grads[name], want[name])
@@ -433,14 +490,28 @@ def _grad_problem(grads, case: Case, expect: Expect, reference: Callable) -> tup
         a, b = number_texts_apart(a, b)
         kind, says = _which_grad_slip(expect, grads, want, case)
         at = f" at {index_text(where)}" if where else ""
-        text = f"the value is right, but the gradient with respect to {name} is not: {a}{at}, expected {b}"
+        of = f" of the sum of {expect.what}" if many else ""
+        text = f"the value is right, but the gradient{of} with respect to {name} is not: {a}{at}, expected {b}"
         if kind or says:
             return kind or "grad", f"{text}; {says}"
+        detached = [".detach()", ".item()"]
+        if "old_logp" in case.kwargs and "new_logp" in case.kwargs:
+            detached.append("old_logp in place of new_logp")
         return "grad", (
-            f"{text}. A term built from a detached tensor (.detach(), .item(), old_logp in place "
-            f"of new_logp) keeps its value and loses its gradient"
+            f"{text}. A term built from a detached tensor ({', '.join(detached)}) keeps its value and "
+            "loses its gradient"
         )
     return None
+
+
+def _no_gradient(expect: Expect, many: bool) -> str:
+    """The first words of a failure for a result with no gradient."""
+    if not many:
+        return NO_GRADIENT
+    return (
+        f"{expect.what} {'have' if expect.plural else 'has'} no gradient: "
+        "were they computed under no_grad, or from a detached tensor?"
+    )
 
 
 def _which_grad_slip(expect: Expect, grads: dict, want: dict, case: Case) -> tuple[str, str]:

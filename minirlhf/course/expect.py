@@ -72,9 +72,17 @@ class Expect:
     # A loss's differentiable inputs: the checker makes them require a gradient, differentiates
     # the returned value with respect to them, and compares that with the reference's gradient.
     grad_wrt: tuple = ()
+    # Why that gradient matters, said when the result has none ("the run differentiates ...").
+    grad_why: str = ""
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def rounding(self, got, expected) -> str | None:
+        """The words that say ``got`` is the expected value rounded, where the contract asks for
+        it as computed; else None. :func:`~minirlhf.course.cases.judge` asks this of a wrong
+        value beside the usual slips (a rounded number may equal a slip's answer too)."""
+        return None
 
     def problem(self, got, expected) -> str | None:
         found = self.diagnose(got, expected)
@@ -91,15 +99,49 @@ class Expect:
         return plural if self.plural else singular
 
 
-def _float_problem(got, expected, what: str = "the result") -> tuple[str, str] | None:
+FLOAT32 = (
+    "float32, single precision, about 7 digits (a float32 tensor or array, torch.tensor of Python "
+    "numbers, torch.zeros(n) with no dtype): compute in float64, as the engine does"
+)
+
+
+def float32_of(got: float, expected: float) -> bool:
+    """True when ``got`` is a float32 number within float32's rounding of ``expected``: the
+    answer computed in single precision."""
+    if not (math.isfinite(got) and math.isfinite(expected)) or expected == 0:
+        return False
+    with np.errstate(over="ignore"):
+        single = float(np.float32(got))
+    return single == got and abs(got - expected) <= 2e-6 * abs(expected)
+
+
+def rounded_to(got: float, expected: float) -> int | None:
+    """The number of decimals (2 to 8) that ``expected`` rounded to gives ``got``, with Python's
+    ``round`` or NumPy's; None when no rounding gives it. (One decimal is left out: a wrong
+    answer that is a round number is far more often another mistake.)"""
+    if not (math.isfinite(got) and math.isfinite(expected)):
+        return None
+    for k in range(2, 9):
+        if got in (round(expected, k), float(np.round(expected, k))):
+            return k
+    return None
+
+
+def _float_problem(got, expected, what: str = "the result", rounded: bool = False) -> tuple[str, str] | None:
+    """The problems of a returned number that do not depend on its value; ``rounded``: the
+    contract asks for it rounded (to 2 decimals), so the advice says where the rounding goes."""
     if isinstance(got, Opaque):  # inside a dict: the whole value was plain, this part is not
         why = f" ({got.why})" if got.why else ""
         return "opaque", f"{what} is a {got.type_name}, which cannot be graded{why}"
     if isinstance(got, np.generic):
+        how = (
+            "convert it before any rounding, round(float(x), 2) (float(round(x, 2)) keeps NumPy's rounding rule)"
+            if rounded
+            else "convert it with float(x)"
+        )
         return "numpy-scalar", (
             f"{what} is a NumPy scalar ({type(got).__module__}.{type(got).__name__}); "
-            "the contract asks for a Python float: convert it before any rounding, "
-            "round(float(x), 2) (float(round(x, 2)) keeps NumPy's rounding rule)"
+            f"the contract asks for a Python float: {how}"
         )
     if type(got).__module__.startswith("torch"):
         return "type", (f"{what} is a torch tensor; the contract asks for a Python float: use float(...) or .item()")
@@ -124,7 +166,7 @@ class ExpectFloat2(Expect):
 
     def diagnose(self, got, expected, what: str | None = None) -> tuple[str, str] | None:
         what = what or self.what
-        bad = _float_problem(got, expected, what)
+        bad = _float_problem(got, expected, what, rounded=True)
         if bad:
             return bad
         if abs(got - expected) <= 1e-9:
@@ -150,9 +192,23 @@ class ExpectFloat(Expect):
         if abs(got - expected) <= self.atol:
             return None
         a, b = number_texts_apart(got, expected, 6)
+        off = f"(off by {abs(got - expected):.3g})"
+        if float32_of(got, expected):
+            return "float32", f"{self.what} is {a}, expected {b} {off}: that is the answer in {FLOAT32}"
         if expected != 0 and abs(got + expected) <= self.atol:
             return "sign", f"{self.what} has the wrong sign: {a}, expected {b}"
-        return "value", f"{self.what} is {a}, expected {b} (off by {abs(got - expected):.3g})"
+        return "value", f"{self.what} is {a}, expected {b} {off}"
+
+    def rounding(self, got, expected) -> str | None:
+        if type(got) is not float or got == 0 or isinstance(expected, bool) or not isinstance(expected, (int, float)):
+            return None
+        k = rounded_to(got, expected)
+        if k is None:
+            return None
+        return (
+            f"that is {number_text(expected)} rounded to {k} decimals: the contract asks for the number "
+            "as computed, not rounded"
+        )
 
 
 class ExpectDict2(Expect):
@@ -183,12 +239,31 @@ class ExpectDict2(Expect):
 
 
 class ExpectArray(Expect):
-    """A NumPy array or torch tensor of the expected shape, close to the expected values."""
+    """A NumPy array or torch tensor of the expected shape, close to the expected values.
+
+    ``dtype``: None for any; "float" for a floating-point array or tensor (not bool or int);
+    "float64" for float64 only, where the run computes in float64 and single precision would
+    move its numbers. ``grad_why`` (torch): why the result must carry a gradient, for a result
+    that a run differentiates (chapter 10's log-probs, whose cases pass inputs that require
+    one): a result with none fails, in those words. ``grad_wrt``: the inputs with respect to
+    which a recorded gradient (of the result, or of its sum) is compared with the reference's
+    (see :func:`~minirlhf.course.cases.judge`)."""
 
     def __init__(
-        self, atol: float = 1e-5, container: str = "any", what: str | None = None, plural: bool | None = None, slips=()
+        self,
+        atol: float = 1e-5,
+        container: str = "any",
+        what: str | None = None,
+        plural: bool | None = None,
+        slips=(),
+        dtype: str | None = None,
+        grad_wrt=(),
+        grad_why: str = "",
     ):
-        self.atol, self.container = atol, container  # "numpy", "torch" or "any"
+        if dtype not in (None, "float", "float64"):
+            raise ValueError(f"dtype must be None, 'float' or 'float64', got {dtype!r}")
+        self.atol, self.container, self.dtype = atol, container, dtype  # container: "numpy", "torch" or "any"
+        self.grad_wrt, self.grad_why = tuple(grad_wrt), grad_why
         self._named(what, plural, slips)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
@@ -208,6 +283,9 @@ class ExpectArray(Expect):
             return "shape", (
                 f"{what} {self._verb('has', 'have')} shape {tuple(arr.shape)}, expected {tuple(want.shape)}"
             )
+        bad = self._dtype_problem(got, is_torch)
+        if bad:
+            return bad
         if np.isnan(arr).any():
             where = index_text(np.argwhere(np.isnan(arr))[0]) if arr.ndim else ""
             return "nan", (
@@ -219,13 +297,52 @@ class ExpectArray(Expect):
             worst = np.unravel_index(int(np.argmax(np.where(np.isnan(gap), np.inf, gap))), arr.shape)
             a, b = number_texts_apart(float(arr[worst]), float(want[worst]))
             if not arr.ndim:
-                return "value", f"{what} {is_} {a}, expected {b}"
-            off, n = int((~(gap <= self.atol)).sum()), arr.size
-            return "value", (
-                f"{what} {self._verb('differs', 'differ')} in {off} of {n} places; the largest "
-                f"gap is at {index_text(worst)}: {a}, expected {b}"
+                text = f"{what} {is_} {a}, expected {b}"
+            else:
+                off, n = int((~(gap <= self.atol)).sum()), arr.size
+                text = (
+                    f"{what} {self._verb('differs', 'differ')} in {off} of {n} places; the largest "
+                    f"gap is at {index_text(worst)}: {a}, expected {b}"
+                )
+            single, double = _dtype_name(got), _dtype_name(expected)
+            if single in ("float32", "float16", "bfloat16") and double == "float64":
+                return "float32", (
+                    f"{text}. {what[0].upper() + what[1:]} {is_} {single} where the answer is float64: "
+                    f"{FLOAT32}; a float32 step keeps no digit of a small difference between large numbers"
+                )
+            return "value", text
+        if self.grad_why and is_torch and not bool(getattr(got, "requires_grad", True)):
+            return "no-grad", (
+                f"{what} {self._verb('carries', 'carry')} no gradient: {self.grad_why}. Keep the inputs "
+                "in the computation (no .detach(), torch.no_grad(), .item() or NumPy)"
             )
         return None
+
+    def _dtype_problem(self, got, is_torch: bool) -> tuple[str, str] | None:
+        """The result's dtype against ``self.dtype``; None when it fits (or no dtype is asked)."""
+        name = _dtype_name(got)
+        if self.dtype is None or name is None:
+            return None
+        what, is_ = self.what, self._verb("is", "are")
+        thing = "tensor" if is_torch else "array"
+        if not name.startswith(("float", "bfloat")):
+            fix = ".float()" if is_torch else ".astype(float)"
+            a = "an" if name.startswith("int") else "a"
+            return "dtype", f"{what} {is_} {a} {name} {thing}; the contract asks for a float {thing}: {fix}"
+        if self.dtype == "float64" and name != "float64":
+            return "float32", (
+                f"{what} {is_} {name}; the run computes in float64, as the whole engine does (chapter 3), "
+                "and its inputs come in float64: keep their dtype (no .float(), no float32 buffer)"
+            )
+        return None
+
+
+def _dtype_name(value) -> str | None:
+    """The dtype of an array or tensor ("float32", "int64", "bool"), None for anything else."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "shape"):
+        return None
+    return str(dtype).removeprefix("torch.") if type(value).__module__.startswith("torch") else np.dtype(dtype).name
 
 
 def index_text(index) -> str:
@@ -250,9 +367,8 @@ class ExpectScalarTensor(ExpectArray):
         slips=(),
         grad_wrt=(),
     ):
-        super().__init__(atol=atol, container="torch", what=what, plural=False, slips=slips)
+        super().__init__(atol=atol, container="torch", what=what, plural=False, slips=slips, grad_wrt=grad_wrt)
         self.per, self.why_inf, self.sign_hint = per, why_inf, sign_hint
-        self.grad_wrt = tuple(grad_wrt)
 
     def diagnose(self, got, expected) -> tuple[str, str] | None:
         if isinstance(got, (float, int, np.generic)) and not isinstance(got, bool):

@@ -88,7 +88,18 @@ class _TooBig(Exception):
 
 
 class_name = type.__dict__["__name__"].__get__  # a class's own name and module, read without
-class_module = type.__dict__["__module__"].__get__  # running anything a metaclass defines
+_class_module = type.__dict__["__module__"].__get__  # running anything a metaclass defines
+
+
+def class_module(kind: type) -> str:
+    """The module a class says it comes from, or "?" when it has none (a class made by
+    ``type()`` in code run without a ``__name__``)."""
+    try:
+        return _class_module(kind)
+    except AttributeError:
+        return "?"
+
+
 _NUMPY_SCALARS = {np.dtype(name).type for name in _NUMPY_DTYPES}
 
 

@@ -311,8 +311,10 @@ LONG_ARRAY = 160
 
 def describe(value, width: int | None = 300) -> str:
     """Return a stable text form of an input or output (numbers to 4 significant digits); a
-    long array is summarized by its shape; what is still longer than ``width`` is cut."""
-    text = _describe(value)
+    long array is summarized by its shape; what is still longer than ``width`` is cut. It is one
+    line that draws nothing: a control character from the learner's value (a dict's key, a
+    class's name) is written as its escape."""
+    text = printable(_describe(value))
     return text if width is None else shorten(text, width)
 
 
@@ -323,7 +325,7 @@ def _kwarg_pieces(kwargs: dict) -> list[str]:
 def describe_kwargs(kwargs: dict, width: int | None = None) -> str:
     """Return ``name=value, ...`` for a call's keyword arguments: every argument, none cut
     (a long array is summarized by its shape), unless ``width`` asks for a cut."""
-    text = ", ".join(_kwarg_pieces(kwargs))
+    text = printable(", ".join(_kwarg_pieces(kwargs)))
     return text if width is None else shorten(text, width)
 
 

@@ -179,12 +179,26 @@ def _same(a, b) -> bool:
         return True
 
 
+def _identifier(text) -> str:
+    return text if type(text) is str and all(part.isidentifier() for part in text.split(".")) else "?"
+
+
 def _exception_name(exc: BaseException) -> str:
-    """The name of ``exc``'s class: ``ValueError`` for Python's own, ``module.Name`` for any
-    other, so that a class of the notebook's called ValueError is not taken for Python's."""
+    """The name of ``exc``'s class: ``ValueError`` for Python's own (the very class of that name
+    in ``builtins``); ``module.Name`` for any other, so that a class of the notebook's called
+    ValueError is not taken for Python's, whatever module it claims; ``module.Name(ValueError)``
+    for one whose nearest built-in base is an exception of Python's own (a learner's
+    ``GroupSizeError(ValueError)`` is a ValueError)."""
     kind = type(exc)
     name, module = class_name(kind), class_module(kind)
-    return name if module == "builtins" else f"{module if type(module) is str else '?'}.{name}"
+    if module == "builtins" and getattr(builtins, name, None) is kind:
+        return name
+    text = f"{_identifier(module)}.{_identifier(name)}"
+    for base in type.__dict__["__mro__"].__get__(kind)[1:]:
+        base_name = class_name(base)
+        if class_module(base) == "builtins" and getattr(builtins, base_name, None) is base:
+            return text + (f"({base_name})" if base_name not in ("Exception", "BaseException") else "")
+    return text
 
 
 def _exception_text(exc: BaseException) -> tuple[str, bool]:
@@ -214,20 +228,18 @@ def require_grad(kwargs: dict, names) -> None:
 
 def loss_gradients(loss, kwargs: dict, names):
     """Return {input name: gradient of ``loss`` (None where it has no path to that input)} for
-    the inputs ``names`` that require a gradient, or None when ``loss`` is not a 0-d float tensor."""
+    the inputs ``names`` that require a gradient, or None when ``loss`` is not a float tensor. For
+    a result of more than one number, the gradient of its sum."""
     import torch
 
     inputs = [(k, kwargs[k]) for k in names if type(kwargs.get(k)) is torch.Tensor and kwargs[k].requires_grad]
-    if (
-        not inputs
-        or type(loss) not in (torch.Tensor, torch.nn.Parameter)
-        or loss.dim() != 0
-        or not loss.is_floating_point()
-    ):
+    if not inputs or type(loss) not in (torch.Tensor, torch.nn.Parameter) or not loss.is_floating_point():
         return None
     if loss.grad_fn is None:  # a leaf (torch.tensor(x.item(), requires_grad=True)) or no gradient at all
         return {k: None for k, _ in inputs}
-    found = torch.autograd.grad(loss, [t for _, t in inputs], allow_unused=True)
+    # a result of more than one number (log-probs a run's loss is built from): the gradient of its sum
+    total = loss if loss.dim() == 0 else loss.sum()
+    found = torch.autograd.grad(total, [t for _, t in inputs], allow_unused=True)
     return {k: None if g is None else g.detach().clone() for (k, _), g in zip(inputs, found)}
 
 
@@ -283,10 +295,15 @@ def call_safely(
                 "error",
                 message=f"raised KeyboardInterrupt{_where(exc)}, which stops the program: return the answer instead",
             )
-        return done(
-            "timeout",
-            message=f"interrupted after {time.perf_counter() - start:.1f} s: is there a loop that never ends?",
-        )
+        elapsed = time.perf_counter() - start
+        if time_limit and elapsed < time_limit:  # not the time limit's interrupt: say so
+            return done(
+                "timeout",
+                message=f"interrupted after {elapsed:.1f} s, before its {time_limit:g} s limit, by an "
+                "interrupt (SIGINT) from outside the check: the stop button, or a signal the function "
+                "sent itself (os.kill)?",
+            )
+        return done("timeout", message=f"interrupted after {elapsed:.1f} s: is there a loop that never ends?")
     except RecursionError:
         return done("error", message="raised RecursionError: the function calls itself without end")
     except SystemExit:

@@ -4,7 +4,7 @@ registry reads only the ``chNN`` modules)."""
 import numpy as np
 import torch
 
-__all__ = ["as_tensor", "prefix_mask", "batch_size", "RUN_BATCH"]
+__all__ = ["as_tensor", "prefix_mask", "batch_size", "whole_numbers", "RUN_BATCH"]
 
 RUN_BATCH = 64  # completions (or preference pairs) per batch in the chapters' runs
 
@@ -24,3 +24,12 @@ def prefix_mask(rng: np.random.Generator, B: int, T: int) -> np.ndarray:
     """A completion mask (B, T): each row keeps a prefix of 1 to T tokens."""
     lengths = rng.integers(1, T + 1, B)
     return (np.arange(T)[None, :] < lengths[:, None]).astype(np.float32)
+
+
+def whole_numbers(rng: np.random.Generator, values) -> list | np.ndarray:
+    """``values`` rounded to whole numbers and given as ints: a list of Python ints or an int64
+    array, by turns. For contracts that take lists or arrays of numbers: a function that makes its
+    result with its input's dtype (``np.zeros_like``, a write into ``np.array(ints)``) cuts every
+    fraction off there, which inputs that are all floats never show."""
+    ints = np.rint(np.asarray(values, dtype=float)).astype(np.int64)
+    return ints.tolist() if rng.random() < 0.5 else ints

@@ -5,11 +5,18 @@ import numpy as np
 from ...objectives import kl_penalty
 from ..cases import Case, Exercise, Slip, known_slip
 from ..expect import ExpectFloat2
+from ._inputs import whole_numbers
 
 
 def _random_kwargs(rng: np.random.Generator) -> dict:
     n = int(rng.integers(1, 20))
     policy = rng.uniform(-5, 0, n)
+    if rng.random() < 0.2:  # whole numbers, as ints (a list or an int array), as the contract allows
+        return {
+            "logp_policy": whole_numbers(rng, policy),
+            "logp_reference": whole_numbers(rng, policy + rng.normal(0, 1.5, n)),
+            "beta": float(rng.choice([0.05, 0.1, 0.3, 0.5, 1.0])),
+        }
     kwargs = {
         "logp_policy": policy.tolist() if rng.random() < 0.5 else policy,
         "logp_reference": (policy + rng.normal(0, 0.7, n)).tolist(),
@@ -130,6 +137,12 @@ KL_PENALTY = Exercise(
         "`penalty = beta * kl.mean()`, then `return round(float(penalty), 2)`: a Python float, not a NumPy scalar.",
     ),
     reference=kl_penalty,
+    # Chapter 2's objective reports the same penalty: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.objectives.ppo_rlhf_objective",
+        "minirlhf.objectives._scaled_mean_difference",
+        "minirlhf.studies.kl_estimators.k1",
+    ),
     random_kwargs=_random_kwargs,
     # The hint that helps with each mistake: the subtraction and its sign (2), beta, the mean,
     # the rounding and the Python float (3).

@@ -8,6 +8,7 @@ from ...objectives import ppo_rlhf_objective
 from ...pg import reinforce_loss
 from ..cases import NO_GRADIENT, Case, Exercise, Slip, known_slip
 from ..expect import ExpectDict2, ExpectScalarTensor
+from ._inputs import whole_numbers
 
 # ----------------------------------------------------------------------------- 2.1 REINFORCE
 
@@ -54,10 +55,18 @@ def _pg_random_kwargs(rng: np.random.Generator) -> dict:
 
 def _pg_slip(kind: str):
     """Return reinforce_loss with one usual slip (see ``PG_SLIPS``)."""
-    known_slip(kind, ("no-baseline", "baseline-added", "sum"))
+    known_slip(kind, ("no-baseline", "baseline-added", "sum", "batch-baseline", "whitened", "whitened-population"))
 
     def loss(logp, rewards, baseline):
-        weight = {"no-baseline": rewards, "baseline-added": rewards + baseline}.get(kind, rewards - baseline)
+        weight = {
+            "no-baseline": rewards,
+            "baseline-added": rewards + baseline,
+            "batch-baseline": rewards - rewards.mean(),
+        }.get(kind, rewards - baseline)
+        if kind.startswith("whitened"):  # scaled to unit std, as some trainers do
+            if kind == "whitened" and weight.numel() < 2:
+                raise ValueError("the sample std of one number is not defined")  # not this slip's input
+            weight = weight / weight.std(unbiased=kind == "whitened")
         terms = weight * logp
         return -(terms.sum() if kind == "sum" else terms.mean())
 
@@ -72,6 +81,21 @@ PG_SLIPS = (
     ),
     Slip("baseline-added", _pg_slip("baseline-added"), "that is rewards + baseline: subtract the baseline"),
     Slip("sum", _pg_slip("sum"), "that is a sum over the samples: take the mean"),
+    Slip(
+        "batch-baseline",
+        _pg_slip("batch-baseline"),
+        "that subtracts the batch's mean reward: subtract the baseline the function is given",
+    ),
+    Slip(
+        "whitened",
+        _pg_slip("whitened"),
+        "that divides the weights by their std: the weight is rewards - baseline as it is",
+    ),
+    Slip(
+        "whitened",
+        _pg_slip("whitened-population"),
+        "that divides the weights by their std: the weight is rewards - baseline as it is",
+    ),
 )
 
 
@@ -145,6 +169,8 @@ REINFORCE_LOSS = Exercise(
     hint_for={
         "no-baseline": 1,
         "baseline-added": 1,
+        "batch-baseline": 1,
+        "whitened": 1,
         "sum": 2,
         "not-averaged": 2,
         "sign": 3,
@@ -166,6 +192,16 @@ def _out(j: float, pen: float) -> dict:
 def _random_kwargs(rng: np.random.Generator) -> dict:
     n = int(rng.integers(1, 16))
     old = rng.uniform(-4, -0.1, n)
+    if rng.random() < 0.25:  # whole numbers, as ints, with a beta that makes the advantages fractions
+        old = np.rint(old)
+        return {
+            "old_logp": whole_numbers(rng, old),
+            "new_logp": whole_numbers(rng, old + rng.integers(-1, 2, n)),
+            "ref_logp": whole_numbers(rng, old + rng.integers(-1, 2, n)),
+            "rewards": whole_numbers(rng, rng.integers(-2, 3, n)),
+            "epsilon": float(rng.choice([0.1, 0.2, 0.3])),
+            "beta": float(rng.choice([0.05, 0.1, 0.3, 0.5])),
+        }
     return {
         "old_logp": old.tolist(),
         "new_logp": (old + rng.normal(0, 0.3, n)).tolist(),
@@ -197,6 +233,8 @@ def _objective_slip(kind: str):
             "ratio-inverted",
             "loss-negated",
             "np-round",
+            "min-of-means",
+            "int-truncated",
         ),
     )
 
@@ -205,10 +243,15 @@ def _objective_slip(kind: str):
         ratio = np.exp(old - new) if kind == "ratio-inverted" else np.exp(new - old)
         kl = ref - new if kind == "kl-sign" else new - ref
         adv = r if kind == "no-kl" else r - beta * kl
+        if kind == "int-truncated":  # written into an array of the rewards' own dtype
+            adv = np.array(rewards).copy()
+            adv[:] = r - beta * kl
         clipped = np.clip(ratio, 1 - epsilon, 1 + epsilon) * adv
         surrogate = {"no-clip": ratio * adv, "clip-only": clipped, "max": np.maximum(ratio * adv, clipped)}.get(
             kind, np.minimum(ratio * adv, clipped)
         )
+        if kind == "min-of-means":  # the smaller of the two means, one number, taken as J
+            surrogate = np.array(min((ratio * adv).mean(), clipped.mean()))
         penalty = beta * (new - ref).mean()
         # "kl-twice" subtracts the penalty from J everywhere; "kl-twice-objective" only from the
         # "objective" entry, leaving "policy_loss" the plain surrogate
@@ -234,6 +277,11 @@ OBJECTIVE_SLIPS = (
         _objective_slip("kl-twice-objective"),
         "that is J minus the KL penalty, but the penalty is already inside the advantage: do not subtract it again",
     ),
+    Slip(
+        "min-clip",
+        _objective_slip("min-of-means"),
+        "that is the smaller of the two terms' means: take the minimum token by token, then the mean",
+    ),
     Slip("min-clip", _objective_slip("no-clip"), "that is the mean of ratio * adv: the clipped term is missing"),
     Slip("min-clip", _objective_slip("clip-only"), "that is the clipped term alone: take the minimum of both terms"),
     Slip("min-clip", _objective_slip("max"), "that is the maximum of the two terms: take the minimum"),
@@ -246,6 +294,13 @@ OBJECTIVE_SLIPS = (
         "loss-negated",
         _objective_slip("loss-negated"),
         "in this contract policy_loss is the objective itself, not minus it",
+    ),
+    Slip(
+        "int-truncated",
+        _objective_slip("int-truncated"),
+        "that cuts the advantages to whole numbers: an array made from int inputs (np.array, "
+        "np.zeros_like) stays int, and a fraction written into it is cut off; convert the inputs "
+        "with np.asarray(x, dtype=float) first",
     ),
     Slip(
         "np-round",
@@ -357,6 +412,28 @@ PPO_RLHF_OBJECTIVE = Exercise(
             _out(0.41, 0.0),
             "J = 0.405, stored a little above 0.405: Python's round(x, 2) gives 0.41 (np.round gives 0.4)",
         ),
+        _case(
+            [-1.0, -1.0],
+            [-0.5, -0.6],
+            [-0.5, -0.6],
+            [1.0, -1.0],
+            0.2,
+            0.1,
+            _out(-0.15, 0.0),
+            "ratios e^0.5 = 1.649 with A = 1 and e^0.4 = 1.492 with A = -1: the min keeps 1.2 * 1 and "
+            "1.492 * -1, J = (1.2 - 1.492) / 2 = -0.15; the smaller of the two terms' means is 0",
+        ),
+        _case(
+            [-1, -1],
+            [-1, -2],
+            [-2, -2],
+            [1, 0],
+            0.2,
+            0.1,
+            _out(0.45, 0.05),
+            "lists of ints, kl = [1, 0]: adv = [1 - 0.1, 0] = [0.9, 0], ratios 1 and e^-1 (clipped "
+            "to 0.8, times 0), J = 0.45; an int array would hold adv as [0, 0]",
+        ),
     ),
     hints=(
         "Work per token with NumPy arrays: `ratio = np.exp(new - old)`, `kl = new - ref`, `adv = rewards - beta * kl`.",
@@ -367,6 +444,13 @@ PPO_RLHF_OBJECTIVE = Exercise(
         "inside `adv`.",
     ),
     reference=ppo_rlhf_objective,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.objectives._objective_of_extremes",
+        "minirlhf.objectives._scaled_mean_difference",
+        "minirlhf.studies.double_count._clipped",
+        "minirlhf.leashes.reward.ppo_token_loss",
+    ),
     random_kwargs=_random_kwargs,
     # the per-token ratio, KL and advantage (1), the min and the clip (2), the dict, its
     # rounded floats and the penalty kept out of J (3)
@@ -385,6 +469,7 @@ PPO_RLHF_OBJECTIVE = Exercise(
         "int": 3,
         "not-rounded": 3,
         "np-round": 3,
+        "int-truncated": 1,
     },
 )
 

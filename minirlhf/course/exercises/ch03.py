@@ -135,6 +135,12 @@ MASKED_SFT_LOSS = Exercise(
         "then `mask = mask.float()` and `return (ce * mask).sum() / mask.sum()`.",
     ),
     reference=masked_sft_loss,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.model.logprobs_from_logits",
+        "minirlhf.studies.silent_bugs.copies.logprobs_from_logits_no_temperature",
+        "minirlhf.leashes.reward.ppo_token_loss",
+    ),
     random_kwargs=_random_kwargs,
     # cross-entropy in log space, per position (1), the mask and the division (2), the tensor (3)
     hint_for={

@@ -104,6 +104,11 @@ BRADLEY_TERRY_LOSS = Exercise(
         "`return -torch.nn.functional.logsigmoid(r_chosen - r_rejected).mean()`",
     ),
     reference=bradley_terry_loss,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.dpo.dpo_loss",
+        "minirlhf.studies.silent_bugs.copies.dpo_loss_rejected_flipped",
+    ),
     random_kwargs=_random_kwargs,
     # the margin, its sigmoid and the mean (1), staying in log space (2), the tensor (3)
     hint_for={

@@ -33,17 +33,20 @@ class ExpectTokenAdvantages(ExpectArray):
         return super().diagnose(got, expected)
 
 
-def _adv_case(scores, old, ref, mask, beta, expected, why, kl_clamp=10.0) -> Case:
+def _adv_case(scores, old, ref, mask, beta, expected, why, kl_clamp=10.0, dtype=torch.float32) -> Case:
+    def tensor(values):
+        return torch.tensor(values, dtype=dtype)
+
     return Case(
         {
-            "scores": as_tensor(scores),
-            "old_logp": as_tensor(old),
-            "ref_logp": as_tensor(ref),
-            "mask": as_tensor(mask),
+            "scores": tensor(scores),
+            "old_logp": tensor(old),
+            "ref_logp": tensor(ref),
+            "mask": tensor(mask),
             "beta": beta,
             "kl_clamp": kl_clamp,
         },
-        as_tensor(expected),
+        tensor(expected),
         why,
     )
 
@@ -71,6 +74,7 @@ def _adv_slip(kind: str):
         (
             "kl-sign",
             "no-clamp",
+            "clamp-above-only",
             "padding-pays",
             "myopic",
             "no-baseline",
@@ -83,7 +87,9 @@ def _adv_slip(kind: str):
     def advantages(scores, old_logp, ref_logp, mask, beta, kl_clamp=10.0):
         B, T = mask.shape
         kl = (ref_logp - old_logp) if kind == "kl-sign" else (old_logp - ref_logp)
-        if kind != "no-clamp":
+        if kind == "clamp-above-only":
+            kl = kl.clamp(max=kl_clamp)
+        elif kind != "no-clamp":
             kl = kl.clamp(-kl_clamp, kl_clamp)
         rewards = -beta * kl * (1.0 if kind == "padding-pays" else mask)
         last = mask.sum(1).long() - 1
@@ -108,6 +114,12 @@ def _adv_slip(kind: str):
 ADV_SLIPS = (
     Slip("kl-sign", _adv_slip("kl-sign"), "that is kl = ref_logp - old_logp: subtract the other way"),
     Slip("no-clamp", _adv_slip("no-clamp"), "that is the KL without the clamp to [-kl_clamp, kl_clamp]"),
+    Slip(
+        "no-clamp",
+        _adv_slip("clamp-above-only"),
+        "that clamps the KL from above only: clamp it to [-kl_clamp, kl_clamp], so that a log-ratio "
+        "far below 0 stops at -kl_clamp too",
+    ),
     Slip(
         "padding-pays",
         _adv_slip("padding-pays"),
@@ -161,7 +173,7 @@ KL_SHAPED_ADVANTAGES = Exercise(
             [[1.0] * 3] * 2,
             0.5,
             [[0.35, 0.375, 0.425], [-0.35, -0.375, -0.425]],
-            "kl = [0.1, 0.2, 0.3] in row 1: rewards [-0.05, -0.1, 1 - 0.15], returns [0.70, 0.75, "
+            "kl = [0.1, 0.2, 0.3] in row 0: rewards [-0.05, -0.1, 1 - 0.15], returns [0.70, 0.75, "
             "0.85]; the first token also pays for the second and third tokens' KL",
         ),
         _adv_case(
@@ -171,7 +183,7 @@ KL_SHAPED_ADVANTAGES = Exercise(
             [[1.0, 1.0, 0.0], [1.0] * 3],
             0.5,
             [[1.0, 1.0, 0.0], [-1.0, -1.0, 0.0]],
-            "row 1 ends after 2 tokens: its score is paid on its last kept token (index 1) and "
+            "row 0 ends after 2 tokens: its score is paid on its last kept token, [0, 1], and "
             "reaches index 0 through the return; the advantage of a dropped token is 0",
         ),
         _adv_case(
@@ -193,6 +205,16 @@ KL_SHAPED_ADVANTAGES = Exercise(
             [[-0.5], [0.5]],
             "a runaway token: log-ratio 29.5 is clamped to kl_clamp = 10, reward -0.1 * 10 = -1, "
             "and the baseline -0.5 (-1.475 without the clamp)",
+        ),
+        _adv_case(
+            [0.0, 0.0],
+            [[-30.0], [-1.0]],
+            [[-0.5], [-1.0]],
+            [[1.0], [1.0]],
+            0.1,
+            [[0.5], [-0.5]],
+            "a token the policy has all but dropped: log-ratio -29.5 is clamped from below to "
+            "-kl_clamp = -10, reward -0.1 * -10 = +1, baseline 0.5 (1.475 with a clamp from above only)",
         ),
         _adv_case(
             [0.0, 0.0],
@@ -220,8 +242,8 @@ KL_SHAPED_ADVANTAGES = Exercise(
             [[1.0, 0.0], [1.0, 1.0]],
             1.0,
             [[1.0, 0.0], [-1.0, 0.0]],
-            "row 1's second token is padding with kl = 5: the mask drops it, so its KL must not "
-            "reach the return of row 1's first token",
+            "row 0's second token, [0, 1], is padding with kl = 5: the mask drops it, so its KL must "
+            "not reach the return of row 0's first token, [0, 0]",
         ),
         _adv_case(
             [1.5],
@@ -241,6 +263,19 @@ KL_SHAPED_ADVANTAGES = Exercise(
             [[0.8, 0.7], [-0.7, -0.5], [-0.1, -0.2]],
             "three rows, all kept: returns [0.6, 0.6], [-0.9, -0.6], [-0.3, -0.3]; the baselines "
             "are the column means -0.2 and -0.1; B != T, so a baseline over the wrong axis fails",
+        ),
+        _adv_case(
+            [1e8 + 1.0, 1e8 - 1.0],
+            [[-1.0, -1.0], [-1.0, -1.0]],
+            [[-1.5, -1.0], [-1.0, -1.0]],
+            [[1.0, 1.0], [1.0, 1.0]],
+            0.2,
+            [[0.95, 1.0], [-0.95, -1.0]],
+            "scores 1e8 + 1 and 1e8 - 1, float64 tensors: an RM's level is arbitrary (this "
+            "chapter), and the baseline takes it away; returns [1e8 + 0.9, 1e8 + 1] and [1e8 - 1] * 2, "
+            "advantages +-0.95 and +-1. A float32 step anywhere (torch.zeros(B, T), .float()) keeps "
+            "no digit below 8 at 1e8",
+            dtype=torch.float64,
         ),
         _adv_case(
             [1.0, -1.0],
@@ -263,6 +298,8 @@ KL_SHAPED_ADVANTAGES = Exercise(
         "`returns.sum(0) / mask.sum(0).clamp(min=1)`, shape (T,). Return `(returns - baseline) * mask`.",
     ),
     reference=kl_shaped_advantages,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=("minirlhf.ppo.gae",),
     random_kwargs=_adv_random_kwargs,
     # the per-token reward (1), the score added on a copy (2), the return-to-go (3), the baseline (4)
     hint_for={
@@ -311,12 +348,25 @@ def _random_kwargs(rng: np.random.Generator) -> dict:
 
 
 E05 = math.exp(0.5)  # the ratio when new_logp - old_logp = 0.5
+E04 = math.exp(0.4)
 
 
 def _slip(kind: str):
     """Return ppo_token_loss with one usual slip (see ``SLIPS``)."""
     known_slip(
-        kind, ("ratio-inverted", "transposed", "max", "clip-only", "no-clip", "no-mask", "mean-over-all", "row-means")
+        kind,
+        (
+            "ratio-inverted",
+            "transposed",
+            "max",
+            "clip-only",
+            "no-clip",
+            "min-of-means",
+            "no-mask",
+            "mean-over-all",
+            "row-means",
+            "sum",
+        ),
     )
 
     def loss(new_logp, old_logp, advantages, mask, epsilon=0.2):
@@ -326,6 +376,10 @@ def _slip(kind: str):
         surrogate = {"max": torch.maximum(ratio * A, clipped), "clip-only": clipped, "no-clip": ratio * A}.get(
             kind, torch.minimum(ratio * A, clipped)
         )
+        if kind == "min-of-means":  # the smaller of the two terms' masked means
+            return -torch.minimum((ratio * A * mask).sum() / mask.sum(), (clipped * mask).sum() / mask.sum())
+        if kind == "sum":
+            return -(surrogate * mask).sum()
         if kind == "no-mask":
             return -surrogate.mean()
         if kind == "mean-over-all":
@@ -344,6 +398,11 @@ SLIPS = (
         _slip("transposed"),
         "that uses the advantages transposed: each advantage belongs where it stands, (B, T)",
     ),
+    Slip(
+        "min-clip",
+        _slip("min-of-means"),
+        "that is the smaller of the two terms' means: take the minimum token by token, then the mean",
+    ),
     Slip("min-clip", _slip("max"), "that is the maximum of the two terms: take the minimum"),
     Slip("min-clip", _slip("clip-only"), "that is the clipped term alone: take the minimum of both terms"),
     Slip("min-clip", _slip("no-clip"), "that is ratio * advantages with no clipping: the clipped term is missing"),
@@ -354,6 +413,7 @@ SLIPS = (
         "that is .mean() of the masked terms, which divides by B * T: divide by mask.sum()",
     ),
     Slip("row-means", _slip("row-means"), "that is the mean of the rows' means: average over all kept tokens at once"),
+    Slip("sum", _slip("sum"), "that is the sum over the kept tokens: divide it by mask.sum(), their number"),
 )
 
 
@@ -463,6 +523,16 @@ PPO_TOKEN_LOSS = Exercise(
             -(0.5 - E05) / 3,
             "a zero advantage adds 0 whatever the ratio, and still counts in the mean: -(0.5 - e^0.5 + 0) / 3",
         ),
+        _case(
+            [[-0.5, -0.6]],
+            [[-1.0, -1.0]],
+            [[1.0, -1.0]],
+            [[1.0, 1.0]],
+            0.2,
+            -(1.2 - E04) / 2,
+            "ratios e^0.5 with A = 1 and e^0.4 = 1.492 with A = -1: the min keeps 1.2 and -1.492 token by "
+            "token, loss -(1.2 - 1.492) / 2 = 0.1459; the smaller of the two terms' means would give 0",
+        ),
     ),
     hints=(
         "Work per token on (B, T) tensors: `ratio = torch.exp(new_logp - old_logp)`. The advantages are "
@@ -474,6 +544,8 @@ PPO_TOKEN_LOSS = Exercise(
         "optimizer minimises it. Return the tensor, not `.item()`.",
     ),
     reference=ppo_token_loss,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=("minirlhf.studies.double_count._clipped",),
     random_kwargs=_random_kwargs,
     # the ratio and the advantages as they stand (1), the min and the clip (2), the masked mean
     # (3), the minus and the tensor (4)
@@ -484,6 +556,7 @@ PPO_TOKEN_LOSS = Exercise(
         "no-mask": 3,
         "mean-over-all": 3,
         "row-means": 3,
+        "sum": 3,
         "not-averaged": 3,
         "nan": 3,
         "sign": 4,

@@ -231,6 +231,8 @@ PROMPT_SHARE = Exercise(
         "dividing.",
     ),
     reference=prompt_share,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=("minirlhf.estimators.group_centred.group_centred_advantages",),
     random_kwargs=_random_kwargs,
     # the groups (1), the within-prompt variance (2), the divisor (3), the share, its type and
     # the equal rewards (4)

@@ -110,7 +110,17 @@ ADAPTIVE_KL_UPDATE = Exercise(
     reference=adaptive_kl_update,
     random_kwargs=_kl_random_kwargs,
     # the error and its clip (2), the multiplicative update and the Python float (3)
-    hint_for={"no-clip": 2, "clip-beta": 2, "inverted": 2, "additive": 3, "numpy-scalar": 3, "type": 3, "int": 3},
+    hint_for={
+        "no-clip": 2,
+        "clip-beta": 2,
+        "inverted": 2,
+        "rounded": 1,
+        "additive": 3,
+        "numpy-scalar": 3,
+        "type": 3,
+        "int": 3,
+        "float32": 3,
+    },
 )
 
 # ----------------------------------------------------------------------------- GAE
@@ -139,7 +149,9 @@ def _gae_random_kwargs(rng: np.random.Generator) -> dict:
 
 def _gae_slip(kind: str):
     """Return gae with one usual slip (see ``GAE_SLIPS``)."""
-    known_slip(kind, ("forward", "first-axis", "no-gamma-in-trace", "bootstrap-past-end", "int-output"))
+    known_slip(
+        kind, ("forward", "first-axis", "no-gamma-in-trace", "no-gamma-in-delta", "bootstrap-past-end", "int-output")
+    )
 
     def gae_(rewards, values, gamma, lam):
         # "int-output" makes its output like the rewards as given: whole numbers stay ints
@@ -161,10 +173,11 @@ def _gae_slip(kind: str):
                 adv[t], next_value = running, values[t]
             return adv
         trace = lam if kind == "no-gamma-in-trace" else gamma * lam
+        discount = 1.0 if kind == "no-gamma-in-delta" else gamma  # of the next value, in the TD error
         next_value = values[..., -1] if kind == "bootstrap-past-end" else 0.0
         running = 0.0
         for t in reversed(range(T)):
-            running = rewards[..., t] + gamma * next_value - values[..., t] + trace * running
+            running = rewards[..., t] + discount * next_value - values[..., t] + trace * running
             adv[..., t], next_value = running, values[..., t]
         return adv
 
@@ -176,6 +189,11 @@ GAE_SLIPS = (
         "no-gamma-in-trace",
         _gae_slip("no-gamma-in-trace"),
         "that carries the next advantage with lam alone: the factor is gamma * lam",
+    ),
+    Slip(
+        "no-gamma-in-delta",
+        _gae_slip("no-gamma-in-delta"),
+        "that leaves gamma out of the TD error: delta = r_t + gamma * V(s_(t+1)) - V(s_t)",
     ),
     Slip("forward", _gae_slip("forward"), "that walks forwards: walk from the last token back"),
     Slip(
@@ -278,6 +296,24 @@ GAE = Exercise(
             "gamma = 0.9, lam = 0.5: A_1 = 1, A_0 = 0 + 0.9 * 0 + 0.9 * 0.5 * 1 = 0.45",
         ),
         _gae_case(
+            [0.0, 0.0, 1.0],
+            [0.5, 0.6, 0.8],
+            0.9,
+            0.5,
+            [0.1345, 0.21, 0.2],
+            "gamma = 0.9 with a value on every token: deltas 0.9 * 0.6 - 0.5 = 0.04, 0.9 * 0.8 - 0.6 "
+            "= 0.12 and 1 - 0.8 = 0.2; A_1 = 0.12 + 0.45 * 0.2, A_0 = 0.04 + 0.45 * 0.21",
+        ),
+        _gae_case(
+            np.array([[0.0, 1.0], [1.0, 0.0]]),
+            np.array([[0.5, 0.5], [0.2, 0.4]]),
+            0.5,
+            0.0,
+            [[-0.25, 0.5], [1.0, -0.4]],
+            "lam = 0, gamma = 0.5, a batch (2, 2): each advantage is its TD error r + 0.5 * V_next - V, "
+            "[0 + 0.25 - 0.5, 1 - 0.5] and [1 + 0.2 - 0.2, 0 - 0.4]",
+        ),
+        _gae_case(
             [0, 0, 1],
             [0.5, 0.6, 0.8],
             1.0,
@@ -307,6 +343,7 @@ GAE = Exercise(
         "forward": 1,
         "bootstrap-past-end": 1,
         "no-gamma-in-trace": 2,
+        "no-gamma-in-delta": 2,
         "first-axis": 2,
         "shape": 2,
         "type": 3,

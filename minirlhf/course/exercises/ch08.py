@@ -33,9 +33,9 @@ class ExpectGroupAdvantages(ExpectArray):
         return super().diagnose(got, expected)
 
 
-def _group_case(rewards, group_size, expected, why, eps=1e-4) -> Case:
-    want = expected if isinstance(expected, Raises) else as_tensor(expected)
-    return Case({"rewards": as_tensor(rewards), "group_size": group_size, "eps": eps}, want, why)
+def _group_case(rewards, group_size, expected, why, eps=1e-4, dtype=torch.float32) -> Case:
+    want = expected if isinstance(expected, Raises) else torch.tensor(expected, dtype=dtype)
+    return Case({"rewards": torch.tensor(rewards, dtype=dtype), "group_size": group_size, "eps": eps}, want, why)
 
 
 def _group_random_kwargs(rng: np.random.Generator) -> dict:
@@ -248,6 +248,16 @@ GROUP_ADVANTAGES = Exercise(
             "equality with its first and give exactly 0",
         ),
         _group_case(
+            [1e8 + 1.0, 1e8, 1e8, 1e8],
+            4,
+            [0.75 / (0.5 + 1e-4), -0.25 / (0.5 + 1e-4), -0.25 / (0.5 + 1e-4), -0.25 / (0.5 + 1e-4)],
+            "the first case 1e8 higher, in float64: an RM's level is arbitrary (chapter 5), and the "
+            "group's mean takes it away, so the advantages are the first case's. The variance as "
+            "mean(r**2) - mean**2 subtracts two numbers near 1e16 and keeps no digit of it: subtract "
+            "the mean first (.std() does); a float32 step keeps no digit below 8 at 1e8",
+            dtype=torch.float64,
+        ),
+        _group_case(
             [1.0, 0.0],
             1,
             Raises(ValueError, "group_size"),
@@ -277,6 +287,11 @@ GROUP_ADVANTAGES = Exercise(
         "`.reshape(-1)`, shape (B,).",
     ),
     reference=group_advantages,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.estimators.group_centred.group_centred_advantages",
+        "minirlhf.estimators.rloo.rloo_advantages",
+    ),
     random_kwargs=_group_random_kwargs,
     # the checks and the groups (1), the baseline (2), the scale (3), equal rewards and the
     # shape (4)
@@ -571,6 +586,11 @@ GRPO_TOKEN_LOSS = Exercise(
         "the leash is added. Return the tensor, not `.item()`.",
     ),
     reference=grpo_token_loss,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.leashes.k2_loss.k2_token_loss",
+        "minirlhf.studies.silent_bugs.copies.grpo_token_loss_ratio_to_reference",
+    ),
     random_kwargs=_loss_random_kwargs,
     # the surrogate and its mean (1), the k3 term (2), its masked mean (3), the sum, beta and
     # the tensor (4)

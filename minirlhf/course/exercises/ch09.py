@@ -220,6 +220,11 @@ DPO_LOSS = Exercise(
         "`.mean()`.",
     ),
     reference=dpo_loss,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.reward_model.bradley_terry_loss",
+        "minirlhf.studies.silent_bugs.copies.dpo_loss_rejected_flipped",
+    ),
     random_kwargs=_random_kwargs,
     # the log-ratios (1), the margin and Bradley-Terry (2), log space (3), the line (4)
     hint_for={

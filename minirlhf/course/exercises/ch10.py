@@ -28,7 +28,8 @@ from ...task import SEMI, encode
 from ..cases import Case, Exercise, MeasuredCases, NotReady, Slip, run_cases
 from ..expect import ExpectArray
 from ..runs import NotStored, stored_bug_runs
-from ..sandbox import _where
+from ..safe_text import shorten
+from ..sandbox import _exception_name, _exception_text, _where
 from ..tells import ExpectTell, Tell
 from . import ch08, ch09
 from .ch02 import ExpectLoss
@@ -285,6 +286,13 @@ def _tell_exercise(letter: str) -> Exercise:
         ready=runs_ready,
         hints=TELL_HINTS[letter],
         reference=_TELL_REFERENCES[letter],
+        # What computes the answer key from the runs: blocked with the reference while graded.
+        also_blocks=(
+            "minirlhf.course.exercises.ch10.answer_key",
+            "minirlhf.course.exercises.ch10.tell",
+            "minirlhf.studies.silent_bugs.separating",
+            "minirlhf.studies.silent_bugs.tell_table",
+        ),
         random_kwargs=_no_inputs,
         n_random=0,
         hint_for=hint_for,
@@ -455,6 +463,7 @@ def _mask_expect() -> ExpectArray:
     return ExpectArray(
         atol=0.0,
         container="torch",
+        dtype="float",
         what="the mask",
         slips=(
             Slip("no-mask", sb.completion_mask_missing, "that keeps every token: the mask stops after the first ';'"),
@@ -482,17 +491,18 @@ def _logprob_cases() -> tuple:
     g = torch.Generator().manual_seed(10)
     out = []
     # a vocabulary of 4 here, so that every input fits the report (the engine's is 13)
+    # float64 logits, as the run's (the engine computes in float64)
     for shape, t, why in (
         ((1, 2, 4), 0.7, "one answer of two tokens at the book's temperature 0.7"),
         ((2, 2, 4), 0.7, "two answers at 0.7"),
         ((1, 2, 4), 1.0, "at temperature 1 the bug and the fix agree"),
         ((1, 2, 4), 0.3, "a colder sampler"),
     ):
-        logits = torch.round(3.0 * torch.randn(shape, generator=g), decimals=1)
+        logits = torch.round(3.0 * torch.randn(shape, generator=g), decimals=1).double()
         tokens = torch.randint(0, shape[2], shape[:2], generator=g)
-        out.append(
-            Case({"logits": logits, "tokens": tokens, "temperature": t}, logprobs_from_logits(logits, tokens, t), why)
-        )
+        expected = logprobs_from_logits(logits, tokens, t)
+        # the logits require a gradient, as the run's do: log-probs cut off from them fail
+        out.append(Case({"logits": logits.requires_grad_(), "tokens": tokens, "temperature": t}, expected, why))
     return tuple(out)
 
 
@@ -534,13 +544,15 @@ FIX_HINTS = {
 def _logprob_random_kwargs(rng) -> dict:
     B, T = int(rng.integers(1, 9)), int(rng.integers(1, 5))
     return {
-        "logits": torch.tensor(rng.normal(0.0, 3.0, (B, T, 13)), dtype=torch.float32),
+        "logits": torch.tensor(rng.normal(0.0, 3.0, (B, T, 13)), dtype=torch.float64, requires_grad=True),
         "tokens": torch.tensor(rng.integers(0, 13, (B, T)), dtype=torch.long),
         "temperature": float(rng.choice([0.3, 0.7, 1.0, 1.5])),
     }
 
 
-def _fix(letter: str, reference, cases, expect, random_kwargs, n_random: int = 50, hint_for=None) -> Exercise:
+def _fix(
+    letter: str, reference, cases, expect, random_kwargs, n_random: int = 50, hint_for=None, also_blocks=()
+) -> Exercise:
     return Exercise(
         name=fix_name(letter),
         chapter=10,
@@ -552,6 +564,7 @@ def _fix(letter: str, reference, cases, expect, random_kwargs, n_random: int = 5
         random_kwargs=random_kwargs,
         n_random=n_random,
         hint_for={s.kind: 2 for s in expect.slips} | {"value": 1} | (hint_for or {}),
+        also_blocks=also_blocks,
     )
 
 
@@ -575,7 +588,15 @@ def _from(exercise: Exercise, letter: str, slip: Slip) -> Exercise:
 
 IN_THIS_CHAPTER = (
     _tell_exercise("A"),
-    _fix("A", completion_mask, _mask_cases(), _mask_expect(), _mask_random_kwargs),
+    _fix(
+        "A",
+        completion_mask,
+        _mask_cases(),
+        _mask_expect(),
+        _mask_random_kwargs,
+        hint_for={"dtype": 3},
+        also_blocks=("minirlhf.task.decode_completions",),
+    ),
     _tell_exercise("B"),
     _tell_exercise("C"),
     _fix("C", k3_loss_term, _k3_cases(), _k3_expect(), _k3_random_kwargs, hint_for={"k1": 1, "no-grad": 2}),
@@ -601,6 +622,9 @@ IN_THIS_CHAPTER = (
             container="torch",
             what="the log-probs",
             plural=True,
+            dtype="float64",
+            grad_why="the run differentiates these log-probs (its loss is built from them)",
+            grad_wrt=("logits",),
             slips=(
                 Slip(
                     "no-temperature",
@@ -610,6 +634,8 @@ IN_THIS_CHAPTER = (
             ),
         ),
         _logprob_random_kwargs,
+        hint_for={"no-grad": 3, "grad": 3, "float32": 3, "dtype": 3},
+        also_blocks=("minirlhf.studies.silent_bugs.copies.logprobs_from_logits_no_temperature",),
     ),
     _tell_exercise("G"),
     _from(
@@ -633,7 +659,8 @@ def band_report(letter: str, fn, runs: dict, progress: bool = False) -> str:
     buggy copy (seeds of ``runs``, :func:`~minirlhf.studies.silent_bugs.band_check`): whether
     each seed's run is the correct run digit for digit, and, on each panel that separates the
     bug, the fixed runs' value and the bug's own beside the correct runs' band. Never raises for
-    the learner's code: what the function raises during the run is reported in a line."""
+    the learner's code: what the function raises during the run, exit() included, is reported in
+    a line. An interrupt (the stop button) still stops the cell."""
     from . import get
 
     bug = sb.BUGS[bug_of(letter)]
@@ -651,11 +678,19 @@ def band_report(letter: str, fn, runs: dict, progress: bool = False) -> str:
             f"while the run is made, your function takes the place of the engine's {bug.name}, so a fix "
             f"that calls {bug.name} calls itself. Write the computation out instead."
         )
-    except Exception as exc:  # the learner's function, called on the run's own batches
+    except KeyboardInterrupt:  # the stop button: the learner stops the run, and the cell with it
+        raise
+    except SystemExit as exc:  # exit() in the learner's function: a report, never the kernel's end
         return (
-            f"{fix_name(letter)} passes its check, but raised during run {letter}: {type(exc).__name__}: "
-            f"{exc}{_where(exc)}. The run calls it on every batch, with shapes the check's cases may not "
-            "have: look at the inputs it gets there."
+            f"{fix_name(letter)} passes its check, but called exit() during run {letter}{_where(exc)}: "
+            "return a value instead."
+        )
+    except BaseException as exc:  # the learner's function, called on the run's own batches
+        text, _ = _exception_text(exc)
+        return (
+            f"{fix_name(letter)} passes its check, but raised during run {letter}: {_exception_name(exc)}: "
+            f"{shorten(text, 300)}{_where(exc)}. The run calls it on every batch, with shapes the check's "
+            "cases may not have: look at the inputs it gets there."
         )
     seeds = sorted(runs["correct"][bug.arm], key=int)
     separating = sb.separating(runs, bug_of(letter))

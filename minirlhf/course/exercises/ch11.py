@@ -237,6 +237,11 @@ BEST_OF_N_PROBS = Exercise(
         "contract asks for more decimals than rounding keeps.",
     ),
     reference=best_of_n_probs,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.exact.best_of_n",
+        "minirlhf.exact.best_of_n_stats",
+    ),
     random_kwargs=_bon_random_kwargs,
     # what wins a best-of-n (1), the block's probability and its split (2), the NumPy array and
     # the 0 / 0 of a block of no mass (3)
@@ -311,6 +316,8 @@ BEST_OF_N_KL_BOUND = Exercise(
         "`return math.log(n) - (n - 1) / n`: a Python float.",
     ),
     reference=best_of_n_kl_bound,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=("minirlhf.exact.analytic_best_of_n_kl",),
     random_kwargs=_bound_random_kwargs,
     # the formula (1), the base of the log and the term subtracted (2), the Python float (3)
     hint_for={
@@ -545,6 +552,12 @@ SEQUENCE_KL = Exercise(
         "`kl = terms.sum(axis=-1)`. Return `float(kl)` for 1-D input and `kl` for 2-D input.",
     ),
     reference=sequence_kl,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.exact.exact_sequence_kl",
+        "minirlhf.exact._times_mass",
+        "minirlhf.studies.kl_exact._times_mass",
+    ),
     random_kwargs=_seq_random_kwargs,
     # the weighted sum of log-ratios (1), terms of probability 0 and the axis (2), the Python float
     # or the NumPy array (3)
@@ -742,6 +755,14 @@ BEST_OF_N_KL = Exercise(
         "float, unrounded.",
     ),
     reference=best_of_n_kl,
+    # The package's other functions that give this answer: blocked with the reference while graded.
+    also_blocks=(
+        "minirlhf.exact.best_of_n_stats",
+        "minirlhf.exact.best_of_n_table",
+        "minirlhf.exact.best_of_n",
+        "minirlhf.studies.gao.best_of_n_probs",
+        "minirlhf.studies.gao.sequence_kl",
+    ),
     random_kwargs=_bon_random_kwargs,
     # the KL of the exact law, not the formula (1), its weight, base, zero terms and ties (2), the
     # Python float, unrounded (3)

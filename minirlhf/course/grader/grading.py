@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import os
 import pickle
 import re
 import secrets
@@ -33,6 +34,7 @@ CELL_TIMEOUT = 120.0  # seconds any one notebook cell may run
 BUDGET = 60.0  # seconds of calls per exercise, all its inputs together
 MAX_SECONDS = 86400.0  # the largest --cell-timeout or --budget taken (a day)
 MAX_TIME_LIMIT = 3600.0  # the largest --time-limit taken (an hour: the alarm's range is finite)
+MIN_TIME_LIMIT = 0.1  # the smallest --time-limit taken: a right call may take that long on a busy machine
 
 
 @dataclass
@@ -141,6 +143,39 @@ def _reference_name(exercise: Exercise) -> list | None:
     return None
 
 
+TMP_PREFIX = "minirlhf-check-"  # the grader's temporary folder: the kernel's files, its working folder
+OWNER_FILE = "grader.pid"  # in that folder: the process id of the grader that made it
+
+
+def _remove_dead_graders_folders() -> None:
+    """Remove the temporary folders of graders that were killed before they could (SIGKILL):
+    this user's, whose grader's process is gone. A folder whose owner cannot be read is left."""
+    import shutil
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
+        try:
+            if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+                continue
+            pid = int((folder / OWNER_FILE).read_text(encoding="utf-8").strip())
+            if pid <= 0 or pid == os.getpid():
+                continue
+            os.kill(pid, 0)
+        except ProcessLookupError:  # its grader is gone
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError, OverflowError):  # not ours to judge: leave it
+            continue
+
+
+def _renamed(name: str, defined: list) -> list:
+    """The one function the notebook defines that looks like ``name`` renamed (``kl_penalty2``,
+    ``my_kl_penalty``), if any: not another exercise's function (``fix_run_f`` is not
+    ``tell_run_a`` renamed), and close enough that the suggestion is likely right."""
+    from ..exercises import EXERCISES
+
+    others = [n for n in defined if isinstance(n, str) and n not in EXERCISES]
+    return difflib.get_close_matches(name, others, n=1, cutoff=0.75)
+
+
 def _grade_exercise(
     runner: _Runner, exercise: Exercise, seed: int, tmp: Path, time_limit: float | None, budget: float
 ) -> tuple[ExerciseGrade, bool]:
@@ -157,6 +192,7 @@ def _grade_exercise(
         "slice": SLICE,
         "budget": budget,
         "reference": _reference_name(exercise),
+        "also_blocks": list(exercise.also_blocks),
         "grad_wrt": list(exercise.expect.grad_wrt),
         "mentions": [c.expected.mentions if isinstance(c.expected, Raises) else None for c in everything],
     }
@@ -167,7 +203,7 @@ def _grade_exercise(
 
     done = records[-1] if records and records[-1].get("done") else {}
     if done.get("setup") == "missing":
-        close = difflib.get_close_matches(exercise.name, done.get("names", []), n=1, cutoff=0.5)
+        close = _renamed(exercise.name, done.get("names", []))
         grade.problem = "not found: did you rename it?" + (f" (the notebook defines {close[0]})" if close else "")
     elif done.get("setup") == "not callable":
         grade.problem = done["detail"]
@@ -271,8 +307,10 @@ def grade_notebook(
         )
         return grade
 
-    with tempfile.TemporaryDirectory(prefix="minirlhf-check-") as tmp:
+    _remove_dead_graders_folders()
+    with tempfile.TemporaryDirectory(prefix=TMP_PREFIX) as tmp:
         tmp = Path(tmp)
+        (tmp / OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
         (tmp / "work").mkdir()  # the kernel's working folder: empty, away from the notebook
         (tmp / "tmp").mkdir()  # the kernel's temporary files
         try:

@@ -9,12 +9,16 @@ call to a results file (the returned value as plain data, :func:`~minirlhf.cours
 a slice of about a second at a time, so that the grader can step in between.
 
 While an exercise is graded, the package's own reference solution for it raises when called,
-under any name (:func:`_block_reference`), and its module cannot be loaded again.
+under any name (:func:`_block_reference`), and so do the package's other functions that compute
+the same answer (the exercise's ``also_blocks``); their modules cannot be loaded again, and their
+code cannot be compiled or run afresh from their files under another name (:func:`_audit`). A
+call that reaches one is recorded with the name of the function it reached.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import pickle
 import sys
@@ -33,107 +37,195 @@ class _ReferenceNotAvailable(BaseException):
     """Raised by the package's reference solution while its exercise is graded. A
     BaseException, so that an ``except Exception`` around the call does not hide it."""
 
-    used = False  # set by the stub, read after each call
+    used = ""  # the name of the blocked function a call reached: set when raised, read after each call
 
 
-def _reference_stub(*args, **kwargs):
-    # Becomes the reference's code while it is blocked, so it runs with the reference's module
-    # globals: it names nothing but builtins.
-    kernel = __import__("minirlhf.course.grader.kernel", fromlist=["_"])
-    kernel._ReferenceNotAvailable.used = True
-    raise kernel._ReferenceNotAvailable("the package's reference solution is not available while grading")
+def _refuse(label: str, what: str = "is not available while grading"):
+    _ReferenceNotAvailable.used = label
+    raise _ReferenceNotAvailable(f"{label} {what}")
 
 
-def _stub_code(n_free: int):
-    """The code of :func:`_reference_stub`, with ``n_free`` free variables (a closure's code can
-    only be swapped for code with as many)."""
-    if n_free == 0:
-        return _reference_stub.__code__
-    names = [f"_v{i}" for i in range(n_free)]
-    source = (
-        f"def _outer():\n    {' = '.join(names)} = None\n"
-        f"    def _reference_stub(*args, **kwargs):\n        {', '.join(names)}\n"
-        "        kernel = __import__('minirlhf.course.grader.kernel', fromlist=['_'])\n"
-        "        kernel._ReferenceNotAvailable.used = True\n"
-        "        raise kernel._ReferenceNotAvailable(\"the package's reference solution is not "
-        'available while grading")\n    return _reference_stub\n'
-    )
-    space: dict = {}
-    exec(compile(source, __file__, "exec"), space)
-    return space["_outer"]().__code__
+_STUBS: dict = {}
+
+
+def _stub_code(n_free: int, label: str):
+    """The code that stands in for a blocked function's: it records ``label`` (the function's
+    name) and raises. It runs with that function's module globals, so it names nothing but
+    builtins; it has ``n_free`` free variables, as a closure's code can only be swapped for code
+    with as many."""
+    if (n_free, label) not in _STUBS:
+        body = (
+            "def _stub(*args, **kwargs):\n"
+            "    {free}\n"
+            "    __import__('minirlhf.course.grader.kernel', fromlist=['_'])._refuse({label!r})\n"
+        )
+        if n_free:
+            names = [f"_v{i}" for i in range(n_free)]
+            source = f"def _outer():\n    {' = '.join(names)} = None\n" + "".join(
+                f"    {line}\n" for line in body.format(free=", ".join(names), label=label).splitlines()
+            )
+            source += "    return _stub\n"
+        else:
+            source = body.format(free="pass", label=label) + "def _outer():\n    return _stub\n"
+        space: dict = {}
+        exec(compile(source, __file__, "exec"), space)
+        _STUBS[(n_free, label)] = space["_outer"]().__code__
+    return _STUBS[(n_free, label)]
 
 
 class _NoFreshCopy:
     """An import hook, first on ``sys.meta_path`` while an exercise is graded: it refuses to
-    load the reference's module again (``importlib.reload``, or an import after deleting it from
-    ``sys.modules``), which would make a fresh, unblocked copy of the reference."""
+    load a blocked function's module again (``importlib.reload``, or an import after deleting
+    it from ``sys.modules``), which would make a fresh, unblocked copy of the function."""
 
-    def __init__(self, module: str):
-        self.module = module
+    def __init__(self, module: str, label: str):
+        self.module, self.label = module, label  # label: the blocked function of that module it would copy
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname == self.module:
-            _ReferenceNotAvailable.used = True
-            raise _ReferenceNotAvailable(f"{fullname} cannot be loaded again while grading")
+            _refuse(self.label, f"cannot be loaded again (its module {fullname}) while grading")
         return None
 
 
 _HOOKS: list = []
+_ORIGINALS: dict = {}  # the key of each blocked function's own code (see _code_key) -> its name
+_SOURCES: dict = {}  # each blocked function's source text -> its name
 
 
-def _block(fn) -> None:
+def _code_key(code, depth: int = 0):
+    """What makes two compilations of a function the same function: its name, bytecode,
+    names and constants (nested code by this same key), whatever file or line it came from."""
+    consts = tuple(
+        _code_key(c, depth + 1) if isinstance(c, types.CodeType) and depth < 20 else repr(c) for c in code.co_consts
+    )
+    return (code.co_name, code.co_code, code.co_names, code.co_varnames, consts)
+
+
+def _codes_in(code, depth: int = 0):
+    """``code`` and every code object nested in its constants."""
+    yield code
+    if depth < 20:
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                yield from _codes_in(c, depth + 1)
+
+
+def _audit(event: str, args: tuple) -> None:
+    """An audit hook (:func:`sys.addaudithook`; it stays once added, and does nothing unless a
+    function is blocked): it refuses to compile, unmarshal or run a blocked function's code
+    afresh, whatever name it is loaded under (``runpy.run_path`` of its file,
+    ``importlib.util.spec_from_file_location``, ``exec`` of its source)."""
+    if not _BLOCKED or event not in ("exec", "compile", "marshal.loads"):
+        return
+    if event == "exec" and args and isinstance(args[0], types.CodeType):
+        for code in _codes_in(args[0]):
+            if code.co_name in _ORIGINAL_NAMES and _code_key(code) in _ORIGINALS:
+                _refuse(_ORIGINALS[_code_key(code)], "cannot be run afresh while grading")
+    elif event == "compile" and args and isinstance(args[0], (str, bytes)):
+        text = args[0] if isinstance(args[0], str) else args[0].decode("utf-8", "replace")
+        for source, label in _SOURCES.items():
+            if source in text:
+                _refuse(label, "cannot be compiled afresh while grading")
+    elif event == "marshal.loads" and args and isinstance(args[0], (bytes, bytearray)):
+        data = bytes(args[0])
+        for key, label in _ORIGINALS.items():
+            name, bytecode, names, varnames, _ = key
+            if bytecode in data and all(n.encode() in data for n in (name, *names, *varnames)):
+                _refuse(label, "cannot be loaded afresh while grading")
+
+
+_ORIGINAL_NAMES: set = set()
+_AUDITING: list = []
+
+
+def _block(fn, label: str) -> None:
     if isinstance(fn, types.FunctionType) and fn not in _BLOCKED:
         code = fn.__code__
-        stub = _stub_code(len(code.co_freevars))
         _BLOCKED[fn] = code
-        fn.__code__ = stub
+        fn.__code__ = _stub_code(len(code.co_freevars), label)
 
 
-def _block_reference(where, name: str = "") -> None:
+def _resolve(dotted: str):
+    """The function ``module.qualname`` names (``minirlhf.exact.best_of_n``), or None."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except Exception:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def _block_reference(where, name: str = "", also=()) -> None:
     """Make the reference of exercise ``name`` (the function ``module.name``, ``where``) raise
-    while its exercise is graded.
+    while its exercise is graded, and the package's functions ``also`` (dotted names: the
+    exercise's ``also_blocks``, which compute the same answer another way).
 
-    Its code is swapped, not its name, so every way to reach it raises: the name imported
-    from any module, a wrapper that calls it, a ``functools.partial`` of it, the exercise's
-    own ``reference`` (a closure too). So is the code of every other function that is a copy
-    of it (the same code, in a module loaded twice), and its module cannot be loaded again.
+    Their code is swapped, not their names, so every way to reach them raises: the name
+    imported from any module, a wrapper that calls it, a ``functools.partial`` of it, the
+    exercise's own ``reference`` (a closure too). So is the code of every other function that
+    is a copy of one (the same code, in a module loaded twice); their modules cannot be loaded
+    again, and their code cannot be compiled or run afresh from their files (:func:`_audit`).
     """
     _unblock_references()
-    found = []
+    found = []  # (label, function)
     if name:
         try:
             from ..exercises import get
 
-            found.append(get(name).reference)
+            exercise = get(name)
+            found.append((None, exercise.reference))
+            also = tuple(also) or tuple(getattr(exercise, "also_blocks", ()))
         except Exception:  # no such exercise here: the module and name below still apply
             pass
     if where:
-        try:
-            found.append(getattr(importlib.import_module(where[0]), where[1]))
-        except Exception:  # not importable here: nothing to block
-            pass
-    found = [inspect_unwrap(fn) for fn in found]
-    codes = {fn.__code__ for fn in found if isinstance(fn, types.FunctionType)}
-    if not codes:
+        found.append((".".join(where), _resolve(".".join(where))))
+    found += [(dotted, _resolve(dotted)) for dotted in also]
+    named = []
+    for label, fn in found:
+        fn = inspect_unwrap(fn)
+        if isinstance(fn, types.FunctionType):
+            named.append((label or f"{fn.__module__}.{fn.__qualname__}", fn))
+    if not named:
         return
     import gc
 
-    for obj in gc.get_objects():  # copies of the reference: the same code in another function
-        if type(obj) is types.FunctionType and obj.__code__ in codes:
-            _block(obj)
-    for fn in found:
-        _block(fn)
-    for module in {fn.__module__ for fn in found if isinstance(getattr(fn, "__module__", None), str)}:
+    labels = {fn.__code__: label for label, fn in reversed(named)}
+    for label, fn in named:
+        code = fn.__code__
+        _ORIGINALS[_code_key(code)] = labels[code]
+        _ORIGINAL_NAMES.add(code.co_name)
+        try:
+            _SOURCES[inspect.getsource(fn)] = labels[code]
+        except Exception:  # no source to read: the other two checks still apply
+            pass
+    for obj in gc.get_objects():  # copies of a blocked function: the same code in another function
+        if type(obj) is types.FunctionType and obj.__code__ in labels:
+            _block(obj, labels[obj.__code__])
+    for label, fn in named:
+        _block(fn, label)
+    modules = {}  # module -> the first blocked function of it: the reference's own comes first
+    for label, fn in named:
+        if isinstance(getattr(fn, "__module__", None), str):
+            modules.setdefault(fn.__module__, label)
+    for module, label in modules.items():
         if module.startswith("minirlhf."):
-            hook = _NoFreshCopy(module)
+            hook = _NoFreshCopy(module, label)
             sys.meta_path.insert(0, hook)
             _HOOKS.append(hook)
+    if not _AUDITING:
+        sys.addaudithook(_audit)
+        _AUDITING.append(True)
 
 
 def inspect_unwrap(fn):
     """``fn`` without its ``functools.wraps`` wrappers."""
-    import inspect
-
     try:
         return inspect.unwrap(fn)
     except Exception:
@@ -148,6 +240,9 @@ def _unblock_references() -> None:
     while _BLOCKED:
         fn, code = _BLOCKED.popitem()
         fn.__code__ = code
+    _ORIGINALS.clear()
+    _ORIGINAL_NAMES.clear()
+    _SOURCES.clear()
 
 
 class _KernelSession:
@@ -177,7 +272,7 @@ class _KernelSession:
             self.fn = fn
             with open(spec["inputs"], "rb") as f:
                 self.inputs = pickle.load(f)  # written by the grader, not by the notebook
-            _block_reference(spec.get("reference"), name)
+            _block_reference(spec.get("reference"), name, spec.get("also_blocks", ()))
 
     def _write(self, record: dict) -> None:
         self.out.write(json.dumps(record, allow_nan=False) + "\n")
@@ -195,7 +290,7 @@ class _KernelSession:
             return
         until = time.perf_counter() + self.spec["slice"]
         while self.i < len(self.inputs) and time.perf_counter() < until:
-            _ReferenceNotAvailable.used = False
+            _ReferenceNotAvailable.used = ""
             mentions = self.spec.get("mentions") or [None] * len(self.inputs)
             call = call_safely(
                 self.fn,
@@ -215,8 +310,9 @@ class _KernelSession:
             self._finish(reason="all")
 
 
-def _call_record(index: int, call: Call, used_reference: bool = False, reference=None) -> dict:
-    """Return the JSON-ready record of a call: what happened, and what it returned as plain data."""
+def _call_record(index: int, call: Call, used_reference: str = "", reference=None) -> dict:
+    """Return the JSON-ready record of a call: what happened, and what it returned as plain data.
+    ``used_reference``: the name of the blocked function the call reached, if it reached one."""
     record = {
         "index": index,
         "kind": call.kind,
@@ -228,12 +324,16 @@ def _call_record(index: int, call: Call, used_reference: bool = False, reference
         "named": call.named if type(call.named) is bool else None,
     }
     if used_reference:  # whatever it did after that, it leaned on the package's answer
-        name = ".".join(reference) if reference else "the package's reference"
-        record.update(
-            kind="error",
-            message=f"calls {name}, the package's own solution, which is not "
-            "available while the grader runs: write the computation yourself",
-        )
+        own = ".".join(reference) if reference else ""
+        label = used_reference if isinstance(used_reference, str) else own or "the package's reference"
+        if label == own or not own:
+            what = f"calls {label}, the package's own solution, which is not available while the grader runs"
+        else:
+            what = (
+                f"calls {label}, a function of the package that computes this exercise's answer, "
+                "which is not available while the grader runs"
+            )
+        record.update(kind="error", message=shorten(f"{what}: write the computation yourself", 600))
     elif call.kind in ("ok", "mutated"):
         record["value"] = to_plain(call.value)
         record["grads"] = to_plain(call.grads)

@@ -77,6 +77,19 @@ def _error_text_raw(output: dict) -> tuple[str, int | None]:
     return text, int(line[1]) if line else None
 
 
+_ERROR_KEPT = 20_000  # characters of an error's message, and of each line of its traceback, kept
+
+
+def _trimmed_error(msg: dict) -> dict:
+    """An error message from the kernel with its text cut to what a report can use: the
+    message's first :data:`_ERROR_KEPT` characters, the traceback's last 50 lines, each cut."""
+    content = dict(msg.get("content", {}))
+    content["evalue"] = str(content.get("evalue", ""))[:_ERROR_KEPT]
+    trace = content.get("traceback", [])
+    content["traceback"] = [str(line)[:_ERROR_KEPT] for line in (trace if isinstance(trace, list) else [])[-50:]]
+    return {**msg, "content": content}
+
+
 def _quiet_leftovers(loop, context) -> None:
     """Event-loop error handler: drop the errors of nbclient's tasks that a cell time-out or a
     stop signal leaves behind (they fail later, on a socket that is gone, and nobody awaits
@@ -100,9 +113,10 @@ class _Runner:
 
         class QuietClient(NotebookClient):
             def output(self, outs, msg, display_id, cell_index):
-                # Keep errors only: a cell that prints a flood must not fill the memory.
+                # Keep errors only, and only their start: a cell that prints a flood, or raises
+                # an error with a huge message, must not fill the memory.
                 if msg["msg_type"] == "error":
-                    return super().output(outs, msg, display_id, cell_index)
+                    return super().output(outs, _trimmed_error(msg), display_id, cell_index)
                 return None
 
         ensure_event_loop().set_exception_handler(_quiet_leftovers)  # a safety net for what is left
@@ -128,6 +142,7 @@ class _Runner:
             shutdown_kernel="immediate",
         )
         self.restarts = 0
+        self.tmp = tmp
         self._start()
 
     def _start(self, attempts: int = 3) -> None:
@@ -136,6 +151,8 @@ class _Runner:
         the same free port, and the one that loses the race exits at once."""
         for attempt in range(1, attempts + 1):
             self.client.km = _current_env_kernel_manager()
+            if self.tmp is not None:  # its connection file too goes where the grader removes it
+                self.client.km.connection_file = str(self.tmp / f"kernel-{self.restarts}-{attempt}.json")
             try:
                 self.client.start_new_kernel(**self.start_kwargs)
                 self.client.start_new_kernel_client()
@@ -249,8 +266,9 @@ class _Runner:
                     cell.source,
                     f"ran longer than the {self.cell_timeout:g} s limit per cell (--cell-timeout) and was stopped",
                 )
-                if self.recover():
-                    continue
+                # A cell stopped half-way may leave anything half-done (a module half-imported:
+                # the grader's own imports would fail after it), so the rest runs in a new kernel.
+                self.restart()
             else:
                 problems[index] = _cell_problem(
                     number, cell.source, "stopped the kernel (a crash, exit() or out of memory)"
