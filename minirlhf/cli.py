@@ -7,6 +7,11 @@ A command (``python -m minirlhf.commands.experiment``, ``minirlhf.commands.trl_r
 :class:`Stopped`, which is a KeyboardInterrupt); it writes what is finished inside
 :func:`signals_ignored`, so that a second signal cannot cut a write short; and it ends with
 :func:`stop_status`, 128 plus the signal's number, as a shell reports it.
+
+A signal's handler raises wherever Python happens to be, and that may be a finaliser
+(``__del__``), whose exceptions Python prints ("Exception ignored in ...") and drops. So a stop
+signal is also noted, and so is a Ctrl-C that Python dropped, and long work calls
+:func:`raise_if_stopped` at its boundaries (each step, each run): the stop is raised again there.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import signal
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +33,8 @@ __all__ = [
     "STOP_SIGNALS",
     "Stopped",
     "stops_as_interrupt",
+    "raise_if_stopped",
+    "stop_arrived",
     "signals_ignored",
     "stop_name",
     "stop_status",
@@ -75,8 +83,8 @@ def finite_number(low: float = 0.0, above: bool = False):
     return parse
 
 
-def seconds(most: float):
-    """Return a parser of a number of seconds, more than 0 and at most ``most``."""
+def seconds(most: float, least: float = 0.0):
+    """Return a parser of a number of seconds, more than 0, at least ``least`` and at most ``most``."""
 
     def parse(text: str) -> float:
         try:
@@ -85,6 +93,10 @@ def seconds(most: float):
             raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
         if not (math.isfinite(value) and 0 < value <= most):
             raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {most:g}, got {text}")
+        if value < least:
+            raise argparse.ArgumentTypeError(
+                f"must be at least {least:g} s (a right call may take that long on a busy machine), got {text}"
+            )
         return value
 
     return parse
@@ -110,6 +122,8 @@ def duration(secs: float) -> str:
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 _stopped_by: list[int] = []  # the stop signal that arrived, if one did
+_dropped: list[type] = []  # the type of a KeyboardInterrupt (Ctrl-C or a stop) Python dropped in a finaliser
+_block = {"inside": False, "checked": False}  # inside stops_as_interrupt; its work has called raise_if_stopped
 
 
 class Stopped(KeyboardInterrupt):
@@ -131,14 +145,47 @@ def _on_stop_signal(signum, frame):
 @contextmanager
 def stops_as_interrupt():
     """Within the block, SIGTERM and SIGHUP raise :class:`Stopped` as Ctrl-C raises
-    KeyboardInterrupt; the handlers before it come back after it."""
+    KeyboardInterrupt; the handlers before it come back after it. A stop signal, and a
+    KeyboardInterrupt that Python drops (raised in a finaliser), are noted for
+    :func:`raise_if_stopped`; once the work has called it, such a drop is not printed, since it
+    is acted on. Ctrl-C keeps Python's own handler (asyncio looks for it)."""
     _stopped_by.clear()
+    _dropped.clear()
     previous = {sig: signal.signal(sig, _on_stop_signal) for sig in STOP_SIGNALS}
+    unraisable = sys.unraisablehook
+
+    def note_dropped(dropped):
+        stop = dropped.exc_type is not None and issubclass(dropped.exc_type, KeyboardInterrupt)
+        if stop:
+            _dropped.append(dropped.exc_type)  # not the exception: its frames would keep the object alive
+        if not (stop and _block["checked"]):  # Python's "Exception ignored in ...", unless it is acted on
+            unraisable(dropped)
+
+    sys.unraisablehook = note_dropped
+    _block.update(inside=True, checked=False)
     try:
         yield
     finally:
+        _block.update(inside=False, checked=False)
+        sys.unraisablehook = unraisable
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def raise_if_stopped() -> None:
+    """Raise :class:`Stopped` if a stop signal arrived inside :func:`stops_as_interrupt`, or
+    KeyboardInterrupt if Python dropped one there (the block still running); else nothing.
+
+    For the boundaries of long work: a signal's exception may be raised inside a finaliser
+    and dropped by Python, and the work would go on to its end. Once a stop has arrived,
+    every later call raises again."""
+    if not _block["inside"]:
+        return
+    _block["checked"] = True
+    if _stopped_by:
+        raise Stopped(_stopped_by[0])
+    if _dropped:
+        raise KeyboardInterrupt
 
 
 @contextmanager
@@ -150,6 +197,12 @@ def signals_ignored():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def stop_arrived() -> bool:
+    """True when a stop signal arrived inside :func:`stops_as_interrupt`, or Python dropped a
+    KeyboardInterrupt there: a command that finished its work anyway still says it was stopped."""
+    return bool(_stopped_by or _dropped)
 
 
 def stop_name() -> str:

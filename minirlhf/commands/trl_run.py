@@ -121,7 +121,8 @@ def _run_and_write(args, arms: tuple, out: Path) -> int:
 def _write(args, results: dict, out: Path) -> int:
     """Write the finished seeds to ``out``, print the tables and say what was kept."""
     kept = results["settings"]["seeds"]
-    stopped = len(kept) < args.seeds or (args.profile and "profile" not in results)
+    # a stop that came after the last seed, too late to cut any run short, is still a stop
+    stopped = len(kept) < args.seeds or (args.profile and "profile" not in results) or cli.stop_arrived()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,6 +142,9 @@ def _write(args, results: dict, out: Path) -> int:
     print(f"processes: {os.environ.get('WORLD_SIZE', '1')}; results: {out / 'trl_results.json'}")
     if stopped:
         n = len(kept)
+        if n == args.seeds and (not args.profile or "profile" in results):  # it came after the last run
+            print(f"{cli.stop_name()} after the last run: wrote all {n} seeds", file=sys.stderr)
+            return cli.stop_status()
         rest = (
             (f"seeds {n} to {args.seeds - 1} are" if n < args.seeds - 1 else f"seed {n} is")
             if n < args.seeds

@@ -9,8 +9,9 @@ deep inside the engine, or "finishes" with NaN, because of the learner's code:
   and for a loss its gradient, with the reference's. A function it refuses is named in one line
   that says what is wrong, and the run uses the package's function instead.
 - :func:`guard` wraps the function for the run: every call's result is checked (a tensor, finite,
-  and for a loss a gradient), and the first bad one stops the run with one line that names the
-  function, the call and what came back (:class:`YourFunctionStopped`).
+  and for a loss a gradient, itself finite when the run takes its backward pass), and the first
+  bad one stops the run with one line that names the function, the call and what came back
+  (:class:`YourFunctionStopped`).
 """
 
 from __future__ import annotations
@@ -84,25 +85,53 @@ def _bad_result(value, loss: bool) -> str:
     return ""
 
 
+def _batch(inputs: tuple):
+    """The batch size of a call: the first axis of its first input that has one (NaN if none)."""
+    sizes = [getattr(a, "shape", None) for a in inputs]
+    return next((s[0] for s in sizes if s is not None and len(s)), math.nan)
+
+
 def guard(name: str, fn: Callable, loss: bool | None = None) -> Callable:
     """Return ``fn`` wrapped for a run: each result is checked, and the first one the run cannot
     use stops it with :class:`YourFunctionStopped`, naming ``name``, the call and the batch.
-    ``loss`` (default: whether the exercise's answer has a gradient) asks for a gradient too."""
+    ``loss`` (default: whether the exercise's answer has a gradient) asks for a gradient too.
+
+    A loss's value can be finite while its gradient is not (``torch.where`` over a ``log(0)``
+    branch): the update would fill the weights with NaN and the next rollout die inside the
+    engine. So for a loss, the gradient the backward pass sends back through ``fn`` to each of
+    its differentiable inputs is checked too (a hook on each; one ``isfinite`` a backward pass),
+    and a NaN or an infinity there stops the run in the backward pass, before the weights move.
+    That gradient is ``fn``'s alone: what comes after it in the backward pass is the engine's."""
+    import torch
+
     loss = bool(get(name).expect.grad_wrt) if loss is None else loss
-    calls = {"n": 0}
+    calls = {"n": 0, "backward": (0, math.nan)}  # backward: (call, batch) of the loss being differentiated
+
+    def stop(bad: str, n: int, batch) -> YourFunctionStopped:
+        return YourFunctionStopped(
+            f"your {name} {bad} on call {n} of the run (a batch of {batch}), "
+            "so the run is stopped: fix it, run its check, then this cell again"
+        )
+
+    def check_gradient(grad):
+        if not bool(torch.isfinite(grad).all()):
+            raise stop("returned a finite loss whose gradient is NaN or an infinity", *calls["backward"])
 
     @functools.wraps(fn)
     def checked(*args, **kwargs):
         calls["n"] += 1
+        n, inputs = calls["n"], (*args, *kwargs.values())
         value = fn(*args, **kwargs)
         bad = _bad_result(value, loss)
         if bad:
-            sizes = [getattr(a, "shape", None) for a in (*args, *kwargs.values())]
-            batch = next((s[0] for s in sizes if s is not None and len(s)), math.nan)
-            raise YourFunctionStopped(
-                f"your {name} {bad} on call {calls['n']} of the run (a batch of {batch}), "
-                "so the run is stopped: fix it, run its check, then this cell again"
-            )
+            raise stop(bad, n, _batch(inputs))
+        if loss:
+            batch = _batch(inputs)
+            # the loss's own hook runs first in its backward pass: it names the call being differentiated
+            value.register_hook(lambda grad: calls.update(backward=(n, batch)))
+            for x in inputs:
+                if isinstance(x, torch.Tensor) and x.requires_grad:
+                    x.register_hook(check_gradient)
         return value
 
     return checked

@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 
 import torch
 
+from .. import cli
 from ..evaluation import EvalSet
 from ..experiment import run_arm
 from ..ppo import PPOConfig
@@ -41,7 +42,10 @@ def compare(
 
     With ``keep_on_interrupt``, a KeyboardInterrupt (Ctrl-C, or a stop signal the caller turns
     into one) returns the seeds whose every run had finished (``settings["seeds"]`` lists them;
-    no profile unless it had finished too) instead of raising, unless none had.
+    no profile unless it had finished too) instead of raising, unless none had. Under
+    :func:`minirlhf.cli.stops_as_interrupt` a stop is also checked before every run, at every
+    step of TRL's and at the end of each seed (:func:`minirlhf.cli.raise_if_stopped`): one whose
+    exception Python dropped in a finaliser stops the runs all the same, and its seed is not kept.
     """
     from ..store import load_rm, load_sft
 
@@ -59,6 +63,7 @@ def compare(
     try:
         for seed in seeds:
             for arm in arms:
+                cli.raise_if_stopped()  # a stop whose exception Python dropped in a finaliser
                 if ours:
                     began = time.perf_counter()
                     _, log = run_arm(TRL_ARMS[arm].ours, policy, rm, seed, None, cfg, evalset, progress=progress)
@@ -67,10 +72,12 @@ def compare(
                 log = run_trl_arm(arm, policy, rm, seed, cfg, evalset=evalset, progress=progress)
                 out["seconds"]["trl"][arm][str(seed)] = log["seconds"]
                 out["trl"][arm][str(seed)] = log
+            cli.raise_if_stopped()  # a seed a stop reached is not kept, as when its exception is not dropped
             finished.append(seed)
         if profile:
             timed = {arm: out["trl"][arm][str(seeds[0])] for arm in arms}
             out.update(profile_runs(arms, policy, rm, seeds[0], cfg, evalset, progress, timed))
+            cli.raise_if_stopped()
     except KeyboardInterrupt:
         if not (keep_on_interrupt and finished):
             raise

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .. import task
+from .. import cli, task
 from ..evaluation import EvalSet, evaluate
 from ..experiment import arm_config
 from ..model import dtype_of, generate, make_generator, reward_scores
@@ -132,6 +132,7 @@ def _callback(evaluator: _Evaluator, get_policy, bar):
 
     class EvalEachIteration(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
+            cli.raise_if_stopped()  # a stop whose exception Python dropped in a finaliser
             if state.global_step % evaluator.every == 0:
                 ev = evaluator.measure_at(state.global_step // evaluator.every, get_policy())
                 bar.update(1)
@@ -165,7 +166,12 @@ def run_trl_arm(
     Under ``accelerate launch`` every process trains its share; each returns the same log.
     ``profile`` names a file for a cProfile of the whole run. ``freeze_gc=False`` leaves out
     the ``gc.freeze()`` of the run, to time TRL's PPO as shipped (the results are the same).
+
+    Under :func:`minirlhf.cli.stops_as_interrupt`, a stop is checked before the run and after
+    every step (:func:`minirlhf.cli.raise_if_stopped`): it stops the run even when its signal
+    landed in a finaliser (``datasets``' ``Dataset.__del__``), where Python drops exceptions.
     """
+    cli.raise_if_stopped()
     import_trl()
     from transformers.utils import logging as hf_logging
 

@@ -15,7 +15,7 @@ import sys
 
 from ... import cli
 from ..plain import RETURN_CAP
-from .grading import BUDGET, CELL_TIMEOUT, MAX_SECONDS, MAX_TIME_LIMIT, NotebookGrade, grade_notebook
+from .grading import BUDGET, CELL_TIMEOUT, MAX_SECONDS, MAX_TIME_LIMIT, MIN_TIME_LIMIT, NotebookGrade, grade_notebook
 from .render import render, summary_line, use_color
 
 
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--time-limit",
-        type=cli.seconds(MAX_TIME_LIMIT),
+        type=cli.seconds(MAX_TIME_LIMIT, least=MIN_TIME_LIMIT),
         default=None,
         help="seconds per call of your function (default: each exercise's own, usually 10)",
     )
