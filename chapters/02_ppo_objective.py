@@ -437,9 +437,11 @@ for kl_follows_new, name in ((True, "kl from new_logp"),
 #
 # **How it is judged.** The check runs your function on the cases in its report: both
 # examples, negative advantages, ratios clipped from above and from below, $\beta = 0$, a
-# mixed batch, a KL large enough to turn a positive reward into a negative advantage, and
-# $J = 0.405$, which Python's `round` gives as 0.41 (chapter 1). Every expected value was
-# worked out by hand.
+# mixed batch, a KL large enough to turn a positive reward into a negative advantage,
+# $J = 0.405$, which Python's `round` gives as 0.41 (chapter 1), a batch where the mean of the
+# token-by-token minimum differs from the smaller of the two terms' means, and inputs given as
+# lists of ints with a fractional penalty (an advantage kept in an int array would be
+# truncated). Every expected value was worked out by hand.
 
 # %% tags=["solution"]
 def ppo_rlhf_objective(old_logp, new_logp, ref_logp, rewards, epsilon,
@@ -1034,8 +1036,11 @@ print(f"-(1 + eps) * beta / N = {-(1.2) * 0.1 / 6:+.4f}; "
 # or its clipped ratio where the clip binds. Clipped tokens count too: their term
 # $\operatorname{clip}(\mathrm{ratio}_i)\,A_i$ is flat in the ratio but still holds the KL inside
 # $A_i$. Here the fixed version's $J$ is higher by 0.01029, exactly that sum over all six
-# tokens. The gradients after the update differ by $c_i\,\beta/N$ per token, and on the
-# three clipped tokens the fixed version's is exactly 0 (exercise 2).
+# tokens. The gradients after the update differ too. On the three clipped tokens the fixed
+# version's is exactly 0 (exercise 2), so they differ by $c_i\,\beta/N$, the KL's own pull.
+# On a token whose term is not clipped they differ by $c_i\,\beta\,(1 + \texttt{new}_i -
+# \texttt{old}_i)/N$: the same pull, plus the ratio's slope times the shift of $A_i$ above. The
+# last two columns of the table print the difference and this prediction.
 #
 # In expectation, while no ratio leaves the band, the expected objective is
 # $\sum_y \pi_{\text{old}}(y)\,\mathrm{ratio}(y)\,A(y) = \sum_y \pi_\theta(y)\,A(y)$. With
@@ -1079,12 +1084,17 @@ ratio = np.exp(log_ratio)
 c_i = np.where(state == 1, np.clip(ratio, 0.8, 1.2), ratio)
 print(f"beta / N * sum_i c_i (new_i - old_i) = "
       f"{0.1 / 6 * (c_i * log_ratio).sum():.5f}")
+# After the update, fixed - new per token: beta / N * c_i inside the clip,
+# beta / N * c_i * (1 + new_i - old_i) inside the band.
+predicted = 0.1 / 6 * c_i * np.where(state == 1, 1.0, 1.0 + log_ratio)
 print("\ndJ / d new_logp   first step           after the update")
-print("token      kl from new   fixed    kl from new   fixed")
+print("token      kl from new   fixed    kl from new   fixed"
+      "   fixed-new  predicted")
 for i in range(6):
     g = [q3_grads[s, k][i].item() for s in ("first", "after")
          for k in ("new", "fixed")]
-    print(f"{i:>5}   {g[0]:+14.4f}{g[1]:+8.4f}{g[2]:+15.4f}{g[3]:+8.4f}")
+    print(f"{i:>5}   {g[0]:+14.4f}{g[1]:+8.4f}{g[2]:+15.4f}{g[3]:+8.4f}"
+          f"{g[3] - g[2]:+12.4f}{predicted[i]:+11.4f}")
 
 
 # %% tags=["hide-input"]

@@ -7,7 +7,9 @@
 # (chapter 2). This chapter puts them together into the loop that InstructGPT made famous
 # {cite}`ouyang2022instructgpt` and runs it twice, from the same starting policy, with the
 # same frozen reference. The two runs, the *arms* of the experiment, differ in where the
-# reward comes from, and in the strength of the leash that suits it.
+# reward comes from, and in the strength of the leash that suits it. That is two differences
+# at once: this chapter compares the arms as they are run, and chapter 6 ("Is the result
+# robust?") runs both arms over a sweep of $\beta$ to tell the reward's share from the leash's.
 #
 # | arm | reward | $\beta$ |
 # | --- | --- | --- |
@@ -265,11 +267,13 @@ for name, reward_fn in (("rm", ppo.rm_reward(rm)),
 # divergence. The second has $G = (0, 0, 0)$. The baselines are $(0.35, 0.375, 0.425)$, and the
 # advantages are $\pm$ those.
 #
-# **How it is judged.** Eleven cases worked by hand, listed in the check's report: no divergence
-# (the score reaches every token), the example above, a shorter completion, a baseline over
-# the rows that reach a position, a runaway log-ratio clamped, `kl_clamp` as an argument, a
-# negative KL, a padding token whose KL must not count, a batch of one, three rows whose
-# baselines differ by position, and a position no completion reaches. The result must be a
+# **How it is judged.** Thirteen cases worked by hand, listed in the check's report: no
+# divergence (the score reaches every token), the example above, a shorter completion, a
+# baseline over the rows that reach a position, a runaway log-ratio clamped from above and a
+# dropped token's clamped from below, `kl_clamp` as an argument, a negative KL, a padding token
+# whose KL must not count, a batch of one, three rows whose baselines differ by position,
+# scores at an offset of $10^8$ (an RM's level is arbitrary: the baseline must take it away
+# with no digit lost), and a position no completion reaches. The result must be a
 # (B, T) tensor within $10^{-4}$ of the values worked by hand.
 
 # %% tags=["solution"]
@@ -325,11 +329,13 @@ check("kl_shaped_advantages", kl_shaped_advantages);
 # tokens. One token with advantage 1 whose ratio rose to $e^{0.5} = 1.65$: the clip caps it at
 # $1 + \epsilon = 1.2$, and the loss is $-1.2$.
 #
-# **How it is judged.** Ten cases worked by hand, listed in the check's report: the on-policy
-# case, a padding token with a wild ratio that must not count, the ratio clipped above with
-# $A > 0$ and below with $A < 0$, a fallen ratio with $A > 0$ left unclipped, a rising ratio
-# with $A < 0$ left unclipped, a mean over tokens rather than of row means, advantages that
-# differ token by token, `epsilon` as an argument, and a zero advantage. The result must be a
+# **How it is judged.** Eleven cases worked by hand, listed in the check's report: the
+# on-policy case, a padding token with a wild ratio that must not count, the ratio clipped
+# above with $A > 0$ and below with $A < 0$, a fallen ratio with $A > 0$ left unclipped, a
+# rising ratio with $A < 0$ left unclipped, a mean over tokens rather than of row means,
+# advantages that differ token by token, `epsilon` as an argument, a zero advantage, and a
+# batch where the mean of the token-by-token minimum differs from the smaller of the two
+# terms' means. The result must be a
 # 0-d tensor within $10^{-4}$ of the value worked by hand, whose gradient with respect to
 # `new_logp` is the package's.
 
@@ -409,7 +415,8 @@ loss_fn = drive["ppo_token_loss"]
 # beyond the fields below (chapter 5's needs none), so that a new estimator leaves this
 # chapter's code as it is.
 #
-# First the loop itself. Steps 1 to 7 in its comments are the recipe's; the rest is
+# First the loop itself. Steps 1 to 6 in its comments are the recipe's; step 7, which moves
+# $\beta$ toward a target, is chapter 7's adaptive leash and is off here. The rest is
 # bookkeeping: a copy of the policy to train, one random generator for the prompts and the
 # samples, Adam, the log, and a progress bar.
 

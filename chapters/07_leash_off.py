@@ -421,19 +421,28 @@ show_figure(
 
 # %%
 window = np.arange(-10, 11)
-truth = eval_pairs.sum(1)  # (400,)
-with torch.no_grad():
-    correct = task.correct_completions(eval_pairs)
-    r_truth = reward_scores(rm, eval_prompts, correct)  # (400,)
-    r_window = torch.full((len(truth), len(window)), -np.inf,
-                          dtype=r_truth.dtype)  # (400, 21)
-    for j, d in enumerate(window):
-        answer = truth + int(d)
-        ok = (answer >= 0) & (answer <= task.MAX_SUM)  # (400,)
-        answers = task.encode_answers(answer[ok].tolist())
-        r_window[ok, j] = reward_scores(rm, eval_prompts[ok], answers)
-favourite = window[r_window.argmax(1).numpy()]
-best_gap = (r_window.max(1).values - r_truth).mean()
+
+
+def favourites(rm):
+    """Return (each prompt's favourite offset within 10 of the truth, the
+    mean of r(favourite) - r(truth), r(truth)) under `rm`, on the 400
+    eval prompts."""
+    truth = eval_pairs.sum(1)  # (400,)
+    with torch.no_grad():
+        correct = task.correct_completions(eval_pairs)
+        r_truth = reward_scores(rm, eval_prompts, correct)  # (400,)
+        r_window = torch.full((len(truth), len(window)), -np.inf,
+                              dtype=r_truth.dtype)  # (400, 21)
+        for j, d in enumerate(window):
+            answer = truth + int(d)
+            ok = (answer >= 0) & (answer <= task.MAX_SUM)  # (400,)
+            answers = task.encode_answers(answer[ok].tolist())
+            r_window[ok, j] = reward_scores(rm, eval_prompts[ok], answers)
+    favourite = window[r_window.argmax(1).numpy()]
+    return favourite, (r_window.max(1).values - r_truth).mean(), r_truth
+
+
+favourite, best_gap, r_truth = favourites(rm)
 print(f"prompts whose truth is the RM's favourite within 10 of it: "
       f"{np.mean(favourite == 0):.3f}\n(a random pick of 21 would give "
       f"{1 / len(window):.3f}); on average the favourite scores "
@@ -888,10 +897,12 @@ show_figure(
 # `array([0.25, 0.3, 0.2])`; with `lam=1.0`, `array([0.5, 0.4, 0.2])`; with `lam=0.0`,
 # `array([0.1, 0.2, 0.2])`.
 #
-# **How it is judged.** Eleven cases worked by hand, compared within $10^{-6}$: the three
+# **How it is judged.** Thirteen cases worked by hand, compared within $10^{-6}$: the three
 # above; a discount of $\gamma = 0.5$; a single token; a reward on every token; KL-shaped
 # rewards; a perfect critic; a batch of two completions; $\gamma$ and $\lambda$ both below
-# 1; and the worked example as written, with the rewards a list of ints.
+# 1; $\gamma = 0.9$ with a value on every token, and $\lambda = 0$ with $\gamma = 0.5$ on a
+# batch (the discount inside the TD error, $r_t + \gamma V_{t+1} - V_t$, matters there); and
+# the worked example as written, with the rewards a list of ints.
 
 # %% tags=["solution"]
 def gae(rewards, values, gamma, lam):
@@ -1320,23 +1331,63 @@ print(f"k3 at kl = -100 in float32: {k3_of(kl_neg).item()}; clamped: "
 # <details class="answer">
 # <summary>Worked answer: close the blind spot</summary>
 #
-# Train the RM with `train_rm_with_near_misses` of chapter 4 (half near-misses and 400 steps
-# gave the most discerning RM there), pass it to `experiment.run_arm("rm", policy, new_rm, 0,
-# 0.0, ppo.PPOConfig(iterations=40), evalset)`, and redraw the offset curve with
-# `rmlib.margin_by_offset(new_rm, OFFSETS)`. What to expect, and why: that RM ranks a wrong
-# tens digit below the truth most of the time and a wrong ones digit more often than a coin
-# toss, but far from always (chapter 4's exercise 1). Its offset curve therefore has a dip at
-# the truth instead of a flat top, at least ten away; close to the truth it is shallower. The
-# unleashed policy follows the curve wherever it still rises away from the truth, so the
-# traffic out of the correct answers should slow, and the answers that do leave should stay
-# closer: a wrong ones digit rather than a neighbour ten away. Whether accuracy still falls
-# depends on whether, for most prompts, some wrong neighbour still outscores the truth, which
-# the prompt-by-prompt check of this chapter ("prompts whose truth is the RM's favourite")
-# measures directly. A smaller blind spot is still a blind spot: the policy finds what is left
-# of it.
+# The cell below runs it. The package keeps such an RM: `load_proxy("near-miss")` of
+# `minirlhf.studies.overoptimization` trains chapter 4's RM with half of the rejected answers
+# near-misses and 400 steps (the most discerning recipe of chapter 4's exercise 1), on a fixed
+# set of the book's pairs; chapter 11 meets it again. The cell runs the $\beta = 0$ arm against
+# it for 40 iterations (seed 0), beside this chapter's seed 0 against the book's RM, and measures
+# that RM as this chapter measured the book's: its offset curve, and each prompt's favourite
+# within 10 of the truth.
+#
+# Far from the truth the near-miss RM is the sharper judge: its curve falls to -1.55 at -10
+# and -2.79 at +10, where the book's RM's falls only to -0.31 and -0.33. Next to the truth it
+# is not: within two of it the curve is as flat as the book's RM's, even a hair above the
+# truth at -1 and -2. Prompt by prompt, the truth is its favourite within 10 of it on 0.085 of
+# the prompts, against 0.043 for the book's RM and 0.048 for a random pick, and the favourite
+# scores +0.60 above the truth on average, more than the book's RM's +0.45. So the unleashed
+# policy still has somewhere to go, and it goes: in this seed its accuracy falls from 0.360
+# to 0.228 (0.260 against the book's RM), and at the end most of its answers are near-misses
+# (0.690). One seed cannot say whether it falls faster; it says the fall does not stop. A
+# smaller blind spot is still a blind spot: the policy finds what is left of it, and what is
+# left sits right next to the truth.
 #
 # </details>
-#
+
+# %% tags=["hide-input"]
+from minirlhf.studies.overoptimization import load_proxy
+
+# chapter 4's near-miss recipe: half near-misses, 400 steps
+rm_nm, _ = load_proxy("near-miss", progress=PROGRESS)
+nm_runs = stored_runs(OUTPUTS / "ch07_near_miss_rm.json",
+                      {(0.0, 0): ("rm", 0.0, {"iterations": ITERATIONS})},
+                      policy, rm_nm, keep=KEPT, progress=PROGRESS)
+with torch.no_grad():
+    margin_nm = rmlib.margin_by_offset(rm_nm, OFFSETS)
+relative_nm = -np.array([margin_nm[int(d)] for d in OFFSETS])
+shown = [-10, -5, -2, -1, 1, 2, 5, 10]
+print("r(truth + d) - r(truth), mean of 400 prompts")
+print(f"{'d':<10}" + "".join(f"{d:>+7d}" for d in shown))
+for name, curve_of in (("book's RM", relative), ("near-miss", relative_nm)):
+    print(f"{name:<10}" + "".join(
+        f"{curve_of[list(OFFSETS).index(d)]:>+7.2f}" for d in shown))
+print("\n            truth the favourite   favourite - truth   accuracy"
+      "\n            (within 10)           (mean)              start -> end")
+for name, model, log in (("book's RM", rm, runs[0.0, 0]),
+                         ("near-miss", rm_nm, nm_runs[0.0, 0])):
+    fav, gap, _ = favourites(model)
+    print(f"{name:<12}{np.mean(fav == 0):>8.3f}{gap:>22.2f}"
+          f"{log['accuracy'][0]:>14.3f} -> {log['accuracy'][-1]:.3f}")
+print("\nwhere the greedy answers are at the end (seed 0)")
+print("            correct  near-miss  other wrong  malformed")
+for name, log in (("book's RM", runs[0.0, 0]),
+                  ("near-miss", nm_runs[0.0, 0])):
+    kinds = log["kinds"]
+    print(f"{name:<12}" + "".join(
+        f"{kinds[k][-1]:>{w}.3f}" for k, w in
+        (("correct", 7), ("near_miss", 11), ("other_wrong", 13),
+         ("malformed", 11))))
+
+# %% [markdown]
 # **2. Longer.** Run $\beta = 0$ for 100 iterations on one seed. Does the fall slow down, stop,
 # or speed up? Does the policy ever produce malformed answers, and why would the RM let it or
 # not?
@@ -1453,8 +1504,10 @@ print(f"horizon 64, seed 0: beta from {betas_h[0]:.3f} to {betas_h[-1]:.3f}"
 # leash, though still above the target (the controller acts late, as in the rm arm). In this
 # seed the accuracy is about the same (0.420 against 0.422): the
 # distance the tighter leash denies was not where the verifier's gains came from, at least
-# within 40 iterations. A target chosen to stop the RM arm from exploiting its proxy is a cost
-# for an honest reward; the right distance depends on how far the reward can be trusted.
+# within 40 iterations. So in this run a target chosen to stop the RM arm from exploiting its
+# proxy cost the honest reward nothing in accuracy, though it held its KL back; whether it costs
+# more over a longer run or other seeds, one seed cannot say. The right distance depends on how
+# far the reward can be trusted, and a reward that can be trusted needs less of a leash.
 #
 # </details>
 
