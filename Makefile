@@ -107,7 +107,9 @@ book: $(STAMP)
 book-strict: book
 
 # Every page of _toc.yml in headless Chromium (tests/browser): nothing loads from another host,
-# images, math, dropdowns, sliders and the 'next' link work; full-page screenshots at desktop
+# images, math, dropdowns, sliders and the 'next' link work; axe-core's WCAG 2.1 A and AA rules
+# find nothing serious or critical and every block that scrolls takes the keyboard's focus;
+# full-page screenshots at desktop
 # and phone width go to _build/screenshots/. One process per core shares the pages (each
 # with its own Chromium and server); the summary lists them in the book's order. Installs
 # Debian's chromium when it is missing (apt-get needs root, as in CI).

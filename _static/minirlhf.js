@@ -153,3 +153,70 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
 });
+
+/* ---- Scrolling blocks: a keyboard can reach them, and a screen reader names them -------------
+   A code cell, a printed output or a wide table that scrolls (on a phone, most of them) must
+   take the keyboard's focus, or a reader without a mouse cannot scroll it (WCAG 2.1.1). The
+   theme gives such blocks a tab stop only 300 ms after the window last changed size, and no
+   name. Here a block gets its tab stop the moment its size changes (a turned phone, an opened
+   hint) and, while it scrolls, a role and a name ("Output 3, scrollable"); a block that fits
+   loses all three again. "Scrolls" is measured as the theme measures it, so the two agree. */
+(function () {
+  const KINDS = [
+    // [selector, name]; the first that matches names the block
+    [".cell_output pre, .cell_output > .output, .nboutput .output_area", "Output"],
+    ["pre", "Code"],
+    [".mr-check", "Check report"],
+    [".pst-scrollable-table-container, .table-wrapper", "Table"],
+    [".jp-RenderedHTMLCommon", "Output"],
+  ];
+  const ALL = KINDS.map(([selector]) => selector).join(", ");
+  const names = new Map();
+  const scrolls = (el) => el.scrollWidth > el.clientWidth || el.scrollHeight > el.clientHeight;
+
+  function update(el) {
+    if (!names.has(el)) return;
+    const mine = el.hasAttribute("data-mr-scroll");
+    if (scrolls(el)) {
+      el.tabIndex = 0;
+      if (!mine && el.hasAttribute("role")) return; // a role of its own stays
+      el.setAttribute("data-mr-scroll", "");
+      el.setAttribute("role", "region");
+      el.setAttribute("aria-label", names.get(el));
+    } else {
+      el.tabIndex = -1;
+      if (!mine) return;
+      el.removeAttribute("data-mr-scroll");
+      el.removeAttribute("role");
+      el.removeAttribute("aria-label");
+    }
+  }
+
+  function start() {
+    const counts = {};
+    for (const el of document.querySelectorAll(ALL)) {
+      const name = KINDS.find(([selector]) => el.matches(selector))[1];
+      counts[name] = (counts[name] || 0) + 1;
+      names.set(el, `${name} ${counts[name]}, scrollable`);
+    }
+    // Called once for every block when it is first observed, then whenever its size changes,
+    // before the browser draws the new layout.
+    const observer = new ResizeObserver((entries) => entries.forEach((e) => update(e.target)));
+    names.forEach((_, el) => observer.observe(el));
+    const all = () => names.forEach((_, el) => update(el));
+    window.addEventListener("resize", all);
+    window.addEventListener("load", all); // fonts and math change what fits
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
+
+/* ---- The reference list: list items -----------------------------------------------------------
+   Sphinx gives each entry of the bibliography role="doc-biblioentry", a role ARIA has
+   deprecated; a screen reader then meets a list without items. DPUB-ARIA's advice: listitem. */
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll('[role="list"] > [role="doc-biblioentry"]').forEach((entry) => {
+    entry.setAttribute("role", "listitem");
+  });
+});

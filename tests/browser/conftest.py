@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from axecheck import IMPACTS
 from pagecheck import CHROMIUM, HTML, SHOTS, chromium, serve
 
 HERE = Path(__file__).resolve().parent
@@ -76,7 +77,13 @@ def report_page(request):
         request.node.user_properties.append(
             (
                 PAGE_REPORT,
-                {"index": index, "line": report.summary(), "requests": report.requests, "checks": report.checks},
+                {
+                    "index": index,
+                    "line": report.summary(),
+                    "requests": report.requests,
+                    "checks": report.checks,
+                    "axe": report.axe,
+                },
             )
         )
 
@@ -126,6 +133,12 @@ def pytest_terminal_summary(terminalreporter, config):
         f"{len(found)} pages, {sum(r['requests'] for r in found)} requests,"
         f" {sum(r['checks'] for r in found)} checks passed; screenshots in {SHOTS}"
     )
+    runs = [counts for r in found for counts in (r.get("axe") or {}).values()]
+    if runs:
+        totals = {impact: sum(c.get(impact, 0) for c in runs) for impact in IMPACTS}
+        line = f"axe-core, {len(runs)} runs: " + ", ".join(f"{n} {impact}" for impact, n in totals.items())
+        lines.append(line)
+        terminalreporter.write_line(line + " (nodes; serious and critical fail the test)")
     if SHOTS.is_dir():
         (SHOTS / "summary.txt").write_text(
             time.strftime("%Y-%m-%d %H:%M\n") + "\n".join(lines) + "\n", encoding="utf-8"

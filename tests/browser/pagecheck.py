@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from axecheck import check_accessibility
+from axecheck import summary as axe_summary
 
 # The built book on a localhost port, and the Chromium `make pdf` uses with its flags (no sandbox,
 # as CI runs as root; no GPU; nothing Chromium would fetch on its own account).
@@ -112,6 +114,7 @@ class PageReport:
     checks: int = 0
     problems: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    axe: dict[str, dict[str, int]] = field(default_factory=dict)  # per axe run: nodes by impact
 
     def check(self, ok: bool, problem: str) -> bool:
         """Count a passed check, or record ``problem``; return ``ok``."""
@@ -125,16 +128,25 @@ class PageReport:
         """Return one line: page, requests, checks passed, problems, what was found."""
         found = ", ".join(f"{n} {what}" for what, n in self.counts.items() if n)
         status = "ok" if not self.problems else f"{len(self.problems)} PROBLEMS"
-        return (
+        line = (
             f"{self.page:<34} {self.seconds:5.1f} s {self.requests:>4} requests"
             f" {self.checks:>4} checks passed  {status}  ({found or 'nothing to open'})"
         )
+        return line + (f"\n{'':<34} {axe_summary(self.axe)}" if self.axe else "")
 
 
 def check_page(
-    context, base_url: str, page_name: str, next_page: str | None = None, shots: Path | None = None
+    context,
+    base_url: str,
+    page_name: str,
+    next_page: str | None = None,
+    shots: Path | None = None,
+    accessibility: bool = False,
 ) -> PageReport:
-    """Open ``page_name`` (a docname) in ``context``, run every check, return the report."""
+    """Open ``page_name`` (a docname) in ``context``, run every check, return the report.
+
+    ``accessibility``: also run axe-core and the keyboard checks of axecheck.py, with every
+    dropdown open (the book's pages; a bare test page would fail on what only a theme gives)."""
     report = PageReport(page_name)
     start = time.perf_counter()
     url = urllib.parse.urljoin(base_url, page_name + ".html")
@@ -179,6 +191,8 @@ def check_page(
         opened = ("toggle admonitions", "hints", "answers", "code toggles", "other dropdowns")
         if shots and any(report.counts.get(kind) for kind in opened):
             _screenshots(page, report, shots, page_name, "-open")
+        if accessibility:
+            check_accessibility(page, report, DESKTOP, PHONE)
         page.wait_for_timeout(100)  # let the last events arrive
 
         report.requests = len(requests)

@@ -6,6 +6,11 @@ loads and has alt text; math is typeset; every hint, worked answer, solution tog
 dropdown opens on click and shows its content; every slider changes its explorer's figure;
 nothing is wider than a phone screen; the 'next' link reaches the next page. Screenshots at
 desktop and phone width go to _build/screenshots/.
+
+Accessibility (axecheck.py), with every dropdown open: axe-core's WCAG 2.0/2.1 A and AA rules at
+1280 and 390 px, and its contrast rule in dark mode, find no serious or critical violation; a
+keyboard reaches every block that scrolls, which has a name and a focus ring nothing clips. The
+summary gives each page's axe counts by impact.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ def test_page(index, book_url, chromium_context, shots, report_page):
     built = HTML / f"{page}.html"
     assert built.exists(), f"{page}: listed in _toc.yml but not built ({built} is missing)"
 
-    report = check_page(chromium_context, book_url, page, next_page, shots)
+    report = check_page(chromium_context, book_url, page, next_page, shots, accessibility=True)
     report_page(index, report)
     assert not report.problems, f"{page}: {len(report.problems)} problem(s):\n  - " + "\n  - ".join(report.problems)
 
