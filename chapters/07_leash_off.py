@@ -18,10 +18,11 @@
 # ```{admonition} What you need
 # :class: tip
 # Chapters 4 and 5: the reward model's blind spot, and `ppo_train` (chapter 6 is not needed
-# here). The notebook trains sixteen short PPO runs, twelve for the chapter and four for the
+# here). The notebook trains seventeen short PPO runs, twelve for the chapter and five for the
 # worked answers, each with a progress bar in JupyterLab, and stores what it reads of them in
-# `outputs/ch07_*.json`. A first run of the whole notebook takes about two minutes on a
-# 2-core CPU; later runs read the stored runs back and take about fifteen seconds.
+# `outputs/ch07_*.json`; exercise 1's answer also trains a reward model (chapter 11 reads it
+# again). A first run of the whole notebook takes about three minutes on a 2-core CPU; later
+# runs read the stored runs back and take about fifteen seconds.
 # ```
 
 # %%

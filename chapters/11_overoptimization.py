@@ -37,7 +37,8 @@
 # :class: tip
 # Chapters 1, 4, 5, 6, 7 and 9: the estimators k1 and k3, the reward model and its blind
 # spot, the PPO loop, the per-prompt baseline, the leash taken off, and DPO. A first run of the
-# notebook trains 20 small reward models and makes its runs side by side, one per CPU core:
+# notebook trains 20 small reward models (19 after chapter 7, whose exercise 1 makes the
+# near-miss one) and makes its runs side by side, one per CPU core:
 # curves that need no training for 21 proxies, eighteen RL runs and nine DPO runs, each
 # policy enumerated exactly at every point it is read, with a progress bar in JupyterLab. They
 # are stored in `outputs/ch11_overoptimization.json`. That takes about nine and a half
