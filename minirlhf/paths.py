@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .safe_text import printable, shorten
+
 __all__ = [
     "ROOT",
     "OUTPUTS",
@@ -390,10 +392,8 @@ def output_lock(folder: Path, command: str = ""):
 
 
 def _shown(text: str) -> str:
-    """Return ``text`` from a lock file as it may stand in a one-line message: control
-    characters (a line break, an escape sequence) written as escapes, at most 200 characters."""
-    text = text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
-    return text if len(text) <= 200 else text[:200] + "..."
+    """``text`` from a lock file as it may stand in a one-line message."""
+    return shorten(printable(text), 203)
 
 
 def _take_over(lock: Path, holder: dict | None) -> None:

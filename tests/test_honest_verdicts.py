@@ -35,8 +35,8 @@ from minirlhf.course.grader.kernel import (
 )
 from minirlhf.course.grader.records import _judge_record, _parse_record
 from minirlhf.course.grader.runner import _error_text
-from minirlhf.course.safe_text import printable
 from minirlhf.course.sandbox import call_safely
+from minirlhf.safe_text import printable
 
 # The exercises that return a loss (one number); chapter 10's log-probs, a tensor whose sum's
 # gradient is judged, have tests of their own below.

@@ -19,7 +19,9 @@ def load_paths_with(env_value):
     saved = os.environ.get("MINIRLHF_OUTPUTS")
     os.environ["MINIRLHF_OUTPUTS"] = env_value
     try:
-        spec = importlib.util.spec_from_file_location("fresh_paths", paths.__file__)
+        spec = importlib.util.spec_from_file_location(
+            "minirlhf.fresh_paths", paths.__file__
+        )  # in the package: its relative imports resolve
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module

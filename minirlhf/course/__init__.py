@@ -8,7 +8,6 @@
 ``sandbox``         calls a learner's function safely: time limit, no input(), prints captured
 ``plain``           the wire format from the learner's kernel to the grader (a security boundary)
 ``report``          the verdict on one exercise, as text and as HTML
-``safe_text``       a learner's text made fit for one line of a report
 ``grader/``         ``python -m minirlhf.course.grader NOTEBOOK``: grades a whole notebook
 ``nbgen``           ``python -m minirlhf.course.nbgen``: notebooks and solutions from chapters/
 ``explorer``        sliders over a figure: live in JupyterLab, precomputed in the book

@@ -47,10 +47,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..safe_text import shorten
 from .expect import Expect, index_text, number_texts_apart
 from .plain import Opaque, round_trip
 from .report import Report, describe
-from .safe_text import shorten
 from .sandbox import Call, call_safely, loss_gradients, require_grad
 
 __all__ = [

@@ -22,10 +22,10 @@ from typing import Callable
 
 import numpy as np
 
+from ..safe_text import printable, shorten
 from .cases import Case, run_case
 from .exercises import get
 from .exercises._inputs import RUN_BATCH
-from .safe_text import printable, shorten
 
 __all__ = ["preflight", "guard", "YourFunctionStopped", "run_batch"]
 
@@ -122,11 +122,10 @@ def guard(name: str, fn: Callable, loss: bool | None = None) -> Callable:
         calls["n"] += 1
         n, inputs = calls["n"], (*args, *kwargs.values())
         value = fn(*args, **kwargs)
-        bad = _bad_result(value, loss)
+        bad, batch = _bad_result(value, loss), _batch(inputs)
         if bad:
-            raise stop(bad, n, _batch(inputs))
+            raise stop(bad, n, batch)
         if loss:
-            batch = _batch(inputs)
             # the loss's own hook runs first in its backward pass: it names the call being differentiated
             value.register_hook(lambda grad: calls.update(backward=(n, batch)))
             for x in inputs:

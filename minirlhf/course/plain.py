@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from .safe_text import shorten
+from ..safe_text import shorten
 
 __all__ = ["Opaque", "to_plain", "from_plain", "round_trip", "RETURN_CAP", "class_name", "class_module"]
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..palette import BLUE, DARK_YELLOW, GREEN, ORANGE
+from ..safe_text import printable, shorten
 from .plain import Opaque
-from .safe_text import printable, shorten
 
 if TYPE_CHECKING:  # cases.py imports this module
     from .cases import CaseResult, Exercise

@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..safe_text import printable, shorten
 from .plain import class_module, class_name
-from .safe_text import printable, shorten
 
 __all__ = ["Call", "call_safely", "PRINT_CAP"]
 

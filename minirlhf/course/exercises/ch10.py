@@ -23,12 +23,12 @@ from ...leashes.loss import k3_loss_term
 from ...model import completion_mask
 from ...paths import OUTPUTS
 from ...ppo import logprobs_from_logits
+from ...safe_text import shorten
 from ...studies import silent_bugs as sb
 from ...task import SEMI, encode
 from ..cases import Case, Exercise, MeasuredCases, NotReady, Slip, run_cases
 from ..expect import ExpectArray
 from ..runs import NotStored, stored_bug_runs
-from ..safe_text import shorten
 from ..sandbox import _exception_name, _exception_text, _where
 from ..tells import ExpectTell, Tell
 from . import ch08, ch09

@@ -23,9 +23,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...safe_text import printable, shorten
 from ..cases import Case, CaseResult, Exercise, Raises, not_run
 from ..report import Report
-from ..safe_text import printable, shorten
 from .notebook_file import _check_file, _read_notebook, is_kept_copy
 from .records import _judge_record
 from .runner import GRACE, SLICE, _call_in_kernel, _Runner

@@ -25,8 +25,8 @@ import sys
 import time
 import types
 
+from ...safe_text import shorten
 from ..plain import to_plain
-from ..safe_text import shorten
 from ..sandbox import Call, call_safely
 
 _SESSIONS: dict = {}
@@ -54,19 +54,17 @@ def _stub_code(n_free: int, label: str):
     builtins; it has ``n_free`` free variables, as a closure's code can only be swapped for code
     with as many."""
     if (n_free, label) not in _STUBS:
-        body = (
-            "def _stub(*args, **kwargs):\n"
-            "    {free}\n"
-            "    __import__('minirlhf.course.grader.kernel', fromlist=['_'])._refuse({label!r})\n"
+        names = [f"_v{i}" for i in range(n_free)]
+        source = "\n".join(
+            ["def _outer():"]
+            + ([f"    {' = '.join(names)} = None"] if names else [])
+            + [
+                "    def _stub(*args, **kwargs):",
+                f"        {', '.join(names) or 'pass'}",
+                f"        __import__('minirlhf.course.grader.kernel', fromlist=['_'])._refuse({label!r})",
+                "    return _stub",
+            ]
         )
-        if n_free:
-            names = [f"_v{i}" for i in range(n_free)]
-            source = f"def _outer():\n    {' = '.join(names)} = None\n" + "".join(
-                f"    {line}\n" for line in body.format(free=", ".join(names), label=label).splitlines()
-            )
-            source += "    return _stub\n"
-        else:
-            source = body.format(free="pass", label=label) + "def _outer():\n    return _stub\n"
         space: dict = {}
         exec(compile(source, __file__, "exec"), space)
         _STUBS[(n_free, label)] = space["_outer"]().__code__
@@ -88,6 +86,7 @@ class _NoFreshCopy:
 
 
 _HOOKS: list = []
+_AUDITING: list = []  # not empty once the audit hook is added (it cannot be removed)
 _ORIGINALS: dict = {}  # the key of each blocked function's own code (see _code_key) -> its name
 _SOURCES: dict = {}  # each blocked function's source text -> its name
 
@@ -118,8 +117,9 @@ def _audit(event: str, args: tuple) -> None:
     if not _BLOCKED or event not in ("exec", "compile", "marshal.loads"):
         return
     if event == "exec" and args and isinstance(args[0], types.CodeType):
+        names = {key[0] for key in _ORIGINALS}
         for code in _codes_in(args[0]):
-            if code.co_name in _ORIGINAL_NAMES and _code_key(code) in _ORIGINALS:
+            if code.co_name in names and _code_key(code) in _ORIGINALS:
                 _refuse(_ORIGINALS[_code_key(code)], "cannot be run afresh while grading")
     elif event == "compile" and args and isinstance(args[0], (str, bytes)):
         text = args[0] if isinstance(args[0], str) else args[0].decode("utf-8", "replace")
@@ -132,10 +132,6 @@ def _audit(event: str, args: tuple) -> None:
             name, bytecode, names, varnames, _ = key
             if bytecode in data and all(n.encode() in data for n in (name, *names, *varnames)):
                 _refuse(label, "cannot be loaded afresh while grading")
-
-
-_ORIGINAL_NAMES: set = set()
-_AUDITING: list = []
 
 
 def _block(fn, label: str) -> None:
@@ -200,7 +196,6 @@ def _block_reference(where, name: str = "", also=()) -> None:
     for label, fn in named:
         code = fn.__code__
         _ORIGINALS[_code_key(code)] = labels[code]
-        _ORIGINAL_NAMES.add(code.co_name)
         try:
             _SOURCES[inspect.getsource(fn)] = labels[code]
         except Exception:  # no source to read: the other two checks still apply
@@ -241,7 +236,6 @@ def _unblock_references() -> None:
         fn, code = _BLOCKED.popitem()
         fn.__code__ = code
     _ORIGINALS.clear()
-    _ORIGINAL_NAMES.clear()
     _SOURCES.clear()
 
 

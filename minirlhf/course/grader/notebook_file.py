@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ...paths import open_regular
-from ..safe_text import shorten
+from ...safe_text import shorten
 
 MAX_NOTEBOOK_BYTES = 100_000_000  # a notebook file larger than this is not read
 

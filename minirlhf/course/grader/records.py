@@ -4,7 +4,7 @@ JSON per call, read and checked here before anything uses them, and then judged.
 A line that is not exactly what :mod:`minirlhf.course.grader.kernel` writes (a field out of
 place, data that :func:`~minirlhf.course.plain.from_plain` refuses, a line far too long) becomes a
 call that "cannot be graded"; a last line cut short (a kernel killed mid-write) is left out.
-Every text that arrives is made :func:`~minirlhf.course.safe_text.printable`, so the kernel cannot
+Every text that arrives is made :func:`~minirlhf.safe_text.printable`, so the kernel cannot
 draw lines of the report.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...safe_text import printable, shorten
 from ..cases import Case, CaseResult, Exercise, judge
 from ..plain import RETURN_CAP, Opaque, from_plain
-from ..safe_text import printable, shorten
 from ..sandbox import Call
 
 _RECORD_CAP = 40 * RETURN_CAP + 4096  # characters of one result line from the kernel

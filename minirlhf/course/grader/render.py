@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ...safe_text import printable
 from ..report import failure_lines
-from ..safe_text import printable
 
 if TYPE_CHECKING:
     from .grading import ExerciseGrade, NotebookGrade

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..safe_text import printable, shorten
+from ...safe_text import printable, shorten
 from .records import _read_records
 
 SLICE = 1.0  # seconds of calls per grading cell, so the grader can step in between

@@ -1,8 +1,9 @@
-"""Text from the learner's code, made fit for one line of a report: :func:`printable` escapes
-every character that could draw on a terminal, :func:`shorten` cuts a text to a width.
+"""Text from outside the program (a learner's code, a lock file another process wrote), made
+fit for one line of a message: :func:`printable` escapes every character that could draw on a
+terminal, :func:`shorten` cuts a text to a width.
 
-The wire format, the sandbox, the report and the grader all use these two, so they live below
-all of them.
+The course's wire format, sandbox, report and grader use these two, and so do the engine's
+output locks, so they live in the engine, below all of them.
 """
 
 from __future__ import annotations
